@@ -1,0 +1,7 @@
+module github.com/opswire/opswire/services/report
+
+go 1.26.0
+
+require github.com/opswire/opswire/shared v0.0.0
+
+replace github.com/opswire/opswire/shared => ../../shared

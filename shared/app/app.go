@@ -1,0 +1,181 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/kube"
+	"github.com/opswire/opswire/shared/leader"
+	"github.com/opswire/opswire/shared/logging"
+	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/server"
+)
+
+// Exit codes of every binary.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// Runtime is what a service's run function gets: parsed options, the loaded
+// configuration, a logger, the health/metrics server, and constructors for
+// the clients it needs.
+type Runtime struct {
+	Spec    Spec
+	Options Options
+	Config  *config.Config
+	Log     zerolog.Logger
+	Server  *server.Server
+	// Cluster is the resolved <cluster> subject token.
+	Cluster string
+
+	nc *nats.Conn
+}
+
+// Main runs a service and exits with the contract's code. Only main packages call it.
+func Main(spec Spec, run func(ctx context.Context, rt *Runtime) error) {
+	os.Exit(Run(spec, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, run))
+}
+
+// Run is Main without the exit, for tests.
+func Run(spec Spec, args []string, getenv func(string) string, stdout, stderr io.Writer, run func(ctx context.Context, rt *Runtime) error) int {
+	opts, err := parse(spec, args, getenv, stderr)
+	switch {
+	case errors.Is(err, errHelp):
+		return ExitOK
+	case errors.Is(err, errVersion):
+		fmt.Fprintf(stdout, "%s %s\n", spec.Binary(), Version)
+		return ExitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", spec.Binary(), err)
+		return ExitUsage
+	}
+	log, err := logging.New(stderr, opts.LogLevel, opts.LogFormat, spec.Service)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", spec.Binary(), err)
+		return ExitUsage
+	}
+	cfg, err := config.Load(opts.Config)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %s: %v\n", spec.Binary(), opts.Config, err)
+		return ExitUsage
+	}
+	cluster := cfg.Cluster.Name
+	if opts.Cluster != "" {
+		cluster = opts.Cluster
+		cfg.Cluster.Name = cluster
+		if err := cfg.Validate(); err != nil {
+			fmt.Fprintf(stderr, "%s: --cluster: %v\n", spec.Binary(), err)
+			return ExitUsage
+		}
+	}
+	log = log.With().Str("cluster", cluster).Logger()
+	rt := &Runtime{Spec: spec, Options: opts, Config: cfg, Log: log, Server: server.New(), Cluster: cluster}
+	if err := rt.Server.Start(opts.Listen); err != nil {
+		log.Error().Err(err).Msg("cannot serve health and metrics")
+		return ExitFailure
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.Info().Str("version", Version).Str("config", opts.Config).Str("listen", rt.Server.Addr()).
+		Str("id", opts.ID).Bool("dryRun", opts.DryRun).Msg("starting")
+	runErr := run(ctx, rt)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = rt.Server.Shutdown(shutdownCtx)
+	natsx.Drain(rt.nc, 5*time.Second)
+	if runErr != nil && !errors.Is(runErr, context.Canceled) {
+		log.Error().Err(runErr).Msg("stopped with an error")
+		return ExitFailure
+	}
+	log.Info().Msg("stopped")
+	return ExitOK
+}
+
+// Kube builds the Kubernetes client of DESIGN §9.
+func (rt *Runtime) Kube() (kubernetes.Interface, *rest.Config, error) {
+	rt.Log.Info().Str("credentials", kube.Source(rt.Options.Kubeconfig)).Msg("kubernetes client")
+	return kube.NewClient(kube.Options{
+		Kubeconfig: rt.Options.Kubeconfig,
+		QPS:        rt.Config.Kube.QPS,
+		Burst:      rt.Config.Kube.Burst,
+		UserAgent:  rt.Spec.Binary() + "/" + Version,
+	})
+}
+
+// NATS connects (waiting for the server if needed), registers the "nats"
+// readiness check, and creates or updates the KUBE and OPS streams.
+func (rt *Runtime) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
+	o := rt.Options
+	nc, err := natsx.Connect(natsx.Options{
+		URL: o.NATSURL, Name: rt.Spec.Binary() + "/" + o.ID, Creds: o.NATSCreds, User: o.NATSUser,
+		Password: o.NATSPassword, TLSCert: o.NATSTLSCert, TLSKey: o.NATSTLSKey, TLSCA: o.NATSTLSCA,
+	}, rt.Log)
+	if err != nil {
+		return nil, nil, err
+	}
+	rt.nc = nc
+	rt.Server.AddReadiness("nats", func() error {
+		if !nc.IsConnected() {
+			return errors.New("not connected")
+		}
+		return nil
+	})
+	if err := natsx.WaitConnected(ctx, nc); err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if err := natsx.EnsureStreams(ctx, js, rt.Config.NATS); err != nil {
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// Elector builds the leader election of an actor: Lease
+// <controller.leaseLockName>-<service> in controller.leaseLockNamespace,
+// exported as the opswire_leader gauge.
+func (rt *Runtime) Elector(client kubernetes.Interface) *leader.Elector {
+	c := rt.Config.Controller
+	e := leader.New(client, leader.Config{
+		Enabled:       c.LeaderElect,
+		Name:          c.LeaseLockName + "-" + rt.Spec.Service,
+		Namespace:     c.LeaseLockNamespace,
+		Identity:      rt.Options.ID,
+		LeaseDuration: c.LeaseDuration.Duration,
+		RenewDeadline: c.RenewDeadline.Duration,
+		RetryPeriod:   c.RetryPeriod.Duration,
+	}, rt.Log)
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "opswire_leader", Help: "1 while this replica holds the actor's lease.",
+	})
+	rt.Server.Registry.MustRegister(g)
+	e.OnChange = func(leading bool) {
+		if leading {
+			g.Set(1)
+		} else {
+			g.Set(0)
+		}
+	}
+	return e
+}
+
+// DryRun is true when --dry-run or the section's dryRun is set.
+func (rt *Runtime) DryRun(section bool) bool { return rt.Options.DryRun || section }

@@ -1,0 +1,71 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yml")
+	bad := filepath.Join(dir, "bad.yml")
+	os.WriteFile(good, []byte("autoCordon:\n  maxPods: 5\n  minPods: 2\n"), 0o600)
+	os.WriteFile(bad, []byte("autoCordon:\n  maxPodz: 5\n"), 0o600)
+	spec := Spec{Service: "cordon", Actor: true}
+	ok := func(context.Context, *Runtime) error { return nil }
+	tests := []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		run      func(context.Context, *Runtime) error
+		code     int
+		inStderr string
+		inStdout string
+	}{
+		{"clean run", []string{"--config", good, "--listen", "127.0.0.1:0"}, nil, ok, ExitOK, "", ""},
+		{"version", []string{"--version"}, nil, ok, ExitOK, "", "opswire-cordon"},
+		{"unknown flag", []string{"--colour"}, nil, ok, ExitUsage, "colour", ""},
+		{"bad config names key", []string{"--config", bad}, nil, ok, ExitUsage, "autoCordon.maxPodz", ""},
+		{"missing config", []string{"--config", filepath.Join(dir, "nope.yml")}, nil, ok, ExitUsage, "nope.yml", ""},
+		{"bad log level", []string{"--config", good, "--log-level", "loud"}, nil, ok, ExitUsage, "loud", ""},
+		{"bad cluster flag", []string{"--config", good, "--cluster", "a.b", "--listen", "127.0.0.1:0"}, nil, ok, ExitUsage, "cluster.name", ""},
+		{"env sets flags", []string{"--listen", "127.0.0.1:0"}, map[string]string{"OPSWIRE_CONFIG": bad}, ok, ExitUsage, "maxPodz", ""},
+		{"runtime failure", []string{"--config", good, "--listen", "127.0.0.1:0"}, nil,
+			func(context.Context, *Runtime) error { return errors.New("boom") }, ExitFailure, "boom", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			getenv := func(k string) string { return tc.env[k] }
+			code := Run(spec, tc.args, getenv, &stdout, &stderr, tc.run)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d; stderr: %s", code, tc.code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.inStderr) || !strings.Contains(stdout.String(), tc.inStdout) {
+				t.Fatalf("output missing %q/%q: stdout %q stderr %q", tc.inStdout, tc.inStderr, stdout.String(), stderr.String())
+			}
+		})
+	}
+}
+
+func TestRuntimeSeesOptions(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yml")
+	os.WriteFile(cfg, []byte("cluster:\n  name: prod\n"), 0o600)
+	var got *Runtime
+	var stderr bytes.Buffer
+	code := Run(Spec{Service: "cleanup", Actor: true}, []string{"--config", cfg, "--listen", "127.0.0.1:0", "--id", "me"},
+		func(k string) string { return map[string]string{"OPSWIRE_DRY_RUN": "true"}[k] }, &stderr, &stderr,
+		func(_ context.Context, rt *Runtime) error { got = rt; return nil })
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if got.Cluster != "prod" || !got.Options.DryRun || got.Options.ID != "me" {
+		t.Fatalf("runtime = cluster %q dryRun %v id %q", got.Cluster, got.Options.DryRun, got.Options.ID)
+	}
+}

@@ -1,0 +1,117 @@
+// Package app implements the command-line contract of DESIGN §9 once for
+// every opswire binary: the same flags (each with an OPSWIRE_<NAME>
+// environment variable), the same exit codes (0 clean shutdown, 1 runtime
+// failure, 2 invalid flags or configuration), signal handling, logging, the
+// health/metrics server, and the clients a service asks for.
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Version is set at build time with -ldflags "-X .../shared/app.Version=...".
+var Version = "dev"
+
+// DefaultConfigPath is where the ConfigMap is mounted (the seed used /opt/config.yml).
+const DefaultConfigPath = "/etc/opswire/config.yml"
+
+// Options are the parsed flags.
+type Options struct {
+	Config       string
+	Kubeconfig   string
+	NATSURL      string
+	NATSCreds    string
+	NATSUser     string
+	NATSPassword string
+	NATSTLSCert  string
+	NATSTLSKey   string
+	NATSTLSCA    string
+	Cluster      string
+	LogLevel     string
+	LogFormat    string
+	Listen       string
+	DryRun       bool
+	ID           string
+}
+
+// Spec describes a binary.
+type Spec struct {
+	Service string // watcher, cordon, cleanup, report, notifier
+	// Actor binaries accept --dry-run.
+	Actor bool
+	// NoKube binaries (the notifier) do not take --kubeconfig.
+	NoKube bool
+}
+
+// Binary is the program name, opswire-<service>.
+func (s Spec) Binary() string { return "opswire-" + s.Service }
+
+// errHelp and errVersion end parsing successfully.
+var (
+	errHelp    = flag.ErrHelp
+	errVersion = errors.New("version requested")
+)
+
+// parse reads flags, with OPSWIRE_<NAME> environment variables as defaults.
+func parse(spec Spec, args []string, getenv func(string) string, out io.Writer) (Options, error) {
+	var o Options
+	fs := flag.NewFlagSet(spec.Binary(), flag.ContinueOnError)
+	fs.SetOutput(out)
+	str := func(p *string, name, def, usage string) {
+		if v := getenv(envName(name)); v != "" {
+			def = v
+		}
+		fs.StringVar(p, name, def, usage+" (env "+envName(name)+")")
+	}
+	str(&o.Config, "config", DefaultConfigPath, "configuration file (the seed mounted it at /opt/config.yml)")
+	if !spec.NoKube {
+		str(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; default $KUBECONFIG, then ~/.kube/config, then in-cluster")
+	}
+	str(&o.NATSURL, "nats-url", "nats://127.0.0.1:4222", "comma-separated NATS server URLs")
+	str(&o.NATSCreds, "nats-creds", "", "NATS credentials file")
+	str(&o.NATSUser, "nats-user", "", "NATS user")
+	str(&o.NATSPassword, "nats-password", "", "NATS password (prefer the environment variable)")
+	str(&o.NATSTLSCert, "nats-tls-cert", "", "client certificate for NATS TLS")
+	str(&o.NATSTLSKey, "nats-tls-key", "", "client key for NATS TLS")
+	str(&o.NATSTLSCA, "nats-tls-ca", "", "CA bundle for NATS TLS")
+	str(&o.Cluster, "cluster", "", "cluster name in subjects; default config cluster.name, else \"default\"")
+	str(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
+	str(&o.LogFormat, "log-format", "json", "json or console")
+	str(&o.Listen, "listen", ":8080", "address of /healthz, /readyz and /metrics")
+	id := getenv("POD_NAME")
+	if id == "" {
+		id, _ = os.Hostname()
+	}
+	str(&o.ID, "id", id, "leader-election identity; default $POD_NAME, else the hostname")
+	if spec.Actor {
+		def := false
+		if v := getenv(envName("dry-run")); v != "" {
+			def = v == "1" || strings.EqualFold(v, "true")
+		}
+		fs.BoolVar(&o.DryRun, "dry-run", def, "decide and publish, never write to the cluster (env "+envName("dry-run")+")")
+	}
+	version := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: %s [flags]\n\nFlags:\n", spec.Binary())
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if *version {
+		return o, errVersion
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	return o, nil
+}
+
+func envName(flagName string) string {
+	return "OPSWIRE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}

@@ -1,0 +1,138 @@
+// Package config is the one configuration file every opswire service reads
+// (DESIGN §7). Each service reads its own section; all sections are typed,
+// defaulted and validated here so that a mistake is reported once, with the
+// path of the bad field, before any service acts on a cluster.
+//
+// The seed's config.yml loads unchanged with the same meaning: keys match
+// case-insensitively (the seed mixes `leaseLockName` and `LeaderElect`),
+// durations accept "1m" as well as bare seconds, and every new setting has a
+// safe default. Unknown keys are errors, because a misspelt safety setting
+// silently ignored is worse than a service that refuses to start.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is the whole file.
+type Config struct {
+	Cluster    Cluster    `json:"cluster"`
+	Controller Controller `json:"controller"`
+	Kube       Kube       `json:"kube"`
+	NATS       NATS       `json:"nats"`
+	Watcher    Watcher    `json:"watcher"`
+	// AutoCordon is the cordon actor (seed key).
+	AutoCordon AutoCordon `json:"autoCordon"`
+	// DelException is the cleanup actor (seed key).
+	DelException DelException `json:"delException"`
+	// SendReport is the report actor's restart report (seed key).
+	SendReport SendReport `json:"sendReport"`
+	// ImageAlert is the report actor's image-storage alert (seed 003).
+	ImageAlert ImageAlert `json:"imageAlert"`
+	Notifier   Notifier   `json:"notifier"`
+}
+
+// Cluster names the cluster in every subject.
+type Cluster struct {
+	Name string `json:"name"`
+}
+
+// Load reads, defaults and validates a configuration file.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(data)
+}
+
+// Parse decodes, defaults and validates a configuration document. The
+// returned error is an Errors value when fields are wrong.
+func Parse(data []byte) (*Config, error) {
+	c := Default()
+	if len(bytes.TrimSpace(data)) > 0 {
+		jsonDoc, err := yaml.YAMLToJSON(data)
+		if err != nil {
+			return nil, Errors{{Field: "(file)", Msg: "not valid YAML: " + err.Error()}}
+		}
+		var raw any
+		if err := json.Unmarshal(jsonDoc, &raw); err != nil {
+			return nil, Errors{{Field: "(file)", Msg: err.Error()}}
+		}
+		if raw != nil {
+			if _, ok := raw.(map[string]any); !ok {
+				return nil, Errors{{Field: "(file)", Msg: "the top level must be a mapping of sections"}}
+			}
+			var errs Errors
+			raw = canonicalize(raw, reflect.TypeOf(c).Elem(), "", &errs)
+			if len(errs) > 0 {
+				return nil, errs
+			}
+			canon, _ := json.Marshal(raw)
+			dec := json.NewDecoder(bytes.NewReader(canon))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(c); err != nil {
+				return nil, decodeError(err)
+			}
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func decodeError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return Errors{{Field: te.Field, Msg: fmt.Sprintf("wrong type: got %s, want %s", te.Value, te.Type)}}
+	}
+	// Custom unmarshalers (durations) report without a field; name it by message.
+	return Errors{{Field: "(value)", Msg: err.Error()}}
+}
+
+// Default is the configuration used when the file leaves a setting out.
+func Default() *Config {
+	c := &Config{Cluster: Cluster{Name: "default"}}
+	c.Controller.setDefaults()
+	c.Kube.setDefaults()
+	c.NATS.setDefaults()
+	c.Watcher.setDefaults()
+	c.AutoCordon.setDefaults()
+	c.DelException.setDefaults()
+	c.SendReport.setDefaults()
+	c.ImageAlert.setDefaults()
+	c.Notifier.setDefaults()
+	return c
+}
+
+// Validate returns every problem found, each naming its field.
+func (c *Config) Validate() error {
+	var errs Errors
+	if c.Cluster.Name == "" {
+		errs.add("cluster.name", "must not be empty")
+	} else if strings.ContainsAny(c.Cluster.Name, ".*> \t") {
+		errs.add("cluster.name", "%q must be one NATS subject token (no '.', '*', '>' or spaces)", c.Cluster.Name)
+	}
+	c.Controller.validate("controller", &errs)
+	c.Kube.validate("kube", &errs)
+	c.NATS.validate("nats", &errs)
+	c.Watcher.validate("watcher", &errs)
+	c.AutoCordon.validate("autoCordon", &errs)
+	c.DelException.validate("delException", &errs)
+	c.SendReport.validate("sendReport", &errs)
+	c.ImageAlert.validate("imageAlert", &errs)
+	c.Notifier.validate("notifier", &errs)
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}

@@ -1,0 +1,116 @@
+// Package envelope writes and reads CloudEvents 1.0 in binary mode over NATS
+// headers (DESIGN §4). It is a few lines of our own instead of the SDK: the
+// mapping is fixed, and every message must carry a Nats-Msg-Id equal to ce-id
+// so that JetStream deduplicates retries and duplicate publishers.
+package envelope
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Header names of the CloudEvents NATS binding and JetStream.
+const (
+	HeaderSpecVersion = "ce-specversion"
+	HeaderID          = "ce-id"
+	HeaderSource      = "ce-source"
+	HeaderType        = "ce-type"
+	HeaderTime        = "ce-time"
+	HeaderSubject     = "ce-subject"
+	HeaderContentType = "content-type"
+	HeaderMsgID       = "Nats-Msg-Id"
+	HeaderTTL         = "Nats-TTL"
+
+	SpecVersion = "1.0"
+	ContentJSON = "application/json"
+)
+
+// Event is the envelope of one message; Data is the typed payload.
+type Event struct {
+	ID      string
+	Source  string // opswire/<cluster>/<service>
+	Type    string // e.g. io.opswire.kube.pod.v1
+	Time    time.Time
+	Subject string // the object, e.g. <ns>/<pod>
+	Data    []byte
+}
+
+// Source returns the ce-source of a service in a cluster.
+func Source(cluster, service string) string { return "opswire/" + cluster + "/" + service }
+
+// New builds an event with a JSON payload.
+func New(id, source, typ, subject string, payload any, now time.Time) (Event, error) {
+	data, err := json.Marshal(payload)
+	if err != nil {
+		return Event{}, fmt.Errorf("encode %s payload: %w", typ, err)
+	}
+	return Event{ID: id, Source: source, Type: typ, Time: now, Subject: subject, Data: data}, nil
+}
+
+// Msg renders the event as a NATS message on the given subject.
+func (e Event) Msg(natsSubject string) *nats.Msg {
+	m := nats.NewMsg(natsSubject)
+	m.Header.Set(HeaderSpecVersion, SpecVersion)
+	m.Header.Set(HeaderID, e.ID)
+	m.Header.Set(HeaderMsgID, e.ID)
+	m.Header.Set(HeaderSource, e.Source)
+	m.Header.Set(HeaderType, e.Type)
+	m.Header.Set(HeaderTime, e.Time.UTC().Format(time.RFC3339Nano))
+	if e.Subject != "" {
+		m.Header.Set(HeaderSubject, e.Subject)
+	}
+	m.Header.Set(HeaderContentType, ContentJSON)
+	m.Data = e.Data
+	return m
+}
+
+// ErrMalformed marks a message that is not a valid opswire CloudEvent. Consumers
+// log, count and terminate such messages; retrying cannot fix them.
+var ErrMalformed = errors.New("malformed event")
+
+// Parse reads the envelope from NATS headers and body.
+func Parse(h nats.Header, data []byte) (Event, error) {
+	if h == nil {
+		return Event{}, fmt.Errorf("%w: no headers", ErrMalformed)
+	}
+	if v := h.Get(HeaderSpecVersion); v != SpecVersion {
+		return Event{}, fmt.Errorf("%w: ce-specversion %q, want %q", ErrMalformed, v, SpecVersion)
+	}
+	e := Event{
+		ID:      h.Get(HeaderID),
+		Source:  h.Get(HeaderSource),
+		Type:    h.Get(HeaderType),
+		Subject: h.Get(HeaderSubject),
+		Data:    data,
+	}
+	if e.ID == "" || e.Source == "" || e.Type == "" {
+		return Event{}, fmt.Errorf("%w: ce-id, ce-source and ce-type are required", ErrMalformed)
+	}
+	if ts := h.Get(HeaderTime); ts != "" {
+		t, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil {
+			return Event{}, fmt.Errorf("%w: ce-time: %v", ErrMalformed, err)
+		}
+		e.Time = t
+	}
+	return e, nil
+}
+
+// Decode parses the envelope, checks its type and decodes the payload into out.
+func Decode(h nats.Header, data []byte, wantType string, out any) (Event, error) {
+	e, err := Parse(h, data)
+	if err != nil {
+		return e, err
+	}
+	if e.Type != wantType {
+		return e, fmt.Errorf("%w: ce-type %q, want %q", ErrMalformed, e.Type, wantType)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return e, fmt.Errorf("%w: %s payload: %v", ErrMalformed, wantType, err)
+	}
+	return e, nil
+}

@@ -1,0 +1,62 @@
+package envelope
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+type payload struct {
+	Name string `json:"name"`
+}
+
+func TestRoundTrip(t *testing.T) {
+	now := time.Date(2026, 11, 29, 10, 0, 0, 123, time.UTC)
+	ev, err := New("pod/u1/42", Source("prod", "watcher"), "io.opswire.test.v1", "ns/p", payload{Name: "p"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ev.Msg("kube.prod.pod.ns.p")
+	if got := m.Header.Get(HeaderMsgID); got != "pod/u1/42" {
+		t.Fatalf("Nats-Msg-Id = %q, want ce-id", got)
+	}
+	var out payload
+	back, err := Decode(m.Header, m.Data, "io.opswire.test.v1", &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Name != "p" || back.ID != ev.ID || !back.Time.Equal(now) || back.Source != "opswire/prod/watcher" {
+		t.Fatalf("round trip mismatch: %+v %+v", back, out)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	good := func() nats.Header {
+		ev, _ := New("id", "src", "t.v1", "", payload{}, time.Now())
+		return ev.Msg("s").Header
+	}
+	tests := []struct {
+		name   string
+		header nats.Header
+		data   string
+		typ    string
+	}{
+		{"no headers", nil, `{}`, "t.v1"},
+		{"wrong spec", func() nats.Header { h := good(); h.Set(HeaderSpecVersion, "0.3"); return h }(), `{}`, "t.v1"},
+		{"missing id", func() nats.Header { h := good(); h.Del(HeaderID); return h }(), `{}`, "t.v1"},
+		{"bad time", func() nats.Header { h := good(); h.Set(HeaderTime, "yesterday"); return h }(), `{}`, "t.v1"},
+		{"wrong type", good(), `{}`, "other.v1"},
+		{"bad json", good(), `{`, "t.v1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out payload
+			_, err := Decode(tc.header, []byte(tc.data), tc.typ, &out)
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Decode error = %v, want ErrMalformed", err)
+			}
+		})
+	}
+}

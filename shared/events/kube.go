@@ -1,0 +1,118 @@
+// Package events defines the typed JSON payloads carried in the body of every
+// opswire message. The CloudEvents type (ce-type) names the payload and its
+// version, so a consumer can reject what it does not understand instead of
+// guessing (DESIGN §4).
+//
+// The KUBE payloads are compact on purpose: at 150,000 pods the whole mirror
+// must stay in the tens of megabytes, so they carry only what the actors decide on.
+package events
+
+import "time"
+
+// CloudEvents types of the KUBE stream.
+const (
+	TypePod  = "io.opswire.kube.pod.v1"
+	TypeNode = "io.opswire.kube.node.v1"
+)
+
+// Op says whether a KUBE message is a live snapshot or a tombstone.
+type Op string
+
+const (
+	OpUpsert Op = "upsert"
+	OpDelete Op = "delete"
+)
+
+// Owner is the controller that owns a pod, resolved to its workload where cheap
+// (a ReplicaSet named <deployment>-<hash> is reported as that Deployment).
+type Owner struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+}
+
+// Container is the per-container part of a pod's state.
+type Container struct {
+	Name         string     `json:"name"`
+	Restarts     int32      `json:"restarts"`
+	LastReason   string     `json:"lastReason,omitempty"`   // e.g. OOMKilled
+	LastExitCode int32      `json:"lastExitCode,omitempty"` // of the last termination
+	LastFinished *time.Time `json:"lastFinished,omitempty"`
+}
+
+// PodState is the compact state of one pod, published on kube.<cluster>.pod.<ns>.<pod>.
+type PodState struct {
+	Op                         Op          `json:"op"`
+	UID                        string      `json:"uid"`
+	Namespace                  string      `json:"namespace"`
+	Name                       string      `json:"name"`
+	ResourceVersion            string      `json:"resourceVersion,omitempty"`
+	NodeName                   string      `json:"nodeName,omitempty"`
+	Phase                      string      `json:"phase,omitempty"`
+	Reason                     string      `json:"reason,omitempty"`
+	Message                    string      `json:"message,omitempty"`
+	CreationTimestamp          time.Time   `json:"creationTimestamp"`
+	DeletionTimestamp          *time.Time  `json:"deletionTimestamp,omitempty"`
+	DeletionGracePeriodSeconds *int64      `json:"deletionGracePeriodSeconds,omitempty"`
+	Finalizers                 int         `json:"finalizers,omitempty"`
+	Owner                      *Owner      `json:"owner,omitempty"`
+	Containers                 []Container `json:"containers,omitempty"`
+	// Labels holds only the labels opswire acts on (opt-outs); never the full set.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Restarts is the sum of the restart counts of all containers.
+func (p *PodState) Restarts() int64 {
+	var n int64
+	for _, c := range p.Containers {
+		n += int64(c.Restarts)
+	}
+	return n
+}
+
+// Terminated reports whether the pod no longer occupies a slot on its node
+// (the same rule the scheduler uses: Succeeded or Failed).
+func (p *PodState) Terminated() bool { return p.Phase == "Succeeded" || p.Phase == "Failed" }
+
+// Taint is a node taint, without the time it was added.
+type Taint struct {
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect"`
+}
+
+// NodeState is the compact state of one node, published on kube.<cluster>.node.<node>.
+type NodeState struct {
+	Op              Op                `json:"op"`
+	UID             string            `json:"uid"`
+	Name            string            `json:"name"`
+	ResourceVersion string            `json:"resourceVersion,omitempty"`
+	Labels          map[string]string `json:"labels,omitempty"`      // only labels opswire reads
+	Annotations     map[string]string `json:"annotations,omitempty"` // only opswire's own
+	Unschedulable   bool              `json:"unschedulable,omitempty"`
+	Taints          []Taint           `json:"taints,omitempty"`
+	Ready           string            `json:"ready,omitempty"` // True, False, Unknown or empty
+	AllocatablePods int64             `json:"allocatablePods,omitempty"`
+	EphemeralBytes  int64             `json:"ephemeralStorageBytes,omitempty"` // capacity
+	// Pods is the number of non-terminated pods bound to the node, counted by the watcher.
+	Pods       int   `json:"pods"`
+	ImageBytes int64 `json:"imageBytes,omitempty"`
+	ImageCount int   `json:"imageCount,omitempty"`
+	// ImagesTruncated is true when the kubelet's list may have been cut at its
+	// limit (50 images), so ImageBytes is a lower bound.
+	ImagesTruncated bool `json:"imagesTruncated,omitempty"`
+}
+
+// KubeletImageListLimit is the number of images the kubelet reports at most
+// (--node-status-max-images default).
+const KubeletImageListLimit = 50
+
+// Label and annotation keys opswire reads or writes on nodes and pods.
+const (
+	LabelAutoCordon      = "node.kubernetes.io/autocordon"
+	LabelDoNotCordon     = "node.kubernetes.io/donotcordon"
+	AnnotationAutoCordon = "opswire.io/autocordon"
+	LabelControlPlane    = "node-role.kubernetes.io/control-plane"
+	LabelMaster          = "node-role.kubernetes.io/master"
+	// LabelOptOut on a pod keeps every opswire actor away from it.
+	LabelOptOut = "opswire.io/ignore"
+)

@@ -1,0 +1,97 @@
+package events
+
+import "time"
+
+// CloudEvents types of the OPS stream.
+const (
+	TypeCordon        = "io.opswire.ops.cordon.v1"
+	TypeCleanup       = "io.opswire.ops.cleanup.v1"
+	TypeRestartReport = "io.opswire.ops.report.restarts.v1"
+	TypeImageAlert    = "io.opswire.ops.report.images.v1"
+)
+
+// Severity of an OPS event; the notifier routes and colours cards by it.
+type Severity string
+
+const (
+	SeverityInfo     Severity = "info"
+	SeverityWarning  Severity = "warning"
+	SeverityCritical Severity = "critical"
+)
+
+// CordonDecision is published on ops.<cluster>.cordon.<verb>.<node>.
+type CordonDecision struct {
+	Verb     string    `json:"verb"`             // cordoned, uncordoned, skipped, dryrun, failed
+	Action   string    `json:"action,omitempty"` // cordon or uncordon, what was wanted
+	Mode     string    `json:"mode,omitempty"`   // cordon or taint
+	Node     string    `json:"node"`
+	NodeUID  string    `json:"nodeUID,omitempty"`
+	Pods     int       `json:"pods"`
+	MaxPods  int       `json:"maxPods"`
+	MinPods  int       `json:"minPods"`
+	Reason   string    `json:"reason"`
+	Severity Severity  `json:"severity"`
+	DryRun   bool      `json:"dryRun,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	Time     time.Time `json:"time"`
+}
+
+// CleanupDecision is published on ops.<cluster>.cleanup.<verb>.<ns>.<pod>.
+type CleanupDecision struct {
+	Verb       string    `json:"verb"`             // deleted, forcedeleted, skipped, dryrun, failed
+	Action     string    `json:"action,omitempty"` // delete or forcedelete, what was wanted
+	Namespace  string    `json:"namespace"`
+	Pod        string    `json:"pod"`
+	PodUID     string    `json:"podUID,omitempty"`
+	Node       string    `json:"node,omitempty"`
+	Owner      *Owner    `json:"owner,omitempty"`
+	Phase      string    `json:"phase,omitempty"`
+	PodReason  string    `json:"podReason,omitempty"` // e.g. Evicted
+	Reason     string    `json:"reason"`              // why this decision
+	AgeSeconds int64     `json:"ageSeconds"`
+	Severity   Severity  `json:"severity"`
+	DryRun     bool      `json:"dryRun,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	Time       time.Time `json:"time"`
+}
+
+// RestartRow is one line of a restart report.
+type RestartRow struct {
+	Namespace  string      `json:"namespace"`
+	Owner      *Owner      `json:"owner,omitempty"`
+	Pod        string      `json:"pod,omitempty"`  // empty when grouped by workload
+	Pods       int         `json:"pods,omitempty"` // pods in the row when grouped
+	Node       string      `json:"node,omitempty"`
+	Restarts   int64       `json:"restarts"`
+	Containers []Container `json:"containers,omitempty"`
+}
+
+// RestartReport is published once per tick on ops.<cluster>.report.restarts.
+type RestartReport struct {
+	ID        string       `json:"id"`
+	Title     string       `json:"title,omitempty"`
+	Tick      time.Time    `json:"tick"`
+	Mode      string       `json:"mode"`    // total or increase
+	GroupBy   string       `json:"groupBy"` // pod or workload
+	Threshold int64        `json:"threshold"`
+	PodsSeen  int          `json:"podsSeen"`
+	Offenders int          `json:"offenders"` // rows before the top limit
+	Restarts  int64        `json:"restarts"`  // sum over all offending rows
+	Rows      []RestartRow `json:"rows"`
+	Truncated int          `json:"truncated,omitempty"` // rows left out by top
+	Severity  Severity     `json:"severity"`
+}
+
+// ImageAlert is published on ops.<cluster>.report.images.<node>.
+type ImageAlert struct {
+	Node            string    `json:"node"`
+	Reason          string    `json:"reason"` // maxBytes, maxPercent, growth
+	ImageBytes      int64     `json:"imageBytes"`
+	ImageCount      int       `json:"imageCount"`
+	CapacityBytes   int64     `json:"capacityBytes,omitempty"`
+	Percent         float64   `json:"percent,omitempty"`
+	PreviousBytes   int64     `json:"previousBytes,omitempty"`
+	ImagesTruncated bool      `json:"imagesTruncated,omitempty"`
+	Severity        Severity  `json:"severity"`
+	Time            time.Time `json:"time"`
+}

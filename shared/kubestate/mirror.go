@@ -1,0 +1,282 @@
+// Package kubestate gives an actor the cluster state the watcher mirrors into
+// the KUBE stream, without a single LIST or WATCH on the API server (DESIGN §5).
+//
+// A Mirror reads KUBE with an ordered consumer that delivers the last message
+// of every subject and then live changes: a new leader holds the whole state
+// in about a second and never needs a durable consumer. Decisions are made on
+// the state, not on the edge that delivered it, so a lost or repeated message
+// cannot cause a wrong action.
+package kubestate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// Handlers are told of every change, serially, from the consuming goroutine.
+// They must be quick (enqueue work, never call the API) and must not modify
+// the states they are given. cur is nil when the object was deleted.
+type Handlers struct {
+	OnPod  func(old, cur *events.PodState)
+	OnNode func(old, cur *events.NodeState)
+	// OnSynced runs once, when the initial state has been received.
+	OnSynced func()
+}
+
+// Mirror holds the current pods and nodes of one cluster.
+type Mirror struct {
+	js      jetstream.JetStream
+	cluster string
+	kinds   []subject.Kind
+	log     zerolog.Logger
+	h       Handlers
+
+	mu    sync.RWMutex
+	pods  map[string]*events.PodState // namespace/name
+	nodes map[string]*events.NodeState
+
+	synced    atomic.Bool
+	syncedCh  chan struct{}
+	malformed prometheus.Counter
+	received  prometheus.Counter
+}
+
+// New builds a mirror of the given kinds (both when none are given). reg may be nil.
+func New(js jetstream.JetStream, cluster string, log zerolog.Logger, reg prometheus.Registerer, h Handlers, kinds ...subject.Kind) *Mirror {
+	if len(kinds) == 0 {
+		kinds = []subject.Kind{subject.KindNode, subject.KindPod}
+	}
+	m := &Mirror{
+		js: js, cluster: cluster, kinds: kinds, log: log, h: h,
+		pods: map[string]*events.PodState{}, nodes: map[string]*events.NodeState{},
+		syncedCh: make(chan struct{}),
+		malformed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_kube_messages_malformed_total",
+			Help: "KUBE messages that could not be decoded and were skipped.",
+		}),
+		received: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_kube_messages_received_total",
+			Help: "KUBE messages received by the state mirror.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.malformed, m.received)
+	}
+	return m
+}
+
+// Run consumes until ctx ends. It recreates the consumer if the server loses it.
+func (m *Mirror) Run(ctx context.Context) error {
+	filters := make([]string, len(m.kinds))
+	for i, k := range m.kinds {
+		filters[i] = subject.KubeKind(m.cluster, k)
+	}
+	for {
+		err := m.consume(ctx, filters)
+		if ctx.Err() != nil {
+			return nil
+		}
+		m.log.Warn().Err(err).Msg("KUBE consumer stopped; recreating")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (m *Mirror) consume(ctx context.Context, filters []string) error {
+	cons, err := m.js.OrderedConsumer(ctx, subject.KubeStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: filters,
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("ordered consumer on KUBE: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer info: %w", err)
+	}
+	if info.NumPending == 0 {
+		m.markSynced()
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(2000))
+	if err != nil {
+		return fmt.Errorf("consume KUBE: %w", err)
+	}
+	go func() { <-ctx.Done(); it.Stop() }()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		m.received.Inc()
+		m.apply(msg)
+		if md, err := msg.Metadata(); err == nil && md.NumPending == 0 {
+			m.markSynced()
+		}
+	}
+}
+
+func (m *Mirror) markSynced() {
+	if m.synced.CompareAndSwap(false, true) {
+		m.mu.RLock()
+		m.log.Info().Int("pods", len(m.pods)).Int("nodes", len(m.nodes)).Msg("cluster state loaded from KUBE")
+		m.mu.RUnlock()
+		close(m.syncedCh)
+		if m.h.OnSynced != nil {
+			m.h.OnSynced()
+		}
+	}
+}
+
+// apply decodes one message and updates the maps.
+func (m *Mirror) apply(msg jetstream.Msg) {
+	ref, err := subject.ParseKube(msg.Subject())
+	if err != nil {
+		m.bad(msg, err)
+		return
+	}
+	if len(msg.Data()) == 0 {
+		// A server delete marker (TTL expiry of a tombstone): the object is gone.
+		m.remove(ref)
+		return
+	}
+	switch ref.Kind {
+	case subject.KindPod:
+		var p events.PodState
+		if _, err := envelope.Decode(msg.Headers(), msg.Data(), events.TypePod, &p); err != nil {
+			m.bad(msg, err)
+			return
+		}
+		if p.Op == events.OpDelete {
+			m.remove(ref)
+			return
+		}
+		m.mu.Lock()
+		key := ref.Namespace + "/" + ref.Name
+		old := m.pods[key]
+		m.pods[key] = &p
+		m.mu.Unlock()
+		if m.h.OnPod != nil {
+			m.h.OnPod(old, &p)
+		}
+	case subject.KindNode:
+		var n events.NodeState
+		if _, err := envelope.Decode(msg.Headers(), msg.Data(), events.TypeNode, &n); err != nil {
+			m.bad(msg, err)
+			return
+		}
+		if n.Op == events.OpDelete {
+			m.remove(ref)
+			return
+		}
+		m.mu.Lock()
+		old := m.nodes[ref.Name]
+		m.nodes[ref.Name] = &n
+		m.mu.Unlock()
+		if m.h.OnNode != nil {
+			m.h.OnNode(old, &n)
+		}
+	}
+}
+
+func (m *Mirror) remove(ref subject.Ref) {
+	switch ref.Kind {
+	case subject.KindPod:
+		key := ref.Namespace + "/" + ref.Name
+		m.mu.Lock()
+		old, ok := m.pods[key]
+		delete(m.pods, key)
+		m.mu.Unlock()
+		if ok && m.h.OnPod != nil {
+			m.h.OnPod(old, nil)
+		}
+	case subject.KindNode:
+		m.mu.Lock()
+		old, ok := m.nodes[ref.Name]
+		delete(m.nodes, ref.Name)
+		m.mu.Unlock()
+		if ok && m.h.OnNode != nil {
+			m.h.OnNode(old, nil)
+		}
+	}
+}
+
+func (m *Mirror) bad(msg jetstream.Msg, err error) {
+	m.malformed.Inc()
+	m.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("skipping malformed KUBE message")
+}
+
+// Synced reports whether the initial state has been received.
+func (m *Mirror) Synced() bool { return m.synced.Load() }
+
+// WaitSynced blocks until the initial state is loaded or ctx ends.
+func (m *Mirror) WaitSynced(ctx context.Context) error {
+	select {
+	case <-m.syncedCh:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Pod returns the state of one pod. The result is shared: do not modify it.
+func (m *Mirror) Pod(namespace, name string) (*events.PodState, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	p, ok := m.pods[namespace+"/"+name]
+	return p, ok
+}
+
+// Node returns the state of one node. The result is shared: do not modify it.
+func (m *Mirror) Node(name string) (*events.NodeState, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	n, ok := m.nodes[name]
+	return n, ok
+}
+
+// Pods returns a snapshot slice of all pods (the states are shared, read-only).
+func (m *Mirror) Pods() []*events.PodState {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*events.PodState, 0, len(m.pods))
+	for _, p := range m.pods {
+		out = append(out, p)
+	}
+	return out
+}
+
+// Nodes returns a snapshot slice of all nodes (the states are shared, read-only).
+func (m *Mirror) Nodes() []*events.NodeState {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*events.NodeState, 0, len(m.nodes))
+	for _, n := range m.nodes {
+		out = append(out, n)
+	}
+	return out
+}
+
+// Len returns the number of pods and nodes held.
+func (m *Mirror) Len() (pods, nodes int) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.pods), len(m.nodes)
+}

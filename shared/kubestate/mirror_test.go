@@ -1,0 +1,103 @@
+package kubestate
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/natstest"
+	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+func publish(t *testing.T, js jetstream.JetStream, subj, id, typ string, v any) {
+	t.Helper()
+	ev, err := envelope.New(id, "opswire/c/test", typ, "", v, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natsx.PublishEvent(context.Background(), js, subj, ev, time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestMirrorLoadsStateAndFollowsChanges(t *testing.T) {
+	s := natstest.Start(t)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	// Initial state: two versions of one pod (only the last counts), a node, another cluster's pod.
+	publish(t, js, subject.Pod("c", "ns", "p1"), "pod/u1/1", events.TypePod, events.PodState{UID: "u1", Namespace: "ns", Name: "p1", Phase: "Pending"})
+	publish(t, js, subject.Pod("c", "ns", "p1"), "pod/u1/2", events.TypePod, events.PodState{UID: "u1", Namespace: "ns", Name: "p1", Phase: "Running"})
+	publish(t, js, subject.Node("c", "n1.example"), "node/n1/1", events.TypeNode, events.NodeState{UID: "n1", Name: "n1.example", Pods: 1})
+	publish(t, js, subject.Pod("other", "ns", "x"), "pod/x/1", events.TypePod, events.PodState{UID: "x", Namespace: "ns", Name: "x"})
+
+	var mu sync.Mutex
+	var deleted []string
+	m := New(js, "c", zerolog.Nop(), nil, Handlers{
+		OnPod: func(old, cur *events.PodState) {
+			if cur == nil {
+				mu.Lock()
+				deleted = append(deleted, old.Name)
+				mu.Unlock()
+			}
+		},
+	})
+	go m.Run(ctx)
+	if err := m.WaitSynced(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pods, nodes := m.Len(); pods != 1 || nodes != 1 {
+		t.Fatalf("after sync: %d pods %d nodes, want 1 and 1", pods, nodes)
+	}
+	if p, _ := m.Pod("ns", "p1"); p.Phase != "Running" {
+		t.Fatalf("p1 phase %q, want the last state", p.Phase)
+	}
+	if n, ok := m.Node("n1.example"); !ok || n.Pods != 1 {
+		t.Fatalf("node n1.example = %+v", n)
+	}
+
+	// A malformed message is skipped, not fatal.
+	if _, err := js.Publish(ctx, subject.Pod("c", "ns", "junk"), []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	// A tombstone removes the pod and tells the handler.
+	publish(t, js, subject.Pod("c", "ns", "p1"), "pod/u1/delete/3", events.TypePod, events.PodState{Op: events.OpDelete, UID: "u1", Namespace: "ns", Name: "p1"})
+	eventually(t, "tombstone", func() bool { _, ok := m.Pod("ns", "p1"); return !ok })
+	if got := testutil.ToFloat64(m.malformed); got != 1 {
+		t.Fatalf("malformed counter = %v, want 1", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(deleted) != 1 || deleted[0] != "p1" {
+		t.Fatalf("deleted = %v, want [p1]", deleted)
+	}
+}

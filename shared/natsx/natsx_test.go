@@ -1,0 +1,60 @@
+package natsx
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/natstest"
+)
+
+func TestStreamsAndDedupPublish(t *testing.T) {
+	s := natstest.Start(t)
+	nc, err := Connect(Options{URL: s.ClientURL(), Name: "test"}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := config.Default().NATS
+	for i := 0; i < 2; i++ { // idempotent
+		if err := EnsureStreams(ctx, js, cfg); err != nil {
+			t.Fatalf("EnsureStreams #%d: %v", i, err)
+		}
+	}
+	ev, _ := envelope.New("pod/u/1", "opswire/t/test", "t.v1", "", map[string]int{"a": 1}, time.Now())
+	first, err := PublishEvent(ctx, js, "kube.t.pod.ns.p", ev, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := PublishEvent(ctx, js, "kube.t.pod.ns.p", ev, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Duplicate || again.Sequence != first.Sequence {
+		t.Fatalf("second publish with the same id: %+v, want duplicate of %+v", again, first)
+	}
+	// Tombstones carry a per-message TTL, which KUBE must allow.
+	tomb, _ := envelope.New("pod/u/delete/2", "opswire/t/test", "t.v1", "", map[string]int{}, time.Now())
+	if _, err := PublishEvent(ctx, js, "kube.t.pod.ns.p", tomb, time.Second, jetstream.WithMsgTTL(time.Hour)); err != nil {
+		t.Fatalf("publish with TTL: %v", err)
+	}
+	info, err := js.Stream(ctx, "KUBE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := info.Info(ctx)
+	if st.State.Msgs != 1 {
+		t.Fatalf("KUBE holds %d messages for one subject, want 1 (last value only)", st.State.Msgs)
+	}
+}
