@@ -1,6 +1,11 @@
 package config
 
-import "time"
+import (
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
 
 // DelException is the seed's delException section (the cleanup actor) plus
 // opswire's filters and safety settings.
@@ -25,7 +30,10 @@ type DelException struct {
 	// whose node is still Ready (two copies of one identity may then run).
 	AllowStatefulSetOnReadyNode bool       `json:"allowStatefulSetOnReadyNode"`
 	Namespaces                  Namespaces `json:"namespaces"`
-	// OptOutLabel: pods carrying this label key are never touched.
+	// OptOutLabel: pods carrying this label key (any value) are never
+	// touched. Empty disables the opt-out. The watcher carries only labels
+	// under opswire.io/ into KUBE; the live re-check before every write reads
+	// all labels, so another key still protects the pod.
 	OptOutLabel string `json:"optOutLabel"`
 	// MaxDeletionsPerMinute caps deletions per RateWindow (default one minute).
 	MaxDeletionsPerMinute int      `json:"maxDeletionsPerMinute"`
@@ -48,9 +56,19 @@ func (d *DelException) validate(p string, errs *Errors) {
 	if d.Interval.Duration <= 0 {
 		errs.add(join(p, "interval"), "must be positive")
 	}
+	seen := map[string]bool{}
 	for i, r := range d.Reasons {
-		if r == "" {
+		switch {
+		case r == "":
 			errs.add(join(p, "reasons")+"["+itoa(i)+"]", "must not be empty")
+		case seen[r]:
+			errs.add(join(p, "reasons")+"["+itoa(i)+"]", "duplicate reason %q", r)
+		}
+		seen[r] = true
+	}
+	if d.OptOutLabel != "" {
+		if msgs := validation.IsQualifiedName(d.OptOutLabel); len(msgs) > 0 {
+			errs.add(join(p, "optOutLabel"), "not a valid label key: %s", strings.Join(msgs, "; "))
 		}
 	}
 	if d.MinAge.Duration < 0 {
