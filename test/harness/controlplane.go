@@ -1,0 +1,209 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ControlPlane is a running kube-apiserver with its etcd.
+type ControlPlane struct {
+	URL        string
+	Token      string // admin bearer token (system:masters)
+	Kubeconfig string // admin kubeconfig file
+	Config     *rest.Config
+	Client     kubernetes.Interface
+	Dir        string
+
+	etcd, apiserver *proc
+}
+
+// StartControlPlane starts etcd and kube-apiserver on free loopback ports,
+// waits for /readyz and registers teardown with t.Cleanup.
+func StartControlPlane(t testing.TB) *ControlPlane {
+	t.Helper()
+	bin, err := BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdBin := filepath.Join(bin, "etcd-"+EtcdVersion)
+	apiBin := filepath.Join(bin, "kube-apiserver-"+KubeVersion)
+	for _, b := range []string{etcdBin, apiBin} {
+		if _, err := os.Stat(b); err != nil {
+			t.Fatalf("%s is missing: run `make controlplane` (hack/build-controlplane.sh) first", b)
+		}
+	}
+	dir, err := os.MkdirTemp("", "opswire-cp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &ControlPlane{Dir: dir}
+	t.Cleanup(func() { cp.stop(t) })
+
+	etcdPort, peerPort, apiPort := mustFreePort(t), mustFreePort(t), mustFreePort(t)
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
+	cp.etcd = startLogged(t, filepath.Join(dir, "etcd.log"), etcdBin,
+		"--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", "http://127.0.0.1:"+strconv.Itoa(peerPort),
+		"--initial-advertise-peer-urls", "http://127.0.0.1:"+strconv.Itoa(peerPort),
+		"--initial-cluster", "default=http://127.0.0.1:"+strconv.Itoa(peerPort),
+		"--log-level", "warn", "--quota-backend-bytes", strconv.Itoa(4<<30))
+
+	if err := writeServiceAccountKey(dir); err != nil {
+		t.Fatal(err)
+	}
+	cp.Token = randomHex(16)
+	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(cp.Token+",admin,admin,system:masters\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cp.apiserver = startLogged(t, filepath.Join(dir, "apiserver.log"), apiBin,
+		"--etcd-servers", etcdURL,
+		"--secure-port", strconv.Itoa(apiPort), "--bind-address", "127.0.0.1",
+		"--cert-dir", filepath.Join(dir, "certs"),
+		"--service-account-issuer", "https://kubernetes.default.svc",
+		"--service-account-key-file", filepath.Join(dir, "sa.pub"),
+		"--service-account-signing-key-file", filepath.Join(dir, "sa.key"),
+		"--token-auth-file", filepath.Join(dir, "tokens.csv"),
+		"--authorization-mode", "RBAC",
+		"--service-cluster-ip-range", "10.0.0.0/24",
+		"--disable-admission-plugins", "ServiceAccount",
+		"--max-requests-inflight", "1000", "--max-mutating-requests-inflight", "500",
+		"-v", "0")
+	cp.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	cp.waitReady(t, 90*time.Second)
+
+	cp.Kubeconfig = filepath.Join(dir, "admin.kubeconfig")
+	if err := writeKubeconfig(cp.Kubeconfig, cp.URL, cp.Token); err != nil {
+		t.Fatal(err)
+	}
+	cp.Config = &rest.Config{Host: cp.URL, BearerToken: cp.Token, QPS: 500, Burst: 1000,
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	cp.Client = kubernetes.NewForConfigOrDie(cp.Config)
+	// The default namespace and ServiceAccount exist before tests use them.
+	Eventually(t, 30*time.Second, "namespace default", func() bool {
+		_, err := cp.Client.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{})
+		return err == nil
+	})
+	return cp
+}
+
+func (cp *ControlPlane) waitReady(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	deadline := time.Now().Add(timeout)
+	for {
+		req, _ := http.NewRequest(http.MethodGet, cp.URL+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+cp.Token)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if cp.apiserver.exited() {
+			t.Fatalf("kube-apiserver exited:\n%s", tail(filepath.Join(cp.Dir, "apiserver.log"), 40))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-apiserver not ready after %v:\n%s\netcd:\n%s", timeout,
+				tail(filepath.Join(cp.Dir, "apiserver.log"), 40), tail(filepath.Join(cp.Dir, "etcd.log"), 20))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (cp *ControlPlane) stop(t testing.TB) {
+	if t.Failed() {
+		t.Logf("kube-apiserver log tail:\n%s", tail(filepath.Join(cp.Dir, "apiserver.log"), 30))
+	}
+	for _, p := range []*proc{cp.apiserver, cp.etcd} {
+		p.terminate(15 * time.Second)
+	}
+	os.RemoveAll(cp.Dir)
+}
+
+// ServiceAccountKubeconfig creates the ServiceAccount if needed, requests a
+// token for it (TokenRequest API) and writes a kubeconfig that authenticates as it.
+func (cp *ControlPlane) ServiceAccountKubeconfig(t testing.TB, namespace, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	if _, err := cp.Client.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
+		t.Fatalf("create service account %s/%s: %v", namespace, name, err)
+	}
+	expiry := int64(3600)
+	tr, err := cp.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token for %s/%s: %v", namespace, name, err)
+	}
+	path := filepath.Join(cp.Dir, "sa-"+namespace+"-"+name+".kubeconfig")
+	if err := writeKubeconfig(path, cp.URL, tr.Status.Token); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func writeKubeconfig(path, url, token string) error {
+	cfg := clientcmdConfig(url, token)
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+func writeServiceAccountKey(dir string) error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	priv := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return err
+	}
+	pub := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
+	if err := os.WriteFile(filepath.Join(dir, "sa.key"), priv, 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "sa.pub"), pub, 0o600)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func tail(path string, lines int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	n := 0
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == '\n' {
+			n++
+			if n > lines {
+				return string(b[i+1:])
+			}
+		}
+	}
+	return string(b)
+}
