@@ -130,7 +130,7 @@ func (c *Config) Validate() error {
 	c.DelException.validate("delException", &errs)
 	c.SendReport.validate("sendReport", &errs)
 	c.ImageAlert.validate("imageAlert", &errs)
-	c.Notifier.validate("notifier", &errs)
+	c.Notifier.validate("notifier", &errs, c.implicitReceiverNames()...)
 	if len(errs) > 0 {
 		return errs
 	}

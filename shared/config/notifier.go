@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"regexp"
+	"strings"
+	"time"
+)
 
 // Receiver types.
 const (
@@ -8,10 +12,23 @@ const (
 	ReceiverWebhook = "webhook"
 )
 
+// Names of the receivers and routes the seed's sendReport.apiurl and
+// delException.apiurl turn into, without any notifier configuration.
+const (
+	ImplicitReportReceiver  = "sendReport"
+	ImplicitCleanupReceiver = "delException"
+)
+
+// receiverName: receiver names become NATS subject tokens
+// (notify.<cluster>.<receiver>.<outcome>) and KV keys, so they are limited to
+// characters both accept.
+var receiverName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
 // Receiver is one destination. URL and Secret may each come from the file,
 // from a file path, or from an environment variable (a Kubernetes Secret).
 type Receiver struct {
-	Name       string `json:"name"`
+	Name string `json:"name"`
+	// Type is feishu (default) or webhook (generic JSON POST).
 	Type       string `json:"type"`
 	URL        Secret `json:"url"`
 	URLFile    string `json:"urlFile"`
@@ -19,70 +36,201 @@ type Receiver struct {
 	Secret     Secret `json:"secret"`
 	SecretFile string `json:"secretFile"`
 	SecretEnv  string `json:"secretEnv"`
-	// Keyword is prepended to titles for bots with keyword security.
+	// Keyword is put into the title for bots with keyword security.
 	Keyword string `json:"keyword"`
-	// RatePerSecond and RatePerMinute default to Feishu's 5/s and 100/min.
+	// RatePerSecond and RatePerMinute default to Feishu's 5/s and 100/min
+	// per bot; receivers with the same URL share one budget.
 	RatePerSecond int `json:"ratePerSecond"`
 	RatePerMinute int `json:"ratePerMinute"`
+	// Timeout bounds one HTTP request; 0 uses notifier.requestTimeout.
+	Timeout Duration `json:"timeout"`
 }
 
-// Route sends matching OPS messages to receivers. A message goes to every
-// matching route unless one with Continue=false matched first.
+// Route sends matching OPS messages to receivers. Routes are tried in order;
+// the first match wins unless it has Continue=true, in which case later routes
+// are tried too (Alertmanager semantics).
 type Route struct {
 	Name string `json:"name"`
 	// Subjects are NATS subject patterns (wildcards allowed); empty = all.
 	Subjects []string `json:"subjects"`
-	// Severities to match; empty = all.
-	Severities []string   `json:"severities"`
+	// Severities to match (info, warning, critical); empty = all.
+	Severities []string `json:"severities"`
+	// Namespaces filters events that name a namespace (cleanup); events
+	// without one match only when Include is empty.
 	Namespaces Namespaces `json:"namespaces"`
 	Receivers  []string   `json:"receivers"`
 	// Title overrides the card title (the seed's msgtitle).
-	Title         string   `json:"title"`
+	Title string `json:"title"`
+	// GroupWait and GroupInterval override the notifier's; 0 inherits.
 	GroupWait     Duration `json:"groupWait"`
 	GroupInterval Duration `json:"groupInterval"`
 	Continue      bool     `json:"continue"`
 }
 
-// Notifier configures the Feishu fan-out.
+// Notifier configures the fan-out of OPS results to chat receivers.
 type Notifier struct {
 	Receivers []Receiver `json:"receivers"`
 	Routes    []Route    `json:"routes"`
 	// DefaultReceivers get what no route matched; empty drops it (acked, counted).
 	DefaultReceivers []string `json:"defaultReceivers"`
-	GroupWait        Duration `json:"groupWait"`
-	GroupInterval    Duration `json:"groupInterval"`
+	// GroupWait is how long the first message of a new group waits for
+	// others; GroupInterval is the wait between later cards of a group.
+	GroupWait     Duration `json:"groupWait"`
+	GroupInterval Duration `json:"groupInterval"`
+	// TopRows is how many rows a grouped card lists before "…and N more".
+	TopRows int `json:"topRows"`
+	// BodyLimit is the Feishu request body budget in bytes (Feishu: 20 KB).
+	BodyLimit int `json:"bodyLimit"`
+	// RequestTimeout bounds one HTTP request to a receiver.
+	RequestTimeout Duration `json:"requestTimeout"`
+	// RetryInitial and RetryMax bound the exponential backoff between
+	// attempts of one delivery; GiveUpAfter dead-letters a delivery that
+	// kept failing with retryable errors for that long.
+	RetryInitial Duration `json:"retryInitial"`
+	RetryMax     Duration `json:"retryMax"`
+	GiveUpAfter  Duration `json:"giveUpAfter"`
+	// AckWait is the consumer's ack wait; held messages are kept alive with
+	// progress acks, so this is how soon a crashed replica's messages are
+	// redelivered to another one.
+	AckWait Duration `json:"ackWait"`
+	// MaxAckPending bounds messages held (grouping or retrying) at once.
+	MaxAckPending int `json:"maxAckPending"`
 	// MaxDeliver bounds redeliveries of one OPS message before it is dead-lettered.
 	MaxDeliver int `json:"maxDeliver"`
 	// DeliveredTTL is how long delivered ids are remembered to avoid duplicates.
 	DeliveredTTL Duration `json:"deliveredTTL"`
+	// DeadLetterMaxAge is how long the DLQ stream keeps dead letters.
+	DeadLetterMaxAge Duration `json:"deadLetterMaxAge"`
 }
 
 func (n *Notifier) setDefaults() {
 	n.GroupWait = D(5 * time.Second)
 	n.GroupInterval = D(30 * time.Second)
+	n.TopRows = 10
+	n.BodyLimit = 20000
+	n.RequestTimeout = D(10 * time.Second)
+	n.RetryInitial = D(time.Second)
+	n.RetryMax = D(time.Minute)
+	n.GiveUpAfter = D(time.Hour)
+	n.AckWait = D(30 * time.Second)
+	n.MaxAckPending = 20000
 	n.MaxDeliver = 20
 	n.DeliveredTTL = D(24 * time.Hour)
+	n.DeadLetterMaxAge = D(14 * 24 * time.Hour)
 }
 
-func (n *Notifier) validate(p string, errs *Errors) {
+// NotifierReceivers returns the configured receivers plus the implicit ones
+// made from the seed's sendReport.apiurl and delException.apiurl. Types are
+// defaulted and rates filled with Feishu's limits.
+func (c *Config) NotifierReceivers() []Receiver {
+	var out []Receiver
+	if c.SendReport.APIURL.IsSet() {
+		out = append(out, Receiver{Name: ImplicitReportReceiver, Type: ReceiverFeishu, URL: c.SendReport.APIURL})
+	}
+	if c.DelException.APIURL.IsSet() {
+		out = append(out, Receiver{Name: ImplicitCleanupReceiver, Type: ReceiverFeishu, URL: c.DelException.APIURL})
+	}
+	out = append(out, c.Notifier.Receivers...)
+	for i := range out {
+		r := &out[i]
+		if r.Type == "" {
+			r.Type = ReceiverFeishu
+		}
+		if r.RatePerSecond == 0 {
+			r.RatePerSecond = 5
+		}
+		if r.RatePerMinute == 0 {
+			r.RatePerMinute = 100
+		}
+		if r.Timeout.Duration == 0 {
+			r.Timeout = c.Notifier.RequestTimeout
+		}
+	}
+	return out
+}
+
+// NotifierRoutes returns the implicit seed routes (first, with Continue so
+// configured routes still apply) followed by the configured ones, with group
+// timings inherited from the notifier section.
+func (c *Config) NotifierRoutes() []Route {
+	var out []Route
+	if c.SendReport.APIURL.IsSet() {
+		out = append(out,
+			Route{Name: ImplicitReportReceiver, Subjects: []string{"ops.*.report.restarts"},
+				Receivers: []string{ImplicitReportReceiver}, Title: c.SendReport.MsgTitle, Continue: true},
+			Route{Name: ImplicitReportReceiver + "-images", Subjects: []string{"ops.*.report.images.>"},
+				Receivers: []string{ImplicitReportReceiver}, Title: c.ImageAlert.MsgTitle, Continue: true})
+	}
+	if c.DelException.APIURL.IsSet() {
+		out = append(out, Route{Name: ImplicitCleanupReceiver, Subjects: []string{"ops.*.cleanup.>"},
+			Receivers: []string{ImplicitCleanupReceiver}, Title: c.DelException.MsgTitle, Continue: true})
+	}
+	out = append(out, c.Notifier.Routes...)
+	for i := range out {
+		r := &out[i]
+		if r.Name == "" {
+			r.Name = "route" + itoa(i)
+		}
+		if r.GroupWait.Duration == 0 {
+			r.GroupWait = c.Notifier.GroupWait
+		}
+		if r.GroupInterval.Duration == 0 {
+			r.GroupInterval = c.Notifier.GroupInterval
+		}
+	}
+	return out
+}
+
+// implicitReceiverNames are the receivers the seed keys create.
+func (c *Config) implicitReceiverNames() []string {
+	var names []string
+	if c.SendReport.APIURL.IsSet() {
+		names = append(names, ImplicitReportReceiver)
+	}
+	if c.DelException.APIURL.IsSet() {
+		names = append(names, ImplicitCleanupReceiver)
+	}
+	return names
+}
+
+func (n *Notifier) validate(p string, errs *Errors, implicit ...string) {
 	names := map[string]bool{}
+	for _, name := range implicit {
+		names[name] = true
+	}
 	for i, r := range n.Receivers {
 		rp := p + ".receivers[" + itoa(i) + "]"
 		switch {
 		case r.Name == "":
 			errs.add(rp+".name", "must not be empty")
+		case !receiverName.MatchString(r.Name):
+			errs.add(rp+".name", "%q may contain only letters, digits, '-' and '_'", r.Name)
+		case names[r.Name] && (r.Name == ImplicitReportReceiver || r.Name == ImplicitCleanupReceiver):
+			errs.add(rp+".name", "%q is the receiver made from the seed's apiurl; choose another name", r.Name)
 		case names[r.Name]:
 			errs.add(rp+".name", "duplicate receiver name %q", r.Name)
 		}
 		names[r.Name] = true
-		if r.Type != ReceiverFeishu && r.Type != ReceiverWebhook {
+		if r.Type != "" && r.Type != ReceiverFeishu && r.Type != ReceiverWebhook {
 			errs.add(rp+".type", "must be %q or %q, got %q", ReceiverFeishu, ReceiverWebhook, r.Type)
 		}
-		if !r.URL.IsSet() && r.URLFile == "" && r.URLEnv == "" {
-			errs.add(rp+".url", "one of url, urlFile or urlEnv is required")
+		if n := countSet(r.URL.IsSet(), r.URLFile != "", r.URLEnv != ""); n != 1 {
+			errs.add(rp+".url", "exactly one of url, urlFile or urlEnv is required")
 		}
-		if r.RatePerSecond < 0 || r.RatePerMinute < 0 {
-			errs.add(rp+".ratePerSecond", "rates must not be negative")
+		if countSet(r.Secret.IsSet(), r.SecretFile != "", r.SecretEnv != "") > 1 {
+			errs.add(rp+".secret", "at most one of secret, secretFile or secretEnv may be set")
+		}
+		if r.Type == ReceiverWebhook && r.Keyword != "" {
+			errs.add(rp+".keyword", "only feishu receivers use a keyword")
+		}
+		if r.RatePerSecond < 0 {
+			errs.add(rp+".ratePerSecond", "must not be negative")
+		}
+		if r.RatePerMinute < 0 {
+			errs.add(rp+".ratePerMinute", "must not be negative")
+		}
+		if r.Timeout.Duration < 0 {
+			errs.add(rp+".timeout", "must not be negative")
 		}
 	}
 	for i, rt := range n.Routes {
@@ -95,16 +243,88 @@ func (n *Notifier) validate(p string, errs *Errors) {
 				errs.add(rp+".receivers", "unknown receiver %q", r)
 			}
 		}
+		for _, s := range rt.Subjects {
+			if msg := checkSubjectPattern(s); msg != "" {
+				errs.add(rp+".subjects", "%q: %s", s, msg)
+			}
+		}
+		for _, s := range rt.Severities {
+			if s != "info" && s != "warning" && s != "critical" {
+				errs.add(rp+".severities", "must be info, warning or critical, got %q", s)
+			}
+		}
+		if rt.GroupWait.Duration < 0 {
+			errs.add(rp+".groupWait", "must not be negative")
+		}
+		if rt.GroupInterval.Duration < 0 {
+			errs.add(rp+".groupInterval", "must not be negative")
+		}
 	}
 	for _, r := range n.DefaultReceivers {
 		if !names[r] {
 			errs.add(p+".defaultReceivers", "unknown receiver %q", r)
 		}
 	}
-	if n.GroupWait.Duration < 0 || n.GroupInterval.Duration < 0 {
-		errs.add(p+".groupWait", "must not be negative")
+	positive := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"groupWait", n.GroupWait.Duration}, {"groupInterval", n.GroupInterval.Duration},
+		{"requestTimeout", n.RequestTimeout.Duration}, {"retryInitial", n.RetryInitial.Duration},
+		{"retryMax", n.RetryMax.Duration}, {"giveUpAfter", n.GiveUpAfter.Duration},
+		{"ackWait", n.AckWait.Duration}, {"deliveredTTL", n.DeliveredTTL.Duration},
+		{"deadLetterMaxAge", n.DeadLetterMaxAge.Duration},
+	}
+	for _, f := range positive {
+		if f.d <= 0 {
+			errs.add(join(p, f.name), "must be positive")
+		}
+	}
+	if n.RetryMax.Duration < n.RetryInitial.Duration {
+		errs.add(join(p, "retryMax"), "must not be less than retryInitial")
+	}
+	if n.AckWait.Duration > 0 && n.AckWait.Duration < time.Second {
+		errs.add(join(p, "ackWait"), "must be at least 1s")
+	}
+	if n.TopRows < 1 {
+		errs.add(join(p, "topRows"), "must be at least 1")
+	}
+	if n.BodyLimit < 4096 {
+		errs.add(join(p, "bodyLimit"), "must be at least 4096 bytes")
+	}
+	if n.MaxAckPending < 1 {
+		errs.add(join(p, "maxAckPending"), "must be at least 1")
 	}
 	if n.MaxDeliver < 1 {
-		errs.add(p+".maxDeliver", "must be at least 1")
+		errs.add(join(p, "maxDeliver"), "must be at least 1")
 	}
+}
+
+func countSet(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+// checkSubjectPattern returns why a NATS subject filter is invalid, or "".
+func checkSubjectPattern(s string) string {
+	if s == "" {
+		return "must not be empty"
+	}
+	toks := strings.Split(s, ".")
+	for i, t := range toks {
+		switch {
+		case t == "":
+			return "empty token"
+		case t == ">" && i != len(toks)-1:
+			return "'>' must be the last token"
+		case strings.ContainsAny(t, " \t") || (len(t) > 1 && strings.ContainsAny(t, "*>")):
+			return "wildcards must be whole tokens and spaces are not allowed"
+		}
+	}
+	return ""
 }

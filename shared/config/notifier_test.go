@@ -1,0 +1,114 @@
+package config
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestSeedAPIURLsBecomeReceiversAndRoutes(t *testing.T) {
+	c, err := Load("testdata/seed.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := c.NotifierReceivers()
+	if len(recv) != 2 {
+		t.Fatalf("receivers = %d, want 2 (sendReport, delException)", len(recv))
+	}
+	for _, r := range recv {
+		if r.Type != ReceiverFeishu || r.URL.Value() != "https://open.feishu.cn/open-apis/bot/v2/hook/xxx" ||
+			r.RatePerSecond != 5 || r.RatePerMinute != 100 || r.Timeout.Duration != 10*time.Second {
+			t.Errorf("receiver %s = %+v", r.Name, r)
+		}
+	}
+	routes := c.NotifierRoutes()
+	want := []struct {
+		name, subject, receiver, title string
+	}{
+		{"sendReport", "ops.*.report.restarts", "sendReport", "pod重启次数过多"},
+		{"sendReport-images", "ops.*.report.images.>", "sendReport", "Node image storage"},
+		{"delException", "ops.*.cleanup.>", "delException", "删除异常状态 Pod"},
+	}
+	if len(routes) != len(want) {
+		t.Fatalf("routes = %+v", routes)
+	}
+	for i, w := range want {
+		r := routes[i]
+		if r.Name != w.name || r.Subjects[0] != w.subject || r.Receivers[0] != w.receiver || r.Title != w.title ||
+			!r.Continue || r.GroupWait.Duration != 5*time.Second || r.GroupInterval.Duration != 30*time.Second {
+			t.Errorf("route %d = %+v, want %+v", i, r, w)
+		}
+	}
+}
+
+func TestNotifierDefaultsWithoutSeedKeys(t *testing.T) {
+	c, err := Parse([]byte("notifier:\n  receivers:\n  - name: ops\n    urlEnv: HOOK\n  routes:\n  - receivers: [ops]\n    groupWait: 1s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := c.NotifierReceivers()
+	if len(recv) != 1 || recv[0].Type != ReceiverFeishu {
+		t.Fatalf("receivers = %+v", recv)
+	}
+	routes := c.NotifierRoutes()
+	if len(routes) != 1 || routes[0].Name != "route0" || routes[0].GroupWait.Duration != time.Second ||
+		routes[0].GroupInterval.Duration != 30*time.Second || routes[0].Continue {
+		t.Fatalf("routes = %+v", routes)
+	}
+	n := c.Notifier
+	if n.MaxDeliver != 20 || n.DeliveredTTL.Duration != 24*time.Hour || n.BodyLimit != 20000 || n.TopRows != 10 {
+		t.Fatalf("defaults = %+v", n)
+	}
+}
+
+func TestNotifierValidation(t *testing.T) {
+	tests := []struct {
+		name, doc string
+		fields    []string // empty: valid
+	}{
+		{"route to implicit receiver", "sendReport:\n  apiurl: https://x/hook/a\nnotifier:\n  routes:\n  - subjects: ['ops.*.cordon.>']\n    receivers: [sendReport]\n", nil},
+		{"default receiver implicit", "delException:\n  apiurl: https://x/hook/a\nnotifier:\n  defaultReceivers: [delException]\n", nil},
+		{"implicit receiver absent", "notifier:\n  routes:\n  - receivers: [sendReport]\n", []string{"notifier.routes[0].receivers"}},
+		{"implicit name taken", "sendReport:\n  apiurl: https://x/hook/a\nnotifier:\n  receivers:\n  - name: sendReport\n    url: https://y\n", []string{"notifier.receivers[0].name"}},
+		{"duplicate receiver", "notifier:\n  receivers:\n  - name: a\n    url: u\n  - name: a\n    url: v\n", []string{"notifier.receivers[1].name"}},
+		{"bad receiver name", "notifier:\n  receivers:\n  - name: a.b\n    url: u\n", []string{"notifier.receivers[0].name"}},
+		{"no url", "notifier:\n  receivers:\n  - name: a\n", []string{"notifier.receivers[0].url"}},
+		{"two urls", "notifier:\n  receivers:\n  - name: a\n    url: u\n    urlEnv: X\n", []string{"notifier.receivers[0].url"}},
+		{"two secrets", "notifier:\n  receivers:\n  - name: a\n    url: u\n    secret: s\n    secretFile: /f\n", []string{"notifier.receivers[0].secret"}},
+		{"bad type", "notifier:\n  receivers:\n  - name: a\n    type: slack\n    url: u\n", []string{"notifier.receivers[0].type"}},
+		{"keyword on webhook", "notifier:\n  receivers:\n  - name: a\n    type: webhook\n    url: u\n    keyword: k\n", []string{"notifier.receivers[0].keyword"}},
+		{"negative rate", "notifier:\n  receivers:\n  - name: a\n    url: u\n    ratePerMinute: -1\n", []string{"notifier.receivers[0].ratePerMinute"}},
+		{"bad subject", "notifier:\n  receivers:\n  - name: a\n    url: u\n  routes:\n  - receivers: [a]\n    subjects: ['ops.>.x', 'ops..a', 'ops.a*']\n", []string{"notifier.routes[0].subjects"}},
+		{"bad severity", "notifier:\n  receivers:\n  - name: a\n    url: u\n  routes:\n  - receivers: [a]\n    severities: [fatal]\n", []string{"notifier.routes[0].severities"}},
+		{"route without receivers", "notifier:\n  routes:\n  - subjects: ['ops.>']\n", []string{"notifier.routes[0].receivers"}},
+		{"unknown default", "notifier:\n  defaultReceivers: [nobody]\n", []string{"notifier.defaultReceivers"}},
+		{"retry bounds", "notifier:\n  retryInitial: 10s\n  retryMax: 1s\n", []string{"notifier.retryMax"}},
+		{"tiny ack wait", "notifier:\n  ackWait: 100ms\n", []string{"notifier.ackWait"}},
+		{"zero durations", "notifier:\n  giveUpAfter: 0\n  deliveredTTL: 0\n", []string{"notifier.giveUpAfter", "notifier.deliveredTTL"}},
+		{"small body limit", "notifier:\n  bodyLimit: 100\n  topRows: 0\n", []string{"notifier.bodyLimit", "notifier.topRows"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc))
+			if len(tc.fields) == 0 {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				return
+			}
+			var errs Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("Parse error = %v, want Errors", err)
+			}
+			got := map[string]bool{}
+			for _, fe := range errs {
+				got[fe.Field] = true
+			}
+			for _, f := range tc.fields {
+				if !got[f] {
+					t.Errorf("errors %v do not name %q", err, f)
+				}
+			}
+		})
+	}
+}
