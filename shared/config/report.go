@@ -33,6 +33,10 @@ type SendReport struct {
 	GroupBy    string     `json:"groupBy"`
 	Top        int        `json:"top"` // 0 = all rows
 	Namespaces Namespaces `json:"namespaces"`
+	// CatchUp: a new leader sends the most recent scheduled report that no
+	// replica recorded as sent if its tick is at most this old (a leader that
+	// died just before a weekly tick must not skip a week); 0 disables.
+	CatchUp Duration `json:"catchUp"`
 }
 
 func (s *SendReport) setDefaults() {
@@ -42,6 +46,7 @@ func (s *SendReport) setDefaults() {
 	s.MsgTitle = "Pods restarting too often"
 	s.Mode = ReportModeTotal
 	s.GroupBy = GroupByPod
+	s.CatchUp = D(15 * time.Minute)
 }
 
 func (s *SendReport) validate(p string, errs *Errors) {
@@ -64,6 +69,9 @@ func (s *SendReport) validate(p string, errs *Errors) {
 	}
 	if s.Top < 0 {
 		errs.add(join(p, "top"), "must not be negative")
+	}
+	if s.CatchUp.Duration < 0 {
+		errs.add(join(p, "catchUp"), "must not be negative")
 	}
 }
 

@@ -48,6 +48,7 @@ type CleanupDecision struct {
 	Phase      string    `json:"phase,omitempty"`
 	PodReason  string    `json:"podReason,omitempty"` // e.g. Evicted
 	Reason     string    `json:"reason"`              // why this decision
+	Message    string    `json:"message,omitempty"`   // the reason in words
 	AgeSeconds int64     `json:"ageSeconds"`
 	Severity   Severity  `json:"severity"`
 	DryRun     bool      `json:"dryRun,omitempty"`
@@ -80,6 +81,17 @@ type RestartReport struct {
 	Rows      []RestartRow `json:"rows"`
 	Truncated int          `json:"truncated,omitempty"` // rows left out by top
 	Severity  Severity     `json:"severity"`
+	// OnDemand marks a report run by a ctl request rather than by the schedule.
+	OnDemand bool `json:"onDemand,omitempty"`
+	// Since is the time of the baseline an increase report counts from
+	// (absent when no baseline existed: counts are then since pod start).
+	Since *time.Time `json:"since,omitempty"`
+	// OffendingPods counts pods over the threshold (differs from Offenders
+	// when rows are grouped by workload).
+	OffendingPods int `json:"offendingPods"`
+	// Reasons counts offending containers by their last termination reason
+	// (e.g. OOMKilled, Error).
+	Reasons map[string]int `json:"reasons,omitempty"`
 }
 
 // ImageAlert is published on ops.<cluster>.report.images.<node>.
@@ -94,4 +106,11 @@ type ImageAlert struct {
 	ImagesTruncated bool      `json:"imagesTruncated,omitempty"`
 	Severity        Severity  `json:"severity"`
 	Time            time.Time `json:"time"`
+	// Title, NodeUID and the thresholds in force, so a receiver can render
+	// the alert without the configuration.
+	Title       string  `json:"title,omitempty"`
+	NodeUID     string  `json:"nodeUID,omitempty"`
+	MaxBytes    int64   `json:"maxBytes,omitempty"`
+	MaxPercent  float64 `json:"maxPercent,omitempty"`
+	GrowthBytes int64   `json:"growthBytes,omitempty"`
 }

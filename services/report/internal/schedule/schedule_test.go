@@ -1,0 +1,154 @@
+package schedule
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func mustLoc(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}
+
+func TestNextAllForms(t *testing.T) {
+	shanghai := mustLoc(t, "Asia/Shanghai")
+	newYork := mustLoc(t, "America/New_York")
+	// Wednesday 2025-01-01 10:17:05.3 UTC.
+	after := time.Date(2025, 1, 1, 10, 17, 5, 300_000_000, time.UTC)
+	tests := []struct {
+		name string
+		spec string
+		loc  *time.Location
+		want time.Time
+	}{
+		{"seed 6-field with seconds, Shanghai", "00 00 10 * * 1", shanghai, time.Date(2025, 1, 6, 2, 0, 0, 0, time.UTC)},
+		{"seed 6-field with seconds, UTC", "00 00 10 * * 1", time.UTC, time.Date(2025, 1, 6, 10, 0, 0, 0, time.UTC)},
+		{"5-field", "30 9 * * *", time.UTC, time.Date(2025, 1, 2, 9, 30, 0, 0, time.UTC)},
+		{"5-field, New York", "30 9 * * *", newYork, time.Date(2025, 1, 1, 14, 30, 0, 0, time.UTC)},
+		{"6-field every 3 seconds", "*/3 * * * * *", time.UTC, time.Date(2025, 1, 1, 10, 17, 6, 0, time.UTC)},
+		{"@daily in Shanghai is local midnight", "@daily", shanghai, time.Date(2025, 1, 1, 16, 0, 0, 0, time.UTC)},
+		{"@weekly", "@weekly", time.UTC, time.Date(2025, 1, 5, 0, 0, 0, 0, time.UTC)},
+		{"@every 1h aligned to the hour", "@every 1h", shanghai, time.Date(2025, 1, 1, 11, 0, 0, 0, time.UTC)},
+		{"@every 5s aligned", "@every 5s", time.UTC, time.Date(2025, 1, 1, 10, 17, 10, 0, time.UTC)},
+		{"CRON_TZ prefix wins over the zone", "CRON_TZ=Asia/Shanghai 0 0 10 * * *", time.UTC, time.Date(2025, 1, 2, 2, 0, 0, 0, time.UTC)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Parse(tc.spec, tc.loc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.Next(after); !got.Equal(tc.want) {
+				t.Fatalf("Next(%s) = %s, want %s", after, got.UTC(), tc.want)
+			}
+		})
+	}
+}
+
+// Two replicas started at different moments must agree on every tick.
+func TestTicksDoNotDependOnStartTime(t *testing.T) {
+	for _, spec := range []string{"@every 7s", "*/4 * * * * *", "@every 1m30s"} {
+		s, err := Parse(spec, time.UTC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+		a, b := s.Next(base.Add(1100*time.Millisecond)), s.Next(base.Add(2900*time.Millisecond))
+		for i := 0; i < 50; i++ {
+			if a.Before(b) {
+				a = s.Next(a)
+				continue
+			}
+			if b.Before(a) {
+				b = s.Next(b)
+				continue
+			}
+			break
+		}
+		if !a.Equal(b) {
+			t.Fatalf("%s: replicas never agree on a tick (%s vs %s)", spec, a, b)
+		}
+		if a.Nanosecond() != 0 {
+			t.Fatalf("%s: tick %s has a fraction of a second", spec, a)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, spec := range []string{"every monday", "61 * * * *", "@sometimes", ""} {
+		if _, err := Parse(spec, time.UTC); err == nil || !strings.Contains(err.Error(), "schedule") {
+			t.Errorf("Parse(%q) = %v, want a schedule error", spec, err)
+		}
+	}
+}
+
+func TestLocation(t *testing.T) {
+	env := func(tz string) func(string) string {
+		return func(k string) string {
+			if k == "TZ" {
+				return tz
+			}
+			return ""
+		}
+	}
+	tests := []struct {
+		name, timezone, tz, want, wantErr string
+	}{
+		{name: "config wins", timezone: "Europe/Berlin", tz: "Asia/Shanghai", want: "Europe/Berlin"},
+		{name: "TZ when config empty", tz: "Asia/Shanghai", want: "Asia/Shanghai"},
+		{name: "TZ with leading colon", tz: ":Asia/Tokyo", want: "Asia/Tokyo"},
+		{name: "UTC by default", want: "UTC"},
+		{name: "bad TZ names the variable", tz: "Mars/Olympus", wantErr: "$TZ"},
+		{name: "bad config names the key", timezone: "Nowhere", wantErr: "sendReport.timezone"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			loc, err := Location(tc.timezone, env(tc.tz))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one naming %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if loc.String() != tc.want {
+				t.Fatalf("location %s, want %s", loc, tc.want)
+			}
+		})
+	}
+}
+
+func TestLatest(t *testing.T) {
+	s, err := Parse("0 0 10 * * *", time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := func(d, h, m int) time.Time { return time.Date(2025, 1, d, h, m, 0, 0, time.UTC) }
+	tests := []struct {
+		name       string
+		after, now time.Time
+		want       time.Time
+		found      bool
+	}{
+		{"tick just missed", day(2, 9, 50), day(2, 10, 5), day(2, 10, 0), true},
+		{"tick already sent", day(2, 10, 0), day(2, 10, 5), time.Time{}, false},
+		{"several missed: the last", day(1, 9, 0), day(3, 11, 0), day(3, 10, 0), true},
+		{"none yet", day(2, 10, 1), day(3, 9, 59), time.Time{}, false},
+		{"tick exactly now", day(2, 9, 0), day(2, 10, 0), day(2, 10, 0), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, found := s.Latest(tc.after, tc.now)
+			if found != tc.found || !got.Equal(tc.want) {
+				t.Fatalf("Latest = %s,%v want %s,%v", got, found, tc.want, tc.found)
+			}
+		})
+	}
+}
