@@ -1,0 +1,364 @@
+package cleanup
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// Verbs of OPS subjects ops.<cluster>.cleanup.<verb>.<ns>.<pod>.
+const (
+	VerbDeleted      = "deleted"
+	VerbForceDeleted = "forcedeleted"
+	VerbSkipped      = "skipped"
+	VerbDryRun       = "dryrun"
+	VerbFailed       = "failed"
+)
+
+// Service is the service name in ce-source and subjects.
+const Service = "cleanup"
+
+// Outcome tells the controller what to do with the pod's key next.
+type Outcome struct {
+	// RequeueAfter > 0: look at the pod again then (rate limit, not due yet).
+	RequeueAfter time.Duration
+	// Retry: look again with the queue's per-item backoff (conflict, failure).
+	Retry bool
+}
+
+// ActuatorConfig are the actuator's settings.
+type ActuatorConfig struct {
+	Cluster string
+	Policy  Policy
+	DryRun  bool
+	// Limiter caps deletions (maxDeletionsPerMinute per rateWindow).
+	Limiter *Window
+	// PublishAttempt bounds one OPS publish attempt; attempts repeat with the
+	// same id until stored or the leadership context ends.
+	PublishAttempt time.Duration
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Actuator is the one place through which the cleanup actor writes to the
+// cluster. For each deletion it applies, in order: the dry-run switch, the
+// deletion cap, a live GET (gone → nothing to do; other UID → recreated, never
+// touched), the same decision on the live pod, the delete with UID and
+// resourceVersion preconditions (grace 0 for force), then a Kubernetes Event,
+// the OPS audit event with an idempotent id, and metrics.
+type Actuator struct {
+	client   kubernetes.Interface
+	pub      natsx.Publisher
+	recorder record.EventRecorder
+	metrics  *Metrics
+	log      zerolog.Logger
+	cfg      ActuatorConfig
+
+	mu sync.Mutex
+	// reported holds, per pod UID, the verb/reason decisions already published,
+	// so a skip is published once per pod and reason rather than every tick.
+	reported map[types.UID]map[string]bool
+}
+
+// NewActuator builds the actuator. recorder receives the Kubernetes Events.
+func NewActuator(client kubernetes.Interface, pub natsx.Publisher, recorder record.EventRecorder, m *Metrics, log zerolog.Logger, cfg ActuatorConfig) *Actuator {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.PublishAttempt <= 0 {
+		cfg.PublishAttempt = 5 * time.Second
+	}
+	return &Actuator{client: client, pub: pub, recorder: recorder, metrics: m, log: log, cfg: cfg,
+		reported: map[types.UID]map[string]bool{}}
+}
+
+// Forget drops what was remembered about a pod that left the cluster.
+func (a *Actuator) Forget(uid string) {
+	a.mu.Lock()
+	delete(a.reported, types.UID(uid))
+	a.mu.Unlock()
+}
+
+// Handle carries out a Skip, Delete or ForceDelete decision on a mirrored pod.
+func (a *Actuator) Handle(ctx context.Context, pod *events.PodState, d Decision) (Outcome, error) {
+	switch d.Action {
+	case Skip:
+		return Outcome{}, a.reportOnce(ctx, pod, d, VerbSkipped, "")
+	case Delete, ForceDelete:
+		return a.delete(ctx, pod, d)
+	}
+	return Outcome{}, nil
+}
+
+func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision) (Outcome, error) {
+	if a.cfg.DryRun && a.wasReported(pod.UID, VerbDryRun, d.Reason) {
+		return Outcome{}, nil
+	}
+	now := a.cfg.Now()
+	release := func() {}
+	if !a.cfg.DryRun {
+		if wait := a.cfg.Limiter.Reserve(now); wait > 0 {
+			a.metrics.Deferred.Inc()
+			return Outcome{RequeueAfter: wait}, nil
+		}
+		release = func() { a.cfg.Limiter.Release(now) }
+	}
+	live, node, err := a.reread(ctx, pod)
+	if err != nil {
+		release()
+		return Outcome{Retry: true}, err
+	}
+	if live == nil {
+		release()
+		return Outcome{}, nil
+	}
+	state := liveState(live, pod.Owner)
+	ld := a.cfg.Policy.Decide(state, node, now)
+	if ld.Action != d.Action {
+		release()
+		a.metrics.Rechecks.WithLabelValues("changed").Inc()
+		a.log.Info().Str("pod", pod.Namespace+"/"+pod.Name).Stringer("mirror", d.Action).Stringer("live", ld.Action).
+			Msg("live pod no longer matches the mirrored decision")
+		switch ld.Action {
+		case Wait:
+			return Outcome{RequeueAfter: ld.Until.Sub(now)}, nil
+		case Skip:
+			return Outcome{}, a.reportOnce(ctx, state, ld, VerbSkipped, "")
+		case Delete, ForceDelete:
+			return Outcome{Retry: true}, nil // the mirror is behind; look again shortly
+		}
+		return Outcome{}, nil
+	}
+	if a.cfg.DryRun {
+		return Outcome{}, a.reportOnce(ctx, state, ld, VerbDryRun, "")
+	}
+	return a.write(ctx, live, state, ld, release)
+}
+
+// reread GETs the pod (and, for the StatefulSet rule, its node). It returns a
+// nil pod when the pod is gone or was recreated under the same name.
+func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Pod, *events.NodeState, error) {
+	live, err := a.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		a.metrics.Rechecks.WithLabelValues("gone").Inc()
+		return nil, nil, nil
+	}
+	if err != nil {
+		a.metrics.APIErrors.WithLabelValues("get_pod").Inc()
+		return nil, nil, fmt.Errorf("re-read pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if string(live.UID) != pod.UID {
+		a.metrics.Rechecks.WithLabelValues("recreated").Inc()
+		a.log.Info().Str("pod", pod.Namespace+"/"+pod.Name).Str("uid", pod.UID).Str("liveUID", string(live.UID)).
+			Msg("pod was recreated under the same name; not touching it")
+		return nil, nil, nil
+	}
+	ref := metav1.GetControllerOf(live)
+	if live.DeletionTimestamp == nil || live.Spec.NodeName == "" || ref == nil || ref.Kind != "StatefulSet" {
+		return live, nil, nil
+	}
+	n, err := a.client.CoreV1().Nodes().Get(ctx, live.Spec.NodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return live, nil, nil
+	}
+	if err != nil {
+		a.metrics.APIErrors.WithLabelValues("get_node").Inc()
+		return nil, nil, fmt.Errorf("re-read node %s: %w", live.Spec.NodeName, err)
+	}
+	return live, &events.NodeState{Name: n.Name, UID: string(n.UID), Ready: nodeReady(n)}, nil
+}
+
+// write performs the deletion the live pod qualifies for.
+func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.PodState, d Decision, release func()) (Outcome, error) {
+	pods := a.client.CoreV1().Pods(live.Namespace)
+	uid, rv := live.UID, live.ResourceVersion
+	if d.RemoveFinalizers {
+		// resourceVersion in the patch makes it conditional: a pod changed
+		// since the re-read fails with a conflict instead of being edited blind.
+		patch := fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"finalizers":null}}`, uid, rv)
+		patched, err := pods.Patch(ctx, live.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		if done, out, err := a.writeFailed(ctx, state, d, "remove finalizers", err, release); done {
+			return out, err
+		}
+		rv = patched.ResourceVersion
+	}
+	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}}
+	verb := VerbDeleted
+	if d.Action == ForceDelete {
+		zero := int64(0)
+		opts.GracePeriodSeconds = &zero
+		verb = VerbForceDeleted
+	}
+	err := pods.Delete(ctx, live.Name, opts)
+	if done, out, err := a.writeFailed(ctx, state, d, "delete", err, release); done {
+		return out, err
+	}
+	a.log.Info().Str("pod", live.Namespace+"/"+live.Name).Str("uid", string(uid)).Str("verb", verb).
+		Str("reason", d.Reason).Msg(d.Message)
+	return Outcome{}, a.report(ctx, state, d, verb, "")
+}
+
+// writeFailed classifies a write error. done is false when err is nil.
+// NotFound: the pod is already gone, which is the goal. Conflict: the pod
+// changed (or was recreated) since the re-read; look again. Anything else is
+// a failure: reported once, retried with backoff.
+func (a *Actuator) writeFailed(ctx context.Context, state *events.PodState, d Decision, op string, err error, release func()) (bool, Outcome, error) {
+	switch {
+	case err == nil:
+		return false, Outcome{}, nil
+	case apierrors.IsNotFound(err):
+		release()
+		a.metrics.Rechecks.WithLabelValues("gone").Inc()
+		return true, Outcome{}, nil
+	case apierrors.IsConflict(err):
+		release()
+		a.metrics.Rechecks.WithLabelValues("changed").Inc()
+		return true, Outcome{Retry: true}, nil
+	}
+	release()
+	a.metrics.APIErrors.WithLabelValues(op).Inc()
+	msg := fmt.Sprintf("%s: %v", op, err)
+	if perr := a.reportOnce(ctx, state, d, VerbFailed, msg); perr != nil {
+		return true, Outcome{Retry: true}, perr
+	}
+	return true, Outcome{Retry: true}, fmt.Errorf("%s pod %s/%s: %w", op, state.Namespace, state.Name, err)
+}
+
+func (a *Actuator) wasReported(uid, verb, reason string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.reported[types.UID(uid)][verb+"/"+reason]
+}
+
+// reportOnce publishes a decision unless the same verb and reason was already
+// published for this pod by this leader (the OPS id dedups across leaders
+// within the stream's duplicate window).
+func (a *Actuator) reportOnce(ctx context.Context, pod *events.PodState, d Decision, verb, errMsg string) error {
+	if a.wasReported(pod.UID, verb, d.Reason) {
+		return nil
+	}
+	if err := a.report(ctx, pod, d, verb, errMsg); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	set := a.reported[types.UID(pod.UID)]
+	if set == nil {
+		set = map[string]bool{}
+		a.reported[types.UID(pod.UID)] = set
+	}
+	set[verb+"/"+d.Reason] = true
+	return nil
+}
+
+// report emits the Kubernetes Event (not in dry-run: an Event is a write),
+// publishes the OPS event and counts the decision.
+func (a *Actuator) report(ctx context.Context, pod *events.PodState, d Decision, verb, errMsg string) error {
+	now := a.cfg.Now()
+	payload := events.CleanupDecision{
+		Verb: verb, Action: d.Want.String(), Namespace: pod.Namespace, Pod: pod.Name, PodUID: pod.UID,
+		Node: pod.NodeName, Owner: pod.Owner, Phase: pod.Phase, PodReason: pod.Reason,
+		Reason: d.Reason, Message: d.Message, AgeSeconds: int64(now.Sub(pod.CreationTimestamp).Seconds()),
+		Severity: severity(verb), DryRun: a.cfg.DryRun, Error: errMsg, Time: now,
+	}
+	if !a.cfg.DryRun {
+		a.event(pod, verb, d, errMsg)
+	}
+	ev, err := envelope.New(opsID(pod.UID, verb, d), envelope.Source(a.cfg.Cluster, Service), events.TypeCleanup,
+		pod.Namespace+"/"+pod.Name, payload, now)
+	if err != nil {
+		return err
+	}
+	subj := subject.Ops(a.cfg.Cluster, Service, verb, pod.Namespace, pod.Name)
+	if _, err := natsx.PublishEvent(ctx, a.pub, subj, ev, a.cfg.PublishAttempt); err != nil {
+		return fmt.Errorf("audit %s %s/%s: %w", verb, pod.Namespace, pod.Name, err)
+	}
+	a.metrics.Decisions.WithLabelValues(verb, d.Reason).Inc()
+	return nil
+}
+
+func (a *Actuator) event(pod *events.PodState, verb string, d Decision, errMsg string) {
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
+	typ, reason, msg := corev1.EventTypeWarning, "", d.Reason+": "+d.Message
+	switch verb {
+	case VerbDeleted:
+		typ, reason = corev1.EventTypeNormal, "CleanupDeleted"
+	case VerbForceDeleted:
+		reason = "CleanupForceDeleted"
+	case VerbSkipped:
+		reason = "CleanupSkipped"
+	case VerbFailed:
+		reason, msg = "CleanupFailed", msg+"; "+errMsg
+	default:
+		return
+	}
+	a.recorder.Event(ref, typ, reason, msg)
+}
+
+// opsID names the decision, so a retried publish or a second leader acting on
+// the same pod cannot produce two audit events for one decision.
+func opsID(uid, verb string, d Decision) string {
+	switch verb {
+	case VerbDeleted, VerbForceDeleted:
+		return "cleanup/" + uid + "/" + verb
+	case VerbDryRun, VerbFailed:
+		return "cleanup/" + uid + "/" + verb + "/" + d.Want.String()
+	}
+	return "cleanup/" + uid + "/" + verb + "/" + d.Reason
+}
+
+func severity(verb string) events.Severity {
+	switch verb {
+	case VerbFailed:
+		return events.SeverityCritical
+	case VerbForceDeleted, VerbSkipped:
+		return events.SeverityWarning
+	}
+	return events.SeverityInfo
+}
+
+// liveState is the PodState of a live pod, with all its labels (so an opt-out
+// label the watcher does not carry still protects the pod). The workload owner
+// of the mirror is kept when the live controller is its ReplicaSet.
+func liveState(p *corev1.Pod, mirrorOwner *events.Owner) *events.PodState {
+	s := &events.PodState{
+		Op: events.OpUpsert, UID: string(p.UID), Namespace: p.Namespace, Name: p.Name,
+		ResourceVersion: p.ResourceVersion, NodeName: p.Spec.NodeName, Phase: string(p.Status.Phase),
+		Reason: p.Status.Reason, CreationTimestamp: p.CreationTimestamp.Time,
+		DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds, Finalizers: len(p.Finalizers), Labels: p.Labels,
+	}
+	if p.DeletionTimestamp != nil {
+		t := p.DeletionTimestamp.Time
+		s.DeletionTimestamp = &t
+	}
+	if ref := metav1.GetControllerOf(p); ref != nil {
+		s.Owner = &events.Owner{Kind: ref.Kind, Name: ref.Name}
+		if ref.Kind == "ReplicaSet" && mirrorOwner != nil && mirrorOwner.Kind == "Deployment" {
+			s.Owner = mirrorOwner
+		}
+	}
+	return s
+}
+
+func nodeReady(n *corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return string(c.Status)
+		}
+	}
+	return ""
+}

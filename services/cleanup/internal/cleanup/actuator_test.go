@@ -1,0 +1,410 @@
+package cleanup
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+)
+
+// recPub records OPS publishes (the real server is exercised by the
+// controller test and end to end).
+type recPub struct {
+	mu   sync.Mutex
+	msgs []*nats.Msg
+}
+
+func (r *recPub) PublishMsg(_ context.Context, m *nats.Msg, _ ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, m)
+	return &jetstream.PubAck{Stream: "OPS", Sequence: uint64(len(r.msgs))}, nil
+}
+
+func (r *recPub) all() []*nats.Msg {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*nats.Msg(nil), r.msgs...)
+}
+
+// livePod is the API object matching pod(...) states.
+func livePod(mutate ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web-1", UID: "uid-1", ResourceVersion: "7",
+			CreationTimestamp: metav1.NewTime(t0.Add(-time.Hour))},
+		Spec:   corev1.PodSpec{NodeName: "n1"},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"},
+	}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+func liveDeleting(p *corev1.Pod) {
+	ts := metav1.NewTime(t0.Add(-6 * time.Minute))
+	grace := int64(30)
+	p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &ts, &grace
+	p.Status.Phase, p.Status.Reason = corev1.PodRunning, ""
+}
+
+func liveSTS(p *corev1.Pod) {
+	yes := true
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "sts", Controller: &yes}}
+}
+
+type actuatorRig struct {
+	client   *fake.Clientset
+	pub      *recPub
+	recorder *record.FakeRecorder
+	act      *Actuator
+	metrics  *Metrics
+}
+
+func newRig(t *testing.T, policy Policy, dryRun bool, limiter *Window, objs ...runtime.Object) *actuatorRig {
+	t.Helper()
+	r := &actuatorRig{client: fake.NewClientset(objs...), pub: &recPub{}, recorder: record.NewFakeRecorder(100), metrics: NewMetrics(nil)}
+	if limiter == nil {
+		limiter = NewWindow(100, time.Minute)
+	}
+	r.act = NewActuator(r.client, r.pub, r.recorder, r.metrics, zerolog.Nop(), ActuatorConfig{
+		Cluster: "c1", Policy: policy, DryRun: dryRun, Limiter: limiter, Now: func() time.Time { return t0 },
+	})
+	return r
+}
+
+// writes returns the verbs of write actions on the fake client (get is not a write).
+func (r *actuatorRig) writes() []string {
+	var out []string
+	for _, a := range r.client.Actions() {
+		if a.GetVerb() != "get" {
+			out = append(out, a.GetVerb()+" "+a.GetResource().Resource)
+		}
+	}
+	return out
+}
+
+func (r *actuatorRig) eventsSeen() []string {
+	var out []string
+	for {
+		select {
+		case e := <-r.recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+// opsSummary renders each OPS message as "<subject> <id>".
+func opsSummary(t *testing.T, msgs []*nats.Msg) []string {
+	t.Helper()
+	var out []string
+	for _, m := range msgs {
+		var d events.CleanupDecision
+		ev, err := envelope.Decode(m.Header, m.Data, events.TypeCleanup, &d)
+		if err != nil {
+			t.Fatalf("published message does not decode: %v", err)
+		}
+		if d.Pod == "" || d.Namespace == "" || d.Reason == "" || d.Verb == "" || d.Node == "" {
+			t.Fatalf("payload lacks pod, namespace, node, verb or reason: %+v", d)
+		}
+		out = append(out, m.Subject+" "+ev.ID)
+	}
+	return out
+}
+
+func TestActuator(t *testing.T) {
+	failedState := pod(failed("Evicted"))
+	stuckState := pod(deleting(t0.Add(-6 * time.Minute)))
+	stsState := pod(deleting(t0.Add(-6*time.Minute)), func(p *events.PodState) { p.Owner = &events.Owner{Kind: "StatefulSet", Name: "db"} })
+	readyNodeObj := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+
+	tests := []struct {
+		name    string
+		policy  func(*Policy)
+		dryRun  bool
+		state   *events.PodState
+		objs    []runtime.Object
+		reactor k8stesting.ReactionFunc // on delete pods
+		writes  []string
+		ops     []string
+		events  []string // prefixes
+		outcome Outcome
+		wantErr bool
+	}{
+		{
+			name: "evicted pod is deleted", state: failedState, objs: []runtime.Object{livePod()},
+			writes: []string{"delete pods"},
+			ops:    []string{"ops.c1.cleanup.deleted.apps.web-1 cleanup/uid-1/deleted"},
+			events: []string{"Normal CleanupDeleted FailedPod"},
+		},
+		{
+			name: "stuck pod is force-deleted", state: stuckState, objs: []runtime.Object{livePod(liveDeleting)},
+			writes: []string{"delete pods"},
+			ops:    []string{"ops.c1.cleanup.forcedeleted.apps.web-1 cleanup/uid-1/forcedeleted"},
+			events: []string{"Warning CleanupForceDeleted StuckTerminating"},
+		},
+		{
+			name: "pod already gone", state: failedState,
+		},
+		{
+			name: "pod recreated under the same name is never touched", state: failedState,
+			objs: []runtime.Object{livePod(func(p *corev1.Pod) { p.UID = "uid-2" })},
+		},
+		{
+			name: "live pod is running again: nothing", state: failedState,
+			objs: []runtime.Object{livePod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning })},
+		},
+		{
+			name: "opt-out label only on the live pod", state: failedState,
+			objs: []runtime.Object{livePod(func(p *corev1.Pod) { p.Labels = map[string]string{events.LabelOptOut: "true"} })},
+			ops:    []string{"ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/OptedOut"},
+			events: []string{"Warning CleanupSkipped OptedOut"},
+		},
+		{
+			name: "dry run writes nothing", dryRun: true, state: stuckState, objs: []runtime.Object{livePod(liveDeleting)},
+			ops: []string{"ops.c1.cleanup.dryrun.apps.web-1 cleanup/uid-1/dryrun/forcedelete"},
+		},
+		{
+			name: "finalizers removed first when allowed", policy: func(p *Policy) { p.RemoveFinalizers = true },
+			state: pod(deleting(t0.Add(-6*time.Minute)), func(p *events.PodState) { p.Finalizers = 1 }),
+			objs:  []runtime.Object{livePod(liveDeleting, func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} })},
+			writes: []string{"patch pods", "delete pods"},
+			ops:    []string{"ops.c1.cleanup.forcedeleted.apps.web-1 cleanup/uid-1/forcedeleted"},
+			events: []string{"Warning CleanupForceDeleted"},
+		},
+		{
+			name: "statefulset pod on a live-Ready node is skipped", state: stsState,
+			objs:   []runtime.Object{livePod(liveDeleting, liveSTS), readyNodeObj},
+			ops:    []string{"ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/StatefulSetOnReadyNode"},
+			events: []string{"Warning CleanupSkipped StatefulSetOnReadyNode"},
+		},
+		{
+			name: "statefulset pod on a deleted node is force-deleted", state: stsState,
+			objs:   []runtime.Object{livePod(liveDeleting, liveSTS)},
+			writes: []string{"delete pods"},
+			ops:    []string{"ops.c1.cleanup.forcedeleted.apps.web-1 cleanup/uid-1/forcedeleted"},
+			events: []string{"Warning CleanupForceDeleted"},
+		},
+		{
+			name: "delete finds the pod gone: fine", state: failedState, objs: []runtime.Object{livePod()},
+			reactor: func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "web-1")
+			},
+			writes: []string{"delete pods"},
+		},
+		{
+			name: "precondition conflict: look again", state: failedState, objs: []runtime.Object{livePod()},
+			reactor: func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "web-1", errors.New("precondition"))
+			},
+			writes: []string{"delete pods"}, outcome: Outcome{Retry: true},
+		},
+		{
+			name: "delete fails: reported and retried", state: failedState, objs: []runtime.Object{livePod()},
+			reactor: func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewInternalError(errors.New("etcd timeout"))
+			},
+			writes:  []string{"delete pods"},
+			ops:     []string{"ops.c1.cleanup.failed.apps.web-1 cleanup/uid-1/failed/delete"},
+			events:  []string{"Warning CleanupFailed FailedPod"},
+			outcome: Outcome{Retry: true}, wantErr: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPolicy()
+			if tc.policy != nil {
+				tc.policy(&p)
+			}
+			r := newRig(t, p, tc.dryRun, nil, tc.objs...)
+			if tc.reactor != nil {
+				r.client.PrependReactor("delete", "pods", tc.reactor)
+			}
+			d := p.Decide(tc.state, nil, t0)
+			out, err := r.act.Handle(context.Background(), tc.state, d)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Handle error = %v, wantErr %v", err, tc.wantErr)
+			}
+			if out != tc.outcome {
+				t.Errorf("outcome = %+v, want %+v", out, tc.outcome)
+			}
+			if got := strings.Join(r.writes(), ","); got != strings.Join(tc.writes, ",") {
+				t.Errorf("writes = [%s], want [%s]", got, strings.Join(tc.writes, ","))
+			}
+			if got := strings.Join(opsSummary(t, r.pub.all()), "\n"); got != strings.Join(tc.ops, "\n") {
+				t.Errorf("OPS =\n%s\nwant\n%s", got, strings.Join(tc.ops, "\n"))
+			}
+			evs := r.eventsSeen()
+			if len(evs) != len(tc.events) {
+				t.Fatalf("events = %q, want %d matching %q", evs, len(tc.events), tc.events)
+			}
+			for i, e := range evs {
+				if !strings.HasPrefix(e, tc.events[i]) {
+					t.Errorf("event %q, want prefix %q", e, tc.events[i])
+				}
+			}
+		})
+	}
+}
+
+// TestActuatorDeleteUsesPreconditions checks the exact delete options: UID and
+// resourceVersion preconditions always, grace period 0 only for force.
+func TestActuatorDeleteUsesPreconditions(t *testing.T) {
+	tests := []struct {
+		name  string
+		state *events.PodState
+		live  *corev1.Pod
+		grace *int64
+	}{
+		{"delete", pod(failed("Evicted")), livePod(), nil},
+		{"force delete", pod(deleting(t0.Add(-6 * time.Minute))), livePod(liveDeleting), new(int64)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, testPolicy(), false, nil, tc.live)
+			if _, err := r.act.Handle(context.Background(), tc.state, testPolicy().Decide(tc.state, nil, t0)); err != nil {
+				t.Fatal(err)
+			}
+			var del k8stesting.DeleteActionImpl
+			for _, a := range r.client.Actions() {
+				if d, ok := a.(k8stesting.DeleteActionImpl); ok {
+					del = d
+				}
+			}
+			pre := del.DeleteOptions.Preconditions
+			if pre == nil || pre.UID == nil || *pre.UID != types.UID("uid-1") || pre.ResourceVersion == nil || *pre.ResourceVersion != "7" {
+				t.Fatalf("preconditions = %+v, want uid-1 / rv 7", pre)
+			}
+			g := del.DeleteOptions.GracePeriodSeconds
+			if (g == nil) != (tc.grace == nil) || (g != nil && *g != *tc.grace) {
+				t.Fatalf("grace = %v, want %v", g, tc.grace)
+			}
+			if _, err := r.client.CoreV1().Pods("apps").Get(context.Background(), "web-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("pod still present: %v", err)
+			}
+		})
+	}
+}
+
+func TestActuatorFinalizerPatchIsConditional(t *testing.T) {
+	p := testPolicy()
+	p.RemoveFinalizers = true
+	state := pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) { s.Finalizers = 1 })
+	r := newRig(t, p, false, nil, livePod(liveDeleting, func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} }))
+	if _, err := r.act.Handle(context.Background(), state, p.Decide(state, nil, t0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range r.client.Actions() {
+		if pa, ok := a.(k8stesting.PatchActionImpl); ok {
+			var body struct {
+				Metadata map[string]any `json:"metadata"`
+			}
+			if err := json.Unmarshal(pa.GetPatch(), &body); err != nil {
+				t.Fatal(err)
+			}
+			if body.Metadata["resourceVersion"] != "7" || body.Metadata["uid"] != "uid-1" {
+				t.Fatalf("patch %s lacks the resourceVersion/uid precondition", pa.GetPatch())
+			}
+			if f, ok := body.Metadata["finalizers"]; !ok || f != nil {
+				t.Fatalf("patch %s does not clear finalizers", pa.GetPatch())
+			}
+			return
+		}
+	}
+	t.Fatal("no patch issued")
+}
+
+// TestActuatorPublishesOnce: skips, dry-run decisions and failures are
+// published once per pod and reason, however often the pod is examined.
+func TestActuatorPublishesOnce(t *testing.T) {
+	tests := []struct {
+		name   string
+		dryRun bool
+		state  *events.PodState
+		live   *corev1.Pod
+		gets   int // API GETs over three visits
+	}{
+		{"skip", false, pod(failed("Evicted"), func(p *events.PodState) { p.Labels = map[string]string{events.LabelOptOut: ""} }), livePod(), 0},
+		{"dry run", true, pod(failed("Evicted")), livePod(), 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, testPolicy(), tc.dryRun, nil, tc.live)
+			for range 3 {
+				if _, err := r.act.Handle(context.Background(), tc.state, testPolicy().Decide(tc.state, nil, t0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := len(r.pub.all()); n != 1 {
+				t.Fatalf("published %d times, want once", n)
+			}
+			if n := len(r.client.Actions()); n != tc.gets {
+				t.Fatalf("%d API calls (%v), want %d", n, r.client.Actions(), tc.gets)
+			}
+			r.act.Forget(tc.state.UID)
+			if _, err := r.act.Handle(context.Background(), tc.state, testPolicy().Decide(tc.state, nil, t0)); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(r.pub.all()); n != 2 {
+				t.Fatalf("after Forget published %d times in total, want 2", n)
+			}
+		})
+	}
+}
+
+func TestActuatorRateLimitDefersWithoutAPICalls(t *testing.T) {
+	a := livePod()
+	b := livePod(func(p *corev1.Pod) { p.Name, p.UID = "web-2", "uid-2" })
+	r := newRig(t, testPolicy(), false, NewWindow(1, time.Minute), a, b)
+	sa := pod(failed("Evicted"))
+	sb := pod(failed("Evicted"), func(p *events.PodState) { p.Name, p.UID = "web-2", "uid-2" })
+	if out, err := r.act.Handle(context.Background(), sa, testPolicy().Decide(sa, nil, t0)); err != nil || out != (Outcome{}) {
+		t.Fatalf("first: %+v %v", out, err)
+	}
+	out, err := r.act.Handle(context.Background(), sb, testPolicy().Decide(sb, nil, t0))
+	if err != nil || out.RequeueAfter != time.Minute {
+		t.Fatalf("second: %+v %v, want requeue after 1m", out, err)
+	}
+	if got := strings.Join(r.writes(), ","); got != "delete pods" {
+		t.Fatalf("writes = %s, want one delete", got)
+	}
+	if n := len(r.client.Actions()); n != 2 {
+		t.Fatalf("%d API calls, want 2 (get+delete of the first pod only)", n)
+	}
+}
+
+// TestActuatorReleasesSlotWhenNothingDeleted: a pod that turned out to be gone
+// does not use up the deletion budget.
+func TestActuatorReleasesSlotWhenNothingDeleted(t *testing.T) {
+	w := NewWindow(1, time.Minute)
+	r := newRig(t, testPolicy(), false, w, livePod(func(p *corev1.Pod) { p.Name, p.UID = "web-2", "uid-2" }))
+	gone := pod(failed("Evicted"))
+	if _, err := r.act.Handle(context.Background(), gone, testPolicy().Decide(gone, nil, t0)); err != nil {
+		t.Fatal(err)
+	}
+	if wait := w.Reserve(t0); wait != 0 {
+		t.Fatalf("slot not released: wait %v", wait)
+	}
+}

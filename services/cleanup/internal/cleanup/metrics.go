@@ -1,0 +1,41 @@
+package cleanup
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics of the cleanup actor.
+type Metrics struct {
+	// Decisions counts published decisions by verb and reason (skips once per pod and reason).
+	Decisions *prometheus.CounterVec
+	// Deferred counts deletions postponed by the rate limit (the pod is requeued, never dropped).
+	Deferred prometheus.Counter
+	// Rechecks counts writes abandoned by the live re-check, by why (gone, recreated, changed).
+	Rechecks *prometheus.CounterVec
+	// APIErrors counts failed API calls by operation.
+	APIErrors *prometheus.CounterVec
+}
+
+// NewMetrics registers the metrics on reg (nil: unregistered, for tests).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_cleanup_decisions_total",
+			Help: "Cleanup decisions published to OPS, by verb (deleted, forcedeleted, skipped, dryrun, failed) and reason.",
+		}, []string{"verb", "reason"}),
+		Deferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_cleanup_rate_limited_total",
+			Help: "Deletions postponed by maxDeletionsPerMinute; the pod is requeued.",
+		}),
+		Rechecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_cleanup_recheck_abandoned_total",
+			Help: "Deletions abandoned because the live pod no longer qualified, by why.",
+		}, []string{"why"}),
+		APIErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_cleanup_api_errors_total",
+			Help: "Failed Kubernetes API calls, by operation.",
+		}, []string{"op"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Decisions, m.Deferred, m.Rechecks, m.APIErrors)
+	}
+	return m
+}

@@ -1,0 +1,134 @@
+package cleanup
+
+import (
+	"testing"
+	"time"
+
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/events"
+)
+
+var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+
+func testPolicy() Policy {
+	return Policy{
+		Reasons:            map[string]bool{"Evicted": true, "OutOfcpu": true},
+		MinAge:             time.Minute,
+		TerminatingTimeout: 5 * time.Minute,
+		Namespaces:         config.Namespaces{Exclude: []string{"kube-system"}},
+		OptOutLabel:        events.LabelOptOut,
+	}
+}
+
+// pod builds a pod state; mutate adjusts it.
+func pod(mutate ...func(*events.PodState)) *events.PodState {
+	p := &events.PodState{Op: events.OpUpsert, UID: "uid-1", Namespace: "apps", Name: "web-1",
+		NodeName: "n1", Phase: "Running", CreationTimestamp: t0.Add(-time.Hour)}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+func failed(reason string) func(*events.PodState) {
+	return func(p *events.PodState) { p.Phase, p.Reason = "Failed", reason }
+}
+
+func deleting(at time.Time) func(*events.PodState) {
+	return func(p *events.PodState) { p.DeletionTimestamp = &at }
+}
+
+func readyNode(status string) *events.NodeState { return &events.NodeState{Name: "n1", Ready: status} }
+
+func TestDecide(t *testing.T) {
+	sts := func(p *events.PodState) { p.Owner = &events.Owner{Kind: "StatefulSet", Name: "db"} }
+	finalizers := func(p *events.PodState) { p.Finalizers = 2 }
+	optOut := func(p *events.PodState) { p.Labels = map[string]string{events.LabelOptOut: ""} }
+	inNS := func(ns string) func(*events.PodState) { return func(p *events.PodState) { p.Namespace = ns } }
+	young := func(p *events.PodState) { p.CreationTimestamp = t0.Add(-20 * time.Second) }
+	stuckSince := t0.Add(-6 * time.Minute) // deletionTimestamp 6m ago, timeout 5m: due
+
+	tests := []struct {
+		name     string
+		policy   func(*Policy)
+		pod      *events.PodState
+		node     *events.NodeState
+		action   Action
+		reason   string
+		until    time.Time
+		rmFinals bool
+	}{
+		{name: "nil pod", pod: nil, action: None},
+		{name: "running pod", pod: pod(), action: None},
+		{name: "succeeded pod", pod: pod(func(p *events.PodState) { p.Phase = "Succeeded" }), action: None},
+		{name: "failed with unlisted reason", pod: pod(failed("Error")), action: None},
+		{name: "failed without reason", pod: pod(failed("")), action: None},
+		{name: "evicted", pod: pod(failed("Evicted")), action: Delete, reason: ReasonFailedPod},
+		{name: "configured extra reason", pod: pod(failed("OutOfcpu")), action: Delete, reason: ReasonFailedPod},
+		{name: "evicted younger than minAge waits", pod: pod(failed("Evicted"), young), action: Wait, reason: ReasonFailedPod, until: t0.Add(40 * time.Second)},
+		{name: "evicted minAge zero", policy: func(p *Policy) { p.MinAge = 0 }, pod: pod(failed("Evicted"), young), action: Delete, reason: ReasonFailedPod},
+		{name: "evicted in excluded namespace", pod: pod(failed("Evicted"), inNS("kube-system")), action: None},
+		{name: "evicted outside include list", policy: func(p *Policy) { p.Namespaces.Include = []string{"other"} }, pod: pod(failed("Evicted")), action: None},
+		{name: "evicted opted out", pod: pod(failed("Evicted"), optOut), action: Skip, reason: ReasonOptedOut},
+		{name: "opt-out disabled", policy: func(p *Policy) { p.OptOutLabel = "" }, pod: pod(failed("Evicted"), optOut), action: Delete, reason: ReasonFailedPod},
+		{name: "evicted with finalizers is still a plain delete", pod: pod(failed("Evicted"), finalizers), action: Delete, reason: ReasonFailedPod},
+
+		{name: "terminating before timeout waits", pod: pod(deleting(t0.Add(-time.Minute))), action: Wait, reason: ReasonStuckTerminating, until: t0.Add(4 * time.Minute)},
+		{name: "terminating in grace period waits", pod: pod(deleting(t0.Add(30 * time.Second))), action: Wait, reason: ReasonStuckTerminating, until: t0.Add(5*time.Minute + 30*time.Second)},
+		{name: "terminating exactly due", pod: pod(deleting(t0.Add(-5 * time.Minute))), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "stuck terminating", pod: pod(deleting(stuckSince)), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "stuck Failed pod is force-deleted", pod: pod(failed("Evicted"), deleting(stuckSince)), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "force deletion disabled", policy: func(p *Policy) { p.TerminatingTimeout = 0 }, pod: pod(deleting(stuckSince)), action: None},
+		{name: "stuck in excluded namespace", pod: pod(deleting(stuckSince), inNS("kube-system")), action: None},
+		{name: "stuck opted out", pod: pod(deleting(stuckSince), optOut), action: Skip, reason: ReasonOptedOut},
+		{name: "stuck with finalizers", pod: pod(deleting(stuckSince), finalizers), action: Skip, reason: ReasonHasFinalizers},
+		{name: "stuck with finalizers, removal allowed", policy: func(p *Policy) { p.RemoveFinalizers = true }, pod: pod(deleting(stuckSince), finalizers), action: ForceDelete, reason: ReasonStuckTerminating, rmFinals: true},
+		{name: "finalizers before timeout still wait", pod: pod(deleting(t0), finalizers), action: Wait, reason: ReasonStuckTerminating, until: t0.Add(5 * time.Minute)},
+		{name: "statefulset on ready node", pod: pod(deleting(stuckSince), sts), node: readyNode("True"), action: Skip, reason: ReasonStatefulSetOnNode},
+		{name: "statefulset on ready node allowed", policy: func(p *Policy) { p.AllowStatefulSetOnReadyNode = true }, pod: pod(deleting(stuckSince), sts), node: readyNode("True"), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "statefulset on not-ready node", pod: pod(deleting(stuckSince), sts), node: readyNode("False"), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "statefulset on unreachable node", pod: pod(deleting(stuckSince), sts), node: readyNode("Unknown"), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "statefulset on deleted node", pod: pod(deleting(stuckSince), sts), node: nil, action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "deployment pod on ready node", pod: pod(deleting(stuckSince), func(p *events.PodState) { p.Owner = &events.Owner{Kind: "Deployment", Name: "web"} }), node: readyNode("True"), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "opt-out wins over finalizers", pod: pod(deleting(stuckSince), finalizers, optOut), action: Skip, reason: ReasonOptedOut},
+		{name: "finalizers reported before statefulset rule", pod: pod(deleting(stuckSince), finalizers, sts), node: readyNode("True"), action: Skip, reason: ReasonHasFinalizers},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPolicy()
+			if tc.policy != nil {
+				tc.policy(&p)
+			}
+			d := p.Decide(tc.pod, tc.node, t0)
+			if d.Action != tc.action || d.Reason != tc.reason {
+				t.Fatalf("Decide = %v/%q (%s), want %v/%q", d.Action, d.Reason, d.Message, tc.action, tc.reason)
+			}
+			if !d.Until.Equal(tc.until) {
+				t.Errorf("Until = %v, want %v", d.Until, tc.until)
+			}
+			if d.RemoveFinalizers != tc.rmFinals {
+				t.Errorf("RemoveFinalizers = %v, want %v", d.RemoveFinalizers, tc.rmFinals)
+			}
+			if d.Action != None && d.Message == "" {
+				t.Error("a decision must explain itself in Message")
+			}
+			if (d.Action == Delete || d.Action == ForceDelete) && d.Want != d.Action {
+				t.Errorf("Want = %v, want %v", d.Want, d.Action)
+			}
+		})
+	}
+}
+
+func TestNewPolicyFromConfig(t *testing.T) {
+	c, err := config.Parse([]byte("delException: {reasons: [Evicted, Shutdown], terminatingTimeout: 30s, removeFinalizers: true}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewPolicy(c.DelException)
+	if !p.Reasons["Evicted"] || !p.Reasons["Shutdown"] || p.Reasons["OutOfcpu"] {
+		t.Errorf("Reasons = %v", p.Reasons)
+	}
+	if p.TerminatingTimeout != 30*time.Second || !p.RemoveFinalizers || p.OptOutLabel != events.LabelOptOut {
+		t.Errorf("policy = %+v", p)
+	}
+}
