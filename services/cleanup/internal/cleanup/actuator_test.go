@@ -178,7 +178,7 @@ func TestActuator(t *testing.T) {
 		},
 		{
 			name: "opt-out label only on the live pod", state: failedState,
-			objs: []runtime.Object{livePod(func(p *corev1.Pod) { p.Labels = map[string]string{events.LabelOptOut: "true"} })},
+			objs:   []runtime.Object{livePod(func(p *corev1.Pod) { p.Labels = map[string]string{events.LabelOptOut: "true"} })},
 			ops:    []string{"ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/OptedOut"},
 			events: []string{"Warning CleanupSkipped OptedOut"},
 		},
@@ -188,8 +188,8 @@ func TestActuator(t *testing.T) {
 		},
 		{
 			name: "finalizers removed first when allowed", policy: func(p *Policy) { p.RemoveFinalizers = true },
-			state: pod(deleting(t0.Add(-6*time.Minute)), func(p *events.PodState) { p.Finalizers = 1 }),
-			objs:  []runtime.Object{livePod(liveDeleting, func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} })},
+			state:  pod(deleting(t0.Add(-6*time.Minute)), func(p *events.PodState) { p.Finalizers = 1 }),
+			objs:   []runtime.Object{livePod(liveDeleting, func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} })},
 			writes: []string{"patch pods", "delete pods"},
 			ops:    []string{"ops.c1.cleanup.forcedeleted.apps.web-1 cleanup/uid-1/forcedeleted"},
 			events: []string{"Warning CleanupForceDeleted"},
