@@ -1,0 +1,176 @@
+// Package compact turns full Pod and Node objects into the compact states of
+// DESIGN §4, as informer transforms. The informer cache then holds a few
+// hundred bytes per pod instead of several kilobytes: at 150,000 pods that is
+// the difference between ~150 MB and ~600 MB of watcher heap.
+package compact
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/opswire/opswire/shared/events"
+)
+
+// Pod is what the informer caches for a pod: just enough metadata for the
+// cache's keys and resourceVersion bookkeeping, plus the compact state.
+type Pod struct {
+	metav1.ObjectMeta
+	State events.PodState
+}
+
+// Node is what the informer caches for a node.
+type Node struct {
+	metav1.ObjectMeta
+	State events.NodeState
+}
+
+// PodLabelPrefix selects the pod labels the actors read (opt-outs); other
+// labels are dropped.
+const PodLabelPrefix = "opswire.io/"
+
+// PodTransform returns an informer transform that compacts pods. It accepts
+// already compacted objects, as client-go may transform an object twice.
+func PodTransform(messageLimit int) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return obj, nil
+		}
+		return &Pod{ObjectMeta: slimMeta(p.ObjectMeta), State: PodState(p, messageLimit)}, nil
+	}
+}
+
+// NodeTransform compacts nodes.
+func NodeTransform(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	return &Node{ObjectMeta: slimMeta(n.ObjectMeta), State: NodeState(n)}, nil
+}
+
+func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}
+}
+
+// PodState extracts the compact state of a pod.
+func PodState(p *corev1.Pod, messageLimit int) events.PodState {
+	s := events.PodState{
+		Op:                         events.OpUpsert,
+		UID:                        string(p.UID),
+		Namespace:                  p.Namespace,
+		Name:                       p.Name,
+		ResourceVersion:            p.ResourceVersion,
+		NodeName:                   p.Spec.NodeName,
+		Phase:                      string(p.Status.Phase),
+		Reason:                     p.Status.Reason,
+		Message:                    truncate(p.Status.Message, messageLimit),
+		CreationTimestamp:          p.CreationTimestamp.UTC(),
+		DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds,
+		Finalizers:                 len(p.Finalizers),
+		Owner:                      owner(p),
+	}
+	if p.DeletionTimestamp != nil {
+		t := p.DeletionTimestamp.UTC()
+		s.DeletionTimestamp = &t
+	}
+	for k, v := range p.Labels {
+		if strings.HasPrefix(k, PodLabelPrefix) {
+			if s.Labels == nil {
+				s.Labels = map[string]string{}
+			}
+			s.Labels[k] = v
+		}
+	}
+	if n := len(p.Status.ContainerStatuses); n > 0 {
+		s.Containers = make([]events.Container, 0, n)
+		for _, cs := range p.Status.ContainerStatuses {
+			c := events.Container{Name: cs.Name, Restarts: cs.RestartCount}
+			term := cs.LastTerminationState.Terminated
+			if term == nil {
+				term = cs.State.Terminated
+			}
+			if term != nil {
+				c.LastReason, c.LastExitCode = term.Reason, term.ExitCode
+				if !term.FinishedAt.IsZero() {
+					t := term.FinishedAt.UTC()
+					c.LastFinished = &t
+				}
+			}
+			s.Containers = append(s.Containers, c)
+		}
+	}
+	return s
+}
+
+// owner resolves the pod's controller to its workload where that is cheap: a
+// ReplicaSet created by a Deployment is named <deployment>-<pod-template-hash>.
+func owner(p *corev1.Pod) *events.Owner {
+	ref := metav1.GetControllerOf(p)
+	if ref == nil {
+		return nil
+	}
+	o := &events.Owner{Kind: ref.Kind, Name: ref.Name}
+	if ref.Kind == "ReplicaSet" {
+		if hash := p.Labels["pod-template-hash"]; hash != "" && strings.HasSuffix(ref.Name, "-"+hash) {
+			o.Kind, o.Name = "Deployment", strings.TrimSuffix(ref.Name, "-"+hash)
+		}
+	}
+	return o
+}
+
+// NodeState extracts the compact state of a node. The pod count is filled in
+// by the watcher, which counts from its pod cache.
+func NodeState(n *corev1.Node) events.NodeState {
+	s := events.NodeState{
+		Op:              events.OpUpsert,
+		UID:             string(n.UID),
+		Name:            n.Name,
+		ResourceVersion: n.ResourceVersion,
+		Unschedulable:   n.Spec.Unschedulable,
+		AllocatablePods: n.Status.Allocatable.Pods().Value(),
+		EphemeralBytes:  n.Status.Capacity.StorageEphemeral().Value(),
+	}
+	if len(n.Labels) > 0 {
+		s.Labels = make(map[string]string, len(n.Labels))
+		for k, v := range n.Labels {
+			s.Labels[k] = v
+		}
+	}
+	for k, v := range n.Annotations {
+		if strings.HasPrefix(k, "opswire.io/") {
+			if s.Annotations == nil {
+				s.Annotations = map[string]string{}
+			}
+			s.Annotations[k] = v
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		s.Taints = append(s.Taints, events.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			s.Ready = string(c.Status)
+		}
+	}
+	for _, img := range n.Status.Images {
+		s.ImageBytes += img.SizeBytes
+	}
+	s.ImageCount = len(n.Status.Images)
+	s.ImagesTruncated = s.ImageCount >= events.KubeletImageListLimit
+	return s
+}
+
+func truncate(s string, limit int) string {
+	if limit <= 0 || len(s) <= limit {
+		return s
+	}
+	// Cut on a rune boundary.
+	cut := limit
+	for cut > 0 && (s[cut]&0xC0) == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
+}

@@ -1,0 +1,40 @@
+package watcher
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	received  *prometheus.CounterVec
+	published *prometheus.CounterVec
+	unchanged *prometheus.CounterVec
+	errors    *prometheus.CounterVec
+	latency   prometheus.Histogram
+	depth     prometheus.GaugeFunc
+}
+
+func newMetrics(reg prometheus.Registerer, depth func() float64) *metrics {
+	m := &metrics{
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_watcher_events_received_total", Help: "Informer events received, by kind and type.",
+		}, []string{"kind", "event"}),
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_watcher_published_total", Help: "States stored in KUBE, by kind and op.",
+		}, []string{"kind", "op"}),
+		unchanged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_watcher_skipped_unchanged_total", Help: "Updates not published because the compact state did not change.",
+		}, []string{"kind"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_watcher_publish_errors_total", Help: "Failed publishes (each is retried).",
+		}, []string{"kind"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "opswire_watcher_publish_latency_seconds", Help: "Time from publish to JetStream acknowledgement.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		depth: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "opswire_watcher_queue_depth", Help: "Objects waiting to be compared and published.",
+		}, depth),
+	}
+	if reg != nil {
+		reg.MustRegister(m.received, m.published, m.unchanged, m.errors, m.latency, m.depth)
+	}
+	return m
+}

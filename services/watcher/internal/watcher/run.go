@@ -1,0 +1,80 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/opswire/opswire/services/watcher/internal/compact"
+	"github.com/opswire/opswire/shared/app"
+)
+
+// Run is the opswire-watcher service: one shared informer factory for pods
+// and nodes with compacting transforms, published to KUBE by the replica that
+// holds the watcher Lease. Standbys keep warm caches, so failover costs a
+// comparison, not a relist.
+func Run(ctx context.Context, rt *app.Runtime) error {
+	client, _, err := rt.Kube()
+	if err != nil {
+		return err
+	}
+	nc, _, err := rt.NATS(ctx)
+	if err != nil {
+		return err
+	}
+	wc := rt.Config.Watcher
+	// A JetStream context of our own: async publishes must time out so a
+	// publish lost in a NATS outage is retried instead of waited on forever.
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncTimeout(wc.PublishTimeout.Duration),
+		jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+
+	factory := informers.NewSharedInformerFactoryWithOptions(client, rt.Config.Controller.InformersResyncPeriod.Duration)
+	pods := factory.Core().V1().Pods().Informer()
+	nodes := factory.Core().V1().Nodes().Informer()
+	if err := pods.SetTransform(compact.PodTransform(wc.MessageLimit)); err != nil {
+		return err
+	}
+	if err := nodes.SetTransform(compact.NodeTransform); err != nil {
+		return err
+	}
+	w, err := New(pods, nodes, js, Options{
+		Cluster: rt.Cluster, Workers: wc.Workers, TombstoneTTL: rt.Config.NATS.TombstoneTTL.Duration,
+	}, rt.Log, rt.Server.Registry)
+	if err != nil {
+		return err
+	}
+	rt.Server.AddReadiness("informers", func() error {
+		if !pods.HasSynced() || !nodes.HasSynced() {
+			return errors.New("caches not synced")
+		}
+		return nil
+	})
+
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	start := time.Now()
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, nodes.HasSynced) {
+		return nil // shutting down
+	}
+	rt.Log.Info().Int("pods", len(pods.GetStore().ListKeys())).Int("nodes", len(nodes.GetStore().ListKeys())).
+		Dur("took", time.Since(start)).Msg("caches synced")
+
+	return rt.Elector(client).Run(ctx, func(ctx context.Context) error {
+		seedStart := time.Now()
+		seed, err := LoadSeed(ctx, js, rt.Cluster)
+		if err != nil {
+			return err
+		}
+		rt.Log.Info().Int("objects", len(seed)).Dur("took", time.Since(seedStart)).Msg("loaded stored state from KUBE")
+		return w.Run(ctx, seed)
+	})
+}

@@ -1,0 +1,406 @@
+// Package watcher mirrors pods and nodes into the KUBE stream (DESIGN §2–4).
+//
+// Informer handlers only enqueue object keys. Workers read the current cached
+// state, compare it with what was last stored, and publish only real changes
+// of the compact state, so status heartbeats cost no NATS traffic. Because a
+// worker always publishes the *current* state of a key, a publish that failed
+// during a NATS outage is simply retried later with whatever is current then:
+// the final state is never lost and no backlog of stale states builds up.
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/opswire/opswire/services/watcher/internal/compact"
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// AsyncPublisher is the part of jetstream.JetStream the watcher publishes with.
+type AsyncPublisher interface {
+	PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error)
+}
+
+// Options configure a Watcher.
+type Options struct {
+	Cluster      string
+	Workers      int
+	TombstoneTTL time.Duration
+}
+
+// Queue keys: "p/<namespace>/<name>" for pods, "n/<name>" for nodes.
+const (
+	podPrefix  = "p/"
+	nodePrefix = "n/"
+	// byNode indexes counted (non-terminated, bound) pods by node name.
+	byNode = "byNode"
+)
+
+// record is what was last stored for a key: enough to detect change and to
+// write a tombstone, without keeping a second copy of the state.
+type record struct {
+	hash uint64
+	uid  string
+	node string // pods: the node this pod counts on ("" if none)
+}
+
+// Watcher turns informer events into KUBE messages.
+type Watcher struct {
+	opts   Options
+	source string
+	log    zerolog.Logger
+	pods   cache.SharedIndexInformer
+	nodes  cache.SharedIndexInformer
+	pub    AsyncPublisher
+	queue  workqueue.TypedRateLimitingInterface[string]
+	m      *metrics
+
+	mu        sync.Mutex
+	published map[string]record
+	acks      chan pending
+}
+
+type pending struct {
+	key     string
+	kind    string
+	rec     record
+	op      events.Op
+	future  jetstream.PubAckFuture
+	started time.Time
+}
+
+// New wires handlers into the informers. The informers must have been built
+// with compact.PodTransform / compact.NodeTransform.
+func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options, log zerolog.Logger, reg prometheus.Registerer) (*Watcher, error) {
+	if opts.Workers < 1 {
+		opts.Workers = 1
+	}
+	w := &Watcher{
+		opts: opts, source: envelope.Source(opts.Cluster, "watcher"), log: log,
+		pods: pods, nodes: nodes, pub: pub,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 5*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "watcher"}),
+		published: map[string]record{},
+		acks:      make(chan pending, 8192),
+	}
+	w.m = newMetrics(reg, func() float64 { return float64(w.queue.Len()) })
+	if err := pods.AddIndexers(cache.Indexers{byNode: countedOnNode}); err != nil {
+		return nil, fmt.Errorf("pod index: %w", err)
+	}
+	if _, err := pods.AddEventHandler(w.handler("pod", podKey)); err != nil {
+		return nil, err
+	}
+	if _, err := nodes.AddEventHandler(w.handler("node", nodeKey)); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// countedOnNode indexes a pod under its node while it occupies a slot there.
+func countedOnNode(obj any) ([]string, error) {
+	p, ok := obj.(*compact.Pod)
+	if !ok || p.State.NodeName == "" || p.State.Terminated() {
+		return nil, nil
+	}
+	return []string{p.State.NodeName}, nil
+}
+
+func podKey(obj any) string {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return podPrefix + t.Key
+	}
+	p := obj.(*compact.Pod)
+	return podPrefix + p.Namespace + "/" + p.Name
+}
+
+func nodeKey(obj any) string {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return nodePrefix + t.Key
+	}
+	return nodePrefix + obj.(*compact.Node).Name
+}
+
+// handler only counts and enqueues; it never touches cached objects.
+func (w *Watcher) handler(kind string, key func(any) string) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			w.m.received.WithLabelValues(kind, "add").Inc()
+			w.queue.Add(key(obj))
+		},
+		UpdateFunc: func(old, cur any) {
+			if rv(old) == rv(cur) {
+				return // periodic resync: nothing new
+			}
+			w.m.received.WithLabelValues(kind, "update").Inc()
+			w.queue.Add(key(cur))
+		},
+		DeleteFunc: func(obj any) {
+			w.m.received.WithLabelValues(kind, "delete").Inc()
+			w.queue.Add(key(obj))
+		},
+	}
+}
+
+func rv(obj any) string {
+	switch o := obj.(type) {
+	case *compact.Pod:
+		return o.ResourceVersion
+	case *compact.Node:
+		return o.ResourceVersion
+	}
+	return ""
+}
+
+// Run publishes until ctx ends. Caches must be synced. It first loads what
+// KUBE already holds (seed), so a restarted watcher republishes only what
+// changed while it was away, and writes tombstones for objects deleted meanwhile.
+func (w *Watcher) Run(ctx context.Context, seed map[string]record) error {
+	w.mu.Lock()
+	for k, r := range seed {
+		w.published[k] = r
+	}
+	w.mu.Unlock()
+	for _, k := range w.pods.GetIndexer().ListKeys() {
+		w.queue.Add(podPrefix + k)
+	}
+	for _, k := range w.nodes.GetIndexer().ListKeys() {
+		w.queue.Add(nodePrefix + k)
+	}
+	for k := range seed {
+		w.queue.Add(k) // gone while we were away → tombstone
+	}
+	w.log.Info().Int("seeded", len(seed)).Int("queued", w.queue.Len()).Msg("publishing")
+
+	var wg sync.WaitGroup
+	ackDone := make(chan struct{})
+	go func() { defer close(ackDone); w.collectAcks() }()
+	for i := 0; i < w.opts.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	w.queue.ShutDownWithDrain()
+	wg.Wait()
+	close(w.acks)
+	<-ackDone
+	return nil
+}
+
+func (w *Watcher) processNext(ctx context.Context) bool {
+	key, shutdown := w.queue.Get()
+	if shutdown {
+		return false
+	}
+	if ctx.Err() != nil {
+		w.queue.Done(key)
+		return true
+	}
+	if err := w.sync(key); err != nil {
+		w.m.errors.WithLabelValues(kindOf(key)).Inc()
+		w.log.Debug().Err(err).Str("key", key).Msg("publish failed; will retry")
+		w.queue.Done(key)
+		w.queue.AddRateLimited(key)
+	}
+	return true
+}
+
+func kindOf(key string) string {
+	if strings.HasPrefix(key, podPrefix) {
+		return "pod"
+	}
+	return "node"
+}
+
+// sync publishes the current state of one key if it changed. On success the
+// key stays "processing" until its ack arrives (collectAcks calls Done), so
+// one object never has two publishes in flight.
+func (w *Watcher) sync(key string) error {
+	if strings.HasPrefix(key, podPrefix) {
+		return w.syncPod(key)
+	}
+	return w.syncNode(key)
+}
+
+func (w *Watcher) syncPod(key string) error {
+	storeKey := strings.TrimPrefix(key, podPrefix)
+	obj, exists, err := w.pods.GetIndexer().GetByKey(storeKey)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	prev, had := w.published[key]
+	w.mu.Unlock()
+	ns, name, _ := strings.Cut(storeKey, "/")
+	if !exists {
+		if !had {
+			w.queue.Done(key)
+			return nil
+		}
+		if prev.node != "" {
+			w.queue.Add(nodePrefix + prev.node)
+		}
+		state := events.PodState{Op: events.OpDelete, UID: prev.uid, Namespace: ns, Name: name}
+		return w.publish(key, "pod", subject.Pod(w.opts.Cluster, ns, name), "pod/"+prev.uid+"/delete",
+			events.TypePod, ns+"/"+name, state, record{}, events.OpDelete)
+	}
+	p := obj.(*compact.Pod)
+	state := p.State // a copy: the cached object is never modified
+	contrib := ""
+	if state.NodeName != "" && !state.Terminated() {
+		contrib = state.NodeName
+	}
+	if contrib != prev.node {
+		for _, n := range []string{prev.node, contrib} {
+			if n != "" {
+				w.queue.Add(nodePrefix + n)
+			}
+		}
+	}
+	rec := record{hash: hashPod(state), uid: state.UID, node: contrib}
+	if had && prev.hash == rec.hash && prev.uid == rec.uid {
+		w.m.unchanged.WithLabelValues("pod").Inc()
+		w.queue.Forget(key)
+		w.queue.Done(key)
+		return nil
+	}
+	return w.publish(key, "pod", subject.Pod(w.opts.Cluster, ns, name), "pod/"+state.UID+"/"+state.ResourceVersion,
+		events.TypePod, ns+"/"+name, state, rec, events.OpUpsert)
+}
+
+func (w *Watcher) syncNode(key string) error {
+	name := strings.TrimPrefix(key, nodePrefix)
+	obj, exists, err := w.nodes.GetIndexer().GetByKey(name)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	prev, had := w.published[key]
+	w.mu.Unlock()
+	if !exists {
+		if !had {
+			w.queue.Done(key)
+			return nil
+		}
+		state := events.NodeState{Op: events.OpDelete, UID: prev.uid, Name: name}
+		return w.publish(key, "node", subject.Node(w.opts.Cluster, name), "node/"+prev.uid+"/delete",
+			events.TypeNode, name, state, record{}, events.OpDelete)
+	}
+	n := obj.(*compact.Node)
+	state := n.State
+	keys, err := w.pods.GetIndexer().IndexKeys(byNode, name)
+	if err != nil {
+		return err
+	}
+	state.Pods = len(keys)
+	rec := record{hash: hashNode(state), uid: state.UID}
+	if had && prev.hash == rec.hash && prev.uid == rec.uid {
+		w.m.unchanged.WithLabelValues("node").Inc()
+		w.queue.Forget(key)
+		w.queue.Done(key)
+		return nil
+	}
+	// A node's state also changes through pod events (its count), which do not
+	// change the node's resourceVersion. The id therefore carries the newest
+	// resourceVersion the watcher has seen plus the state's hash: it never
+	// repeats for a new state (10 → 9 → 10 pods gets three ids) and repeats
+	// for the same state, which the server then deduplicates.
+	latest := maxRV(state.ResourceVersion, w.pods.LastSyncResourceVersion())
+	id := "node/" + state.UID + "/" + latest + "/" + strconv.FormatUint(rec.hash&0xffffffff, 16)
+	return w.publish(key, "node", subject.Node(w.opts.Cluster, name), id, events.TypeNode, name, state, rec, events.OpUpsert)
+}
+
+func (w *Watcher) publish(key, kind, subj, id, typ, ceSubject string, payload any, rec record, op events.Op) error {
+	ev, err := envelope.New(id, w.source, typ, ceSubject, payload, time.Now())
+	if err != nil {
+		return err
+	}
+	var opts []jetstream.PublishOpt
+	if op == events.OpDelete {
+		opts = append(opts, jetstream.WithMsgTTL(w.opts.TombstoneTTL))
+	}
+	start := time.Now()
+	fut, err := w.pub.PublishMsgAsync(ev.Msg(subj), opts...)
+	if err != nil {
+		return err
+	}
+	w.acks <- pending{key: key, kind: kind, rec: rec, op: op, future: fut, started: start}
+	return nil
+}
+
+// collectAcks settles publishes in order: success records the state and
+// releases the key; failure releases it for a rate-limited retry.
+func (w *Watcher) collectAcks() {
+	for p := range w.acks {
+		select {
+		case <-p.future.Ok():
+			w.m.latency.Observe(time.Since(p.started).Seconds())
+			w.m.published.WithLabelValues(p.kind, string(p.op)).Inc()
+			w.mu.Lock()
+			if p.op == events.OpDelete {
+				delete(w.published, p.key)
+			} else {
+				w.published[p.key] = p.rec
+			}
+			w.mu.Unlock()
+			w.queue.Forget(p.key)
+			w.queue.Done(p.key)
+		case err := <-p.future.Err():
+			w.m.errors.WithLabelValues(p.kind).Inc()
+			w.log.Debug().Err(err).Str("key", p.key).Msg("publish not acknowledged; will retry")
+			w.queue.Done(p.key)
+			w.queue.AddRateLimited(p.key)
+		}
+	}
+}
+
+// hashPod hashes the state without its resourceVersion, which changes on
+// every write (heartbeats included) while the compact state may not.
+func hashPod(s events.PodState) uint64 {
+	s.ResourceVersion = ""
+	return hashJSON(s)
+}
+
+func hashNode(s events.NodeState) uint64 {
+	s.ResourceVersion = ""
+	return hashJSON(s)
+}
+
+func hashJSON(v any) uint64 {
+	b, _ := json.Marshal(v)
+	h := fnv.New64a()
+	_, _ = h.Write(b)
+	return h.Sum64()
+}
+
+// maxRV returns the larger of two resourceVersions (etcd revisions).
+func maxRV(a, b string) string {
+	ai, errA := strconv.ParseUint(a, 10, 64)
+	bi, errB := strconv.ParseUint(b, 10, 64)
+	switch {
+	case errA != nil:
+		return b
+	case errB != nil || ai >= bi:
+		return a
+	}
+	return b
+}

@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/test/harness"
+)
+
+// lastPod returns the state KUBE holds for a pod subject, or nil.
+func lastPod(t *testing.T, js jetstream.JetStream, subj string) *events.PodState {
+	t.Helper()
+	var s events.PodState
+	if !lastState(t, js, subj, &s) {
+		return nil
+	}
+	return &s
+}
+
+// lastNode returns the state KUBE holds for a node subject, or nil.
+func lastNode(t *testing.T, js jetstream.JetStream, subj string) *events.NodeState {
+	t.Helper()
+	var s events.NodeState
+	if !lastState(t, js, subj, &s) {
+		return nil
+	}
+	return &s
+}
+
+func lastState(t *testing.T, js jetstream.JetStream, subj string, out any) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "KUBE")
+	if err != nil {
+		return false
+	}
+	m, err := st.GetLastMsgForSubject(ctx, subj)
+	if err != nil {
+		return false
+	}
+	if err := json.Unmarshal(m.Data, out); err != nil {
+		t.Fatalf("%s: %v", subj, err)
+	}
+	return true
+}
+
+// kubeLastSeq is the sequence of the newest message stored in KUBE: the
+// difference between two readings is the number of messages stored between them.
+func kubeLastSeq(t *testing.T, n *harness.NATS) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := n.JS.Stream(ctx, "KUBE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+// startWatcher runs opswire-watcher against the harness and waits until ready.
+func startWatcher(t *testing.T, cp *harness.ControlPlane, n *harness.NATS, cfg, id string) *harness.Process {
+	t.Helper()
+	p := harness.StartService(t, "watcher", harness.ServiceOptions{Config: cfg, Kubeconfig: cp.Kubeconfig, NATSURL: n.URL, ID: id})
+	p.WaitReady(t, 60*time.Second)
+	return p
+}
+
+// getLast reads the raw last message of a KUBE subject.
+func getLast(n *harness.NATS, subj string) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := n.JS.Stream(ctx, "KUBE")
+	if err != nil {
+		return nil, err
+	}
+	return st.GetLastMsgForSubject(ctx, subj)
+}
+
+// forceGone waits until a pod no longer exists in the API.
+func forceGone(t *testing.T, cp *harness.ControlPlane, ns, name string) {
+	t.Helper()
+	harness.Eventually(t, 10*time.Second, ns+"/"+name+" gone", func() bool {
+		_, err := cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+}
+
+// httpStatus returns the status code of a GET, or 0 on a transport error.
+func httpStatus(url string) int {
+	c := &http.Client{Timeout: time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
