@@ -1,0 +1,392 @@
+// Package dispatch is the notifier's engine: it takes OPS messages from the
+// durable consumer, routes them, groups bursts per route and kind
+// (Alertmanager's group wait / group interval), hands each flushed group to
+// the workers of the route's receivers, and acknowledges a message only when
+// every receiver it was routed to has settled it: delivered, or judged
+// undeliverable and dead-lettered.
+//
+// Until then the message stays un-acked and is kept alive with progress acks.
+// If the process dies, the acks stop and JetStream redelivers the message
+// after AckWait to another replica (or to this one after a restart); the
+// delivered-id records then skip the receivers that already had it, so a
+// crash between sending and acking neither loses nor repeats a card.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/opswire/opswire/services/notifier/internal/notify"
+	"github.com/opswire/opswire/services/notifier/internal/ratelimit"
+	"github.com/opswire/opswire/services/notifier/internal/render"
+	"github.com/opswire/opswire/services/notifier/internal/route"
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// Msg is the part of jetstream.Msg the dispatcher uses.
+type Msg interface {
+	Subject() string
+	Headers() nats.Header
+	Data() []byte
+	Metadata() (*jetstream.MsgMetadata, error)
+	Ack() error
+	Nak() error
+	Term() error
+	InProgress() error
+}
+
+// Receiver is one configured destination with its sink and rate limit.
+type Receiver struct {
+	Name    string
+	Sink    notify.Sink
+	Limiter *ratelimit.Limiter
+	Timeout time.Duration
+}
+
+// Settings are the engine's knobs (see config.Notifier).
+type Settings struct {
+	Cluster      string
+	RetryInitial time.Duration
+	RetryMax     time.Duration
+	GiveUpAfter  time.Duration
+	AckWait      time.Duration
+	MaxDeliver   int
+}
+
+// Deps are the engine's collaborators.
+type Deps struct {
+	Routes    *route.Table
+	Receivers []Receiver
+	Delivered Delivered
+	DeadJS    Publisher     // JetStream, for dead letters
+	Core      CorePublisher // core NATS, for outcomes
+	Metrics   *Metrics
+	Log       zerolog.Logger
+	Now       func() time.Time
+}
+
+// Dispatcher routes, groups and tracks messages until they are settled.
+type Dispatcher struct {
+	s         Settings
+	d         Deps
+	workers   map[string]*worker
+	now       func() time.Time
+	baseCtx   context.Context
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	groups    map[string]*group
+	pending   map[*pending]struct{}
+	stopped   bool
+	clusterTk string
+}
+
+// pending is one OPS message until every (route, receiver) it goes to is settled.
+type pending struct {
+	msg       Msg
+	item      *notify.Item
+	seq       uint64
+	remaining int             // guarded by Dispatcher.mu
+	skip      map[string]bool // route+receiver pairs already settled before a redelivery
+}
+
+type group struct {
+	key     string
+	route   *config.Route
+	items   []*pending
+	timer   *time.Timer
+	flushes int
+}
+
+// New builds a dispatcher; Run starts its workers.
+func New(s Settings, d Deps) *Dispatcher {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	x := &Dispatcher{s: s, d: d, now: d.Now, workers: map[string]*worker{}, groups: map[string]*group{},
+		pending: map[*pending]struct{}{}, clusterTk: subject.Encode(s.Cluster)}
+	for _, r := range d.Receivers {
+		x.workers[r.Name] = newWorker(x, r)
+	}
+	return x
+}
+
+// Run starts the receiver workers and the progress-ack loop, and blocks
+// until ctx ends. It then stops the workers and naks every message still
+// held, so another replica takes them at once instead of after AckWait.
+func (x *Dispatcher) Run(ctx context.Context) {
+	x.baseCtx = ctx
+	for _, w := range x.workers {
+		x.wg.Add(1)
+		go func(w *worker) { defer x.wg.Done(); w.run(ctx) }(w)
+	}
+	interval := x.s.AckWait / 3
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			x.shutdown()
+			return
+		case <-t.C:
+			x.keepAlive()
+		}
+	}
+}
+
+func (x *Dispatcher) shutdown() {
+	x.mu.Lock()
+	x.stopped = true
+	for _, g := range x.groups {
+		g.timer.Stop()
+	}
+	x.mu.Unlock()
+	x.wg.Wait()
+	x.mu.Lock()
+	held := make([]*pending, 0, len(x.pending))
+	for p := range x.pending {
+		held = append(held, p)
+	}
+	x.pending = map[*pending]struct{}{}
+	x.mu.Unlock()
+	for _, p := range held {
+		_ = p.msg.Nak()
+	}
+	if len(held) > 0 {
+		x.d.Log.Info().Int("messages", len(held)).Msg("released held messages for redelivery")
+	}
+	x.d.Metrics.Pending.Set(0)
+}
+
+// keepAlive sends progress acks for every held message.
+func (x *Dispatcher) keepAlive() {
+	x.mu.Lock()
+	held := make([]*pending, 0, len(x.pending))
+	for p := range x.pending {
+		held = append(held, p)
+	}
+	x.mu.Unlock()
+	for _, p := range held {
+		_ = p.msg.InProgress()
+	}
+}
+
+// Handle takes one OPS message from the consumer.
+func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
+	var seq uint64
+	var delivered uint64 = 1
+	if md, err := msg.Metadata(); err == nil {
+		seq, delivered = md.Sequence.Stream, md.NumDelivered
+	}
+	it, err := notify.Decode(msg.Subject(), msg.Headers(), msg.Data())
+	if err != nil {
+		x.d.Log.Warn().Err(err).Str("subject", msg.Subject()).Uint64("seq", seq).Msg("malformed OPS message terminated")
+		x.d.Metrics.Messages.WithLabelValues("malformed").Inc()
+		_ = msg.Term()
+		return
+	}
+	routes := x.d.Routes.Match(it)
+	if len(routes) == 0 {
+		x.d.Metrics.Messages.WithLabelValues("unrouted").Inc()
+		_ = msg.Ack()
+		return
+	}
+	p := &pending{msg: msg, item: it, seq: seq}
+	if x.s.MaxDeliver > 0 && delivered >= uint64(x.s.MaxDeliver) && delivered > 1 {
+		// Delivered MaxDeliver times without being settled: something
+		// (perhaps this message) keeps killing notifiers. Park it.
+		x.d.Metrics.Messages.WithLabelValues("max_deliver").Inc()
+		x.d.Log.Error().Str("subject", it.Subject).Str("id", it.ID).Uint64("deliveries", delivered).Msg("message redelivered too often; dead-lettered")
+		for _, r := range routes {
+			for _, recv := range r.Receivers {
+				x.deadLetter(ctx, r.Name, recv, p, "max_deliver", errors.New("redelivered too often without being settled"))
+			}
+		}
+		_ = msg.Ack()
+		return
+	}
+	// Only a redelivered message can have been settled for some receivers.
+	if delivered > 1 {
+		p.skip = map[string]bool{}
+		for _, r := range routes {
+			for _, recv := range r.Receivers {
+				seen, err := x.d.Delivered.Seen(ctx, DeliveredKey(x.s.Cluster, r.Name, recv, it.ID))
+				if err != nil {
+					x.d.Log.Warn().Err(err).Str("receiver", recv).Msg("cannot read delivered records; delivering again")
+				}
+				if seen {
+					p.skip[r.Name+"\x00"+recv] = true
+					_ = publishOutcome(x.d.Core, subject.Notify(x.s.Cluster, recv, OutcomeDropped),
+						Outcome{Receiver: recv, Route: r.Name, Outcome: OutcomeDropped, Reason: "already_delivered", Events: 1, IDs: []string{it.ID}, Time: x.now()})
+				}
+			}
+		}
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, r := range routes {
+		n := 0
+		for _, recv := range r.Receivers {
+			if !p.skip[r.Name+"\x00"+recv] {
+				n++
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		p.remaining += n
+		x.addToGroup(r, p)
+	}
+	if p.remaining == 0 {
+		x.d.Metrics.Messages.WithLabelValues("duplicate").Inc()
+		_ = msg.Ack()
+		return
+	}
+	x.d.Metrics.Messages.WithLabelValues("routed").Inc()
+	x.pending[p] = struct{}{}
+	x.d.Metrics.Pending.Set(float64(len(x.pending)))
+}
+
+// addToGroup must be called with x.mu held.
+func (x *Dispatcher) addToGroup(r *config.Route, p *pending) {
+	key := r.Name + "/" + string(p.item.Kind)
+	g, ok := x.groups[key]
+	if !ok {
+		g = &group{key: key, route: r}
+		x.groups[key] = g
+		g.timer = time.AfterFunc(r.GroupWait.Duration, func() { x.flush(g) })
+		x.d.Metrics.Groups.Set(float64(len(x.groups)))
+	}
+	g.items = append(g.items, p)
+}
+
+// flush sends what a group collected; a group that collected nothing since
+// its last flush is closed, so the next event waits GroupWait again.
+func (x *Dispatcher) flush(g *group) {
+	x.mu.Lock()
+	if x.stopped {
+		x.mu.Unlock()
+		return
+	}
+	items := g.items
+	g.items = nil
+	if len(items) == 0 {
+		delete(x.groups, g.key)
+		x.d.Metrics.Groups.Set(float64(len(x.groups)))
+		x.mu.Unlock()
+		return
+	}
+	g.flushes++
+	g.timer.Reset(g.route.GroupInterval.Duration)
+	x.mu.Unlock()
+
+	now := x.now()
+	for _, recv := range g.route.Receivers {
+		var mine []*pending
+		var its []*notify.Item
+		for _, p := range items {
+			if !p.skip[g.route.Name+"\x00"+recv] {
+				mine = append(mine, p)
+				its = append(its, p.item)
+			}
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		w := x.workers[recv]
+		ns := render.Render(render.Group{Route: g.route.Name, Key: g.key, Title: g.route.Title, Cluster: x.s.Cluster, Now: now}, its)
+		for _, n := range ns {
+			n.Receiver = recv
+			w.enqueue(&batch{n: n, route: g.route.Name, entries: entriesOf(n, mine)})
+		}
+	}
+}
+
+// entriesOf returns the pending messages a notification accounts for.
+func entriesOf(n *notify.Notification, all []*pending) []*pending {
+	if len(n.Items) == len(all) {
+		return all
+	}
+	in := make(map[*notify.Item]bool, len(n.Items))
+	for _, it := range n.Items {
+		in[it] = true
+	}
+	var out []*pending
+	for _, p := range all {
+		if in[p.item] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// settle marks one (route, receiver) of each entry done and acks the
+// messages that have nothing left.
+func (x *Dispatcher) settle(entries []*pending) {
+	var done []*pending
+	x.mu.Lock()
+	for _, p := range entries {
+		p.remaining--
+		if p.remaining == 0 {
+			if _, held := x.pending[p]; held {
+				delete(x.pending, p)
+				done = append(done, p)
+			}
+		}
+	}
+	x.d.Metrics.Pending.Set(float64(len(x.pending)))
+	x.mu.Unlock()
+	for _, p := range done {
+		if err := p.msg.Ack(); err != nil {
+			x.d.Log.Warn().Err(err).Uint64("seq", p.seq).Msg("ack failed; the message will be redelivered and skipped as delivered")
+		}
+	}
+}
+
+// deadLetter stores one event for one receiver on the DLQ stream.
+func (x *Dispatcher) deadLetter(ctx context.Context, routeName, recv string, p *pending, reason string, cause error) {
+	m := nats.NewMsg(DeadLetterSubject(x.clusterTk, recv))
+	for k, v := range p.msg.Headers() {
+		m.Header[k] = append([]string(nil), v...)
+	}
+	m.Header.Set(nats.MsgIdHdr, "dlq/"+routeName+"/"+recv+"/"+p.item.ID)
+	m.Header.Set(HeaderDLQReceiver, recv)
+	m.Header.Set(HeaderDLQRoute, routeName)
+	m.Header.Set(HeaderDLQReason, reason)
+	if cause != nil {
+		m.Header.Set(HeaderDLQError, cause.Error())
+	}
+	m.Header.Set(HeaderOrigSubject, p.item.Subject)
+	if p.seq > 0 {
+		m.Header.Set(HeaderOrigSeq, uitoa(p.seq))
+	}
+	m.Data = p.msg.Data()
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := publishRetry(pctx, x.d.DeadJS, m); err != nil {
+		x.d.Log.Error().Err(err).Str("receiver", recv).Str("id", p.item.ID).Msg("cannot store dead letter")
+	}
+	x.d.Metrics.DeadLetters.WithLabelValues(recv, reason).Inc()
+}
+
+func uitoa(v uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			return string(b[i:])
+		}
+	}
+}

@@ -1,0 +1,188 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/opswire/opswire/services/notifier/internal/notify"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// batch is one notification to one receiver and the messages it settles.
+type batch struct {
+	n       *notify.Notification
+	route   string
+	entries []*pending
+}
+
+// worker delivers one receiver's batches in order, one at a time: the
+// receiver's rate limit then paces everything, and a receiver that is down
+// holds only its own queue, never another receiver's.
+type worker struct {
+	x      *Dispatcher
+	r      Receiver
+	mu     sync.Mutex
+	queue  []*batch
+	signal chan struct{}
+}
+
+func newWorker(x *Dispatcher, r Receiver) *worker {
+	return &worker{x: x, r: r, signal: make(chan struct{}, 1)}
+}
+
+func (w *worker) enqueue(b *batch) {
+	w.mu.Lock()
+	w.queue = append(w.queue, b)
+	w.mu.Unlock()
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) next() *batch {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.queue) == 0 {
+		return nil
+	}
+	b := w.queue[0]
+	w.queue[0] = nil
+	w.queue = w.queue[1:]
+	return b
+}
+
+func (w *worker) run(ctx context.Context) {
+	for {
+		b := w.next()
+		if b == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.signal:
+				continue
+			}
+		}
+		if !w.deliver(ctx, b) {
+			return // shutting down; held messages are nak'ed by the dispatcher
+		}
+	}
+}
+
+// deliver runs the one retry loop of a batch, bounded by GiveUpAfter and ctx.
+// It returns false only when ctx ended before the batch was settled.
+func (w *worker) deliver(ctx context.Context, b *batch) bool {
+	x, log := w.x, w.x.d.Log.With().Str("receiver", w.r.Name).Str("route", b.route).Logger()
+	start := x.now()
+	backoff := x.s.RetryInitial
+	attempts := 0
+	var lastErr error
+	for {
+		if ctx.Err() != nil {
+			return false
+		}
+		if err := w.r.Limiter.Wait(ctx); err != nil {
+			return false
+		}
+		attempts++
+		actx, cancel := context.WithTimeout(ctx, w.r.Timeout)
+		t0 := time.Now()
+		retryable, err := w.r.Sink.Send(actx, b.n)
+		cancel()
+		x.d.Metrics.SendDuration.WithLabelValues(w.r.Name).Observe(time.Since(t0).Seconds())
+		if err == nil {
+			x.d.Metrics.Attempts.WithLabelValues(w.r.Name, "ok", "").Inc()
+			w.succeeded(ctx, b, attempts)
+			return true
+		}
+		if ctx.Err() != nil {
+			return false // the attempt was cut by shutdown, not by the receiver
+		}
+		reason := notify.ReasonOf(err)
+		if !retryable {
+			x.d.Metrics.Attempts.WithLabelValues(w.r.Name, "permanent", string(reason)).Inc()
+			log.Error().Err(err).Str("reason", string(reason)).Int("events", len(b.entries)).Int("attempts", attempts).
+				Msg("receiver rejected the notification permanently; dead-lettered")
+			w.failed(ctx, b, string(reason), err, attempts)
+			return true
+		}
+		x.d.Metrics.Attempts.WithLabelValues(w.r.Name, "retryable", string(reason)).Inc()
+		if x.now().Sub(start) >= x.s.GiveUpAfter {
+			log.Error().Err(err).Str("reason", string(reason)).Int("events", len(b.entries)).Int("attempts", attempts).
+				Dur("after", x.now().Sub(start)).Msg("receiver kept failing; giving up and dead-lettering")
+			w.failed(ctx, b, "gave_up_"+string(reason), err, attempts)
+			return true
+		}
+		// Log when the failure changes, not on every retry.
+		if lastErr == nil || lastErr.Error() != err.Error() {
+			log.Warn().Err(err).Str("reason", string(reason)).Dur("retryIn", backoff).Msg("send failed; retrying")
+		}
+		lastErr = err
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		backoff *= 2
+		if backoff > x.s.RetryMax {
+			backoff = x.s.RetryMax
+		}
+	}
+}
+
+func (w *worker) keys(b *batch) ([]string, []string) {
+	keys := make([]string, len(b.entries))
+	ids := make([]string, len(b.entries))
+	for i, p := range b.entries {
+		keys[i] = DeliveredKey(w.x.s.Cluster, b.route, w.r.Name, p.item.ID)
+		ids[i] = p.item.ID
+	}
+	return keys, ids
+}
+
+func (w *worker) succeeded(ctx context.Context, b *batch, attempts int) {
+	x := w.x
+	keys, ids := w.keys(b)
+	// Record before acking: a crash after this point redelivers messages
+	// that are then skipped for this receiver.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	if err := x.d.Delivered.Mark(mctx, keys); err != nil {
+		x.d.Log.Warn().Err(err).Str("receiver", w.r.Name).Msg("cannot record delivered ids; a redelivery could repeat this card")
+	}
+	cancel()
+	x.d.Metrics.Deliveries.WithLabelValues(w.r.Name, OutcomeDelivered).Inc()
+	x.d.Metrics.Events.WithLabelValues(w.r.Name, OutcomeDelivered).Add(float64(len(b.entries)))
+	_ = publishOutcome(x.d.Core, subject.Notify(x.s.Cluster, w.r.Name, OutcomeDelivered), Outcome{Receiver: w.r.Name, Route: b.route,
+		Outcome: OutcomeDelivered, Title: b.n.Title, Attempts: attempts, Events: len(ids), IDs: ids, Time: x.now()})
+	x.d.Log.Debug().Str("receiver", w.r.Name).Str("route", b.route).Int("events", len(ids)).Int("attempts", attempts).Msg("delivered")
+	x.settle(b.entries)
+}
+
+func (w *worker) failed(ctx context.Context, b *batch, reason string, cause error, attempts int) {
+	x := w.x
+	for _, p := range b.entries {
+		x.deadLetter(ctx, b.route, w.r.Name, p, reason, cause)
+	}
+	keys, ids := w.keys(b)
+	// Dead-lettered counts as settled: a redelivery must not start the
+	// retries (and the error logs) over again.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	if err := x.d.Delivered.Mark(mctx, keys); err != nil {
+		x.d.Log.Warn().Err(err).Str("receiver", w.r.Name).Msg("cannot record dead-lettered ids")
+	}
+	cancel()
+	code := 0
+	var se *notify.SendError
+	if errors.As(cause, &se) {
+		code = se.Code
+	}
+	x.d.Metrics.Deliveries.WithLabelValues(w.r.Name, OutcomeFailed).Inc()
+	x.d.Metrics.Events.WithLabelValues(w.r.Name, OutcomeFailed).Add(float64(len(b.entries)))
+	_ = publishOutcome(x.d.Core, subject.Notify(x.s.Cluster, w.r.Name, OutcomeFailed), Outcome{Receiver: w.r.Name, Route: b.route,
+		Outcome: OutcomeFailed, Reason: reason, Code: code, Title: b.n.Title, Attempts: attempts, Events: len(ids), IDs: ids, Time: x.now()})
+	x.settle(b.entries)
+}

@@ -1,0 +1,50 @@
+// Package httpx is the one HTTP step every webhook sink shares: POST a JSON
+// body and read a bounded answer, with errors that never contain the URL.
+// A webhook URL carries the bot's token, so net/http's habit of quoting the
+// URL in every *url.Error would leak it into logs.
+package httpx
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/opswire/opswire/services/notifier/internal/notify"
+)
+
+// maxAnswer bounds how much of an answer is read; receivers answer in bytes.
+const maxAnswer = 64 << 10
+
+// PostJSON sends body to rawURL and returns the status and the answer.
+// Transport failures come back as *notify.SendError with ReasonTransport.
+func PostJSON(ctx context.Context, client *http.Client, rawURL string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, &notify.SendError{Reason: notify.ReasonBadRequest, Err: errors.New("cannot build the request (bad URL)")}
+	}
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, &notify.SendError{Reason: notify.ReasonTransport, Err: RedactURL(err)}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return 0, nil, &notify.SendError{Reason: notify.ReasonTransport, Err: RedactURL(err)}
+	}
+	return resp.StatusCode, b, nil
+}
+
+// RedactURL strips the request URL from an HTTP client error.
+func RedactURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", strings.ToLower(ue.Op), ue.Err)
+	}
+	return err
+}

@@ -1,0 +1,272 @@
+// Package render turns a group of OPS events into sink-neutral
+// notifications: a title, a short markdown summary with counts, and a table
+// of the most important rows. A burst of 500 cleanup results becomes one
+// notification whose counts account for every pod, with the rows sorted so
+// that a sink that must cut to fit its size limit keeps the failures first.
+package render
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/opswire/opswire/services/notifier/internal/notify"
+	"github.com/opswire/opswire/shared/events"
+)
+
+// Group describes where a group of items goes.
+type Group struct {
+	Route   string
+	Key     string
+	Title   string // route title (msgtitle); empty uses the event's or a default
+	Cluster string
+	Now     time.Time
+}
+
+// Render renders the items of one group (all of one kind). A restart report
+// is never merged with another: each becomes its own notification.
+func Render(g Group, items []*notify.Item) []*notify.Notification {
+	if len(items) == 0 {
+		return nil
+	}
+	switch items[0].Kind {
+	case notify.KindRestarts:
+		out := make([]*notify.Notification, 0, len(items))
+		for _, it := range items {
+			out = append(out, restarts(g, it))
+		}
+		return out
+	case notify.KindCleanup:
+		return []*notify.Notification{cleanup(g, items)}
+	case notify.KindCordon:
+		return []*notify.Notification{cordon(g, items)}
+	case notify.KindImages:
+		return []*notify.Notification{images(g, items)}
+	}
+	return nil
+}
+
+func base(g Group, items []*notify.Item, defaultTitle string) *notify.Notification {
+	n := &notify.Notification{Route: g.Route, Key: g.Key, Cluster: g.Cluster, Time: g.Now, Items: items,
+		Title: firstNonEmpty(g.Title, defaultTitle), Severity: events.SeverityInfo}
+	for _, it := range items {
+		if notify.SeverityRank(it.Severity) > notify.SeverityRank(n.Severity) {
+			n.Severity = it.Severity
+		}
+	}
+	return n
+}
+
+// sortItems puts the most severe first, then the newest.
+func sortItems(items []*notify.Item) []*notify.Item {
+	s := append([]*notify.Item(nil), items...)
+	sort.SliceStable(s, func(i, j int) bool {
+		ri, rj := notify.SeverityRank(s[i].Severity), notify.SeverityRank(s[j].Severity)
+		if ri != rj {
+			return ri > rj
+		}
+		return s[i].Time.After(s[j].Time)
+	})
+	return s
+}
+
+func cleanup(g Group, items []*notify.Item) *notify.Notification {
+	n := base(g, items, "Pod cleanup")
+	verbs, reasons, nss := counter{}, counter{}, counter{}
+	for _, it := range items {
+		d := it.Cleanup
+		verbs.add(d.Verb)
+		reasons.add(firstNonEmpty(d.PodReason, d.Phase, "-"))
+		nss.add(d.Namespace)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "**%d** cleanup results: %s", len(items), verbs)
+	fmt.Fprintf(&b, "\n**Pod reasons:** %s", reasons)
+	fmt.Fprintf(&b, "\n**Namespaces:** %s", nss.top(5))
+	if len(items) == 1 {
+		d := items[0].Cleanup
+		fmt.Fprintf(&b, "\n**Pod:** %s/%s  **Node:** %s\n**Why:** %s", Clean(d.Namespace), Clean(d.Pod), Clean(firstNonEmpty(d.Node, "-")), Clean(d.Reason))
+		if d.Error != "" {
+			fmt.Fprintf(&b, "\n**Error:** %s", Clean(d.Error))
+		}
+	}
+	n.Summary = b.String()
+	n.Columns = []string{"Pod", "Node", "Result", "Reason"}
+	for _, it := range sortItems(items) {
+		d := it.Cleanup
+		why := firstNonEmpty(d.PodReason, d.Phase)
+		if d.Error != "" {
+			why = d.Error
+		} else if d.Reason != "" && why != "" {
+			why += ": " + d.Reason
+		} else if d.Reason != "" {
+			why = d.Reason
+		}
+		n.Rows = append(n.Rows, []string{Clean(d.Namespace + "/" + d.Pod), Clean(firstNonEmpty(d.Node, "-")), Clean(dry(d.Verb, d.DryRun)), Clean(why)})
+	}
+	return n
+}
+
+func cordon(g Group, items []*notify.Item) *notify.Notification {
+	n := base(g, items, "Node cordon")
+	verbs := counter{}
+	for _, it := range items {
+		verbs.add(it.Cordon.Verb)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "**%d** cordon decisions: %s", len(items), verbs)
+	if len(items) == 1 {
+		d := items[0].Cordon
+		fmt.Fprintf(&b, "\n**Node:** %s  **Pods:** %d (cordon at %d, uncordon at %d)\n**Why:** %s", Clean(d.Node), d.Pods, d.MaxPods, d.MinPods, Clean(d.Reason))
+		if d.Error != "" {
+			fmt.Fprintf(&b, "\n**Error:** %s", Clean(d.Error))
+		}
+	}
+	n.Summary = b.String()
+	n.Columns = []string{"Node", "Result", "Pods", "Reason"}
+	for _, it := range sortItems(items) {
+		d := it.Cordon
+		why := d.Reason
+		if d.Error != "" {
+			why = d.Error
+		}
+		n.Rows = append(n.Rows, []string{Clean(d.Node), Clean(dry(d.Verb, d.DryRun)), fmt.Sprintf("%d/%d", d.Pods, d.MaxPods), Clean(why)})
+	}
+	return n
+}
+
+func images(g Group, items []*notify.Item) *notify.Notification {
+	n := base(g, items, "Node image storage")
+	var b strings.Builder
+	fmt.Fprintf(&b, "**%d** nodes over the image-storage threshold", len(items))
+	n.Summary = b.String()
+	n.Columns = []string{"Node", "Images", "Size", "Reason"}
+	for _, it := range sortItems(items) {
+		a := it.Image
+		size := Bytes(a.ImageBytes)
+		if a.Percent > 0 {
+			size += fmt.Sprintf(" (%.0f%%)", a.Percent)
+		}
+		n.Rows = append(n.Rows, []string{Clean(a.Node), fmt.Sprintf("%d", a.ImageCount), size, Clean(a.Reason)})
+	}
+	return n
+}
+
+func restarts(g Group, it *notify.Item) *notify.Notification {
+	r := it.Report
+	n := base(g, []*notify.Item{it}, firstNonEmpty(r.Title, "Pods restarting too often"))
+	if g.Title != "" {
+		n.Title = g.Title
+	}
+	var b strings.Builder
+	unit := "pods"
+	if r.GroupBy == "workload" {
+		unit = "workloads"
+	}
+	fmt.Fprintf(&b, "**%d** %s restarted more than **%d** times (%s), %d restarts in all; %d pods checked",
+		r.Offenders, unit, r.Threshold, Clean(firstNonEmpty(r.Mode, "total")), r.Restarts, r.PodsSeen)
+	if r.Offenders == 0 {
+		b.Reset()
+		fmt.Fprintf(&b, "No pod restarted more than **%d** times; %d pods checked", r.Threshold, r.PodsSeen)
+	}
+	n.Summary = b.String()
+	n.Columns = []string{"Namespace", "Pod", "Node", "Restarts", "Last reason"}
+	for _, row := range r.Rows {
+		name := row.Pod
+		if name == "" && row.Owner != nil {
+			name = fmt.Sprintf("%s/%s (%d pods)", row.Owner.Kind, row.Owner.Name, row.Pods)
+		}
+		n.Rows = append(n.Rows, []string{Clean(row.Namespace), Clean(name), Clean(firstNonEmpty(row.Node, "-")),
+			fmt.Sprintf("%d", row.Restarts), Clean(lastReason(row))})
+	}
+	n.Omitted = r.Truncated
+	return n
+}
+
+func lastReason(row events.RestartRow) string {
+	for _, c := range row.Containers {
+		if c.LastReason != "" {
+			return c.LastReason
+		}
+	}
+	return "-"
+}
+
+func dry(verb string, dryRun bool) string {
+	if dryRun && verb != "dryrun" {
+		return verb + " (dry run)"
+	}
+	return verb
+}
+
+// Clean makes user-supplied text safe inside a one-line markdown cell: no
+// line breaks, no markup that could mention people (<at>) or break bold
+// text, and at most 160 characters.
+func Clean(s string) string {
+	s = strings.NewReplacer("\r", " ", "\n", " ", "\t", " ", "<", "‹", ">", "›", "*", "∗", "|", "¦", "`", "'").Replace(s)
+	const max = 160
+	if utf8.RuneCountInString(s) > max {
+		r := []rune(s)
+		s = string(r[:max-1]) + "…"
+	}
+	return s
+}
+
+// Bytes formats a byte count for people.
+func Bytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// counter counts values and prints them most frequent first.
+type counter map[string]int
+
+func (c counter) add(k string) { c[k]++ }
+
+func (c counter) sorted() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if c[keys[i]] != c[keys[j]] {
+			return c[keys[i]] > c[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	return keys
+}
+
+func (c counter) top(n int) string {
+	keys := c.sorted()
+	var parts []string
+	for i, k := range keys {
+		if i == n {
+			parts = append(parts, fmt.Sprintf("and %d more", len(keys)-n))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", Clean(k), c[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (c counter) String() string { return c.top(len(c)) }
