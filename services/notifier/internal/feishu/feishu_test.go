@@ -1,0 +1,202 @@
+package feishu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opswire/opswire/services/notifier/feishutest"
+	"github.com/opswire/opswire/services/notifier/internal/notify"
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/events"
+)
+
+// The vectors of feishu-webhook.md §2.1; the second matches an independent
+// third-party test against a live bot.
+func TestSignKnownVectors(t *testing.T) {
+	tests := []struct {
+		secret string
+		ts     int64
+		want   string
+	}{
+		{"demo", 1599360473, "l1N0gAcBjdwBvGm1xMjOF0XSyaLRpR7tuO5dHfhAYc8="},
+		{"dGhpcyBpcyBhIGtleQ==", 1716283459, "8EyY+xxfJvzWjZQpdc2mgvQFaG7lF5nbxl7RITyMkJU="},
+	}
+	for _, tc := range tests {
+		t.Run(tc.secret, func(t *testing.T) {
+			if got := Sign(tc.secret, tc.ts); got != tc.want {
+				t.Fatalf("Sign = %s, want %s", got, tc.want)
+			}
+			if got := feishutest.ExpectedSign(tc.secret, tc.ts); got != tc.want {
+				t.Fatalf("test server's sign = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		name      string
+		status    int
+		body      string
+		retryable bool
+		reason    notify.Reason // "" = success
+	}{
+		{"success", 200, `{"StatusCode":0,"StatusMessage":"success","code":0,"data":{},"msg":"success"}`, false, ""},
+		{"legacy success", 200, `{"Extra":null,"StatusCode":0,"StatusMessage":"success"}`, false, ""},
+		{"statuscode 0 but code 9499", 200, `{"StatusCode":0,"StatusMessage":"","code":9499,"msg":"too many request"}`, true, notify.ReasonRateLimited},
+		{"9499 bad request", 200, `{"code":9499,"msg":"Bad Request","data":{}}`, false, notify.ReasonBadRequest},
+		{"11232", 200, `{"code":11232,"msg":"frequency limited psm[lark.oapi.app_platform_runtime]appID[1500]"}`, true, notify.ReasonRateLimited},
+		{"19001", 200, `{"code":19001,"msg":"param invalid: incoming webhook access token invalid"}`, false, notify.ReasonToken},
+		{"19021", 200, `{"code":19021,"msg":"sign match fail or timestamp is not within one hour from current time"}`, false, notify.ReasonSignature},
+		{"19022", 200, `{"code":19022,"msg":"Ip Not Allowed"}`, false, notify.ReasonIPRejected},
+		{"19024", 200, `{"code":19024,"msg":"Key Words Not Found"}`, false, notify.ReasonKeyword},
+		{"unknown code", 200, `{"code":12345,"msg":"?"}`, false, notify.ReasonBadRequest},
+		{"no code at all", 200, `{}`, true, notify.ReasonBadResponse},
+		{"2xx html", 200, `<html>proxy</html>`, true, notify.ReasonBadResponse},
+		{"500", 500, `oops`, true, notify.ReasonServer},
+		{"503 json", 503, `{"code":0}`, true, notify.ReasonServer},
+		{"429", 429, ``, true, notify.ReasonRateLimited},
+		{"404", 404, `not found`, false, notify.ReasonBadRequest},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			retry, err := Classify(tc.status, []byte(tc.body))
+			if tc.reason == "" {
+				if err != nil {
+					t.Fatalf("want success, got %v", err)
+				}
+				return
+			}
+			if err == nil || retry != tc.retryable || notify.ReasonOf(err) != tc.reason {
+				t.Fatalf("Classify = %v, %v; want retryable=%v reason=%s", retry, err, tc.retryable, tc.reason)
+			}
+		})
+	}
+}
+
+func bigNotification(rows int) *notify.Notification {
+	n := &notify.Notification{Title: "Pod cleanup", Severity: events.SeverityWarning, Cluster: "prod",
+		Time: time.Unix(1700000000, 0), Summary: "**500** cleanup results", Columns: []string{"Pod", "Node", "Result", "Reason"}}
+	for i := 0; i < rows; i++ {
+		n.Rows = append(n.Rows, []string{fmt.Sprintf("team-%d/pod-with-a-rather-long-name-%05d", i%7, i), "node-0001.example.internal", "deleted", "Evicted: The node was low on resource: memory."})
+	}
+	return n
+}
+
+func TestFitKeepsBodyUnderLimit(t *testing.T) {
+	tests := []struct {
+		name     string
+		rows     int
+		secret   config.Secret
+		wantAll  bool
+		wantMore bool
+	}{
+		{"few rows fit", 5, "", true, false},
+		{"500 rows are cut", 500, "", false, true},
+		{"500 rows signed", 500, "s3cret", false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(Options{URL: "https://open.feishu.cn/open-apis/bot/v2/hook/x", Secret: tc.secret})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := bigNotification(tc.rows)
+			card, shown, err := s.Fit(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (shown == tc.rows) != tc.wantAll {
+				t.Fatalf("shown %d of %d rows", shown, tc.rows)
+			}
+			body := card.Elements[2].Content
+			more := fmt.Sprintf("…and %d more", tc.rows-shown)
+			if strings.Contains(body, more) != tc.wantMore {
+				t.Fatalf("table %q: 'and more' line present=%v, want %v", body[len(body)-40:], !tc.wantMore, tc.wantMore)
+			}
+			// Adding one more row must not fit: the cut is tight.
+			if !tc.wantAll {
+				s2 := *s
+				n2 := *n
+				n2.Rows = n.Rows[:shown+1]
+				s2.bodyLimit = s.bodyLimit
+				if _, got, _ := s2.Fit(&n2); got == shown+1 {
+					t.Fatalf("%d rows fit the limit but only %d were shown", shown+1, shown)
+				}
+			}
+		})
+	}
+}
+
+func TestSendAgainstFeishuCompatibleServer(t *testing.T) {
+	srv := feishutest.NewServer()
+	t.Cleanup(srv.Close)
+	signed := srv.AddBot("signed", feishutest.Bot{Secret: "s3cret", Keywords: []string{"ALERTBOT"}})
+	tests := []struct {
+		name      string
+		secret    config.Secret
+		keyword   string
+		url       string
+		clock     time.Time
+		retryable bool
+		reason    notify.Reason
+	}{
+		{"signed with keyword", "s3cret", "ALERTBOT", signed, time.Now(), false, ""},
+		{"wrong secret", "wrong", "ALERTBOT", signed, time.Now(), false, notify.ReasonSignature},
+		{"clock two hours off", "s3cret", "ALERTBOT", signed, time.Now().Add(-2 * time.Hour), false, notify.ReasonSignature},
+		{"keyword missing", "s3cret", "", signed, time.Now(), false, notify.ReasonKeyword},
+		{"unknown token", "", "", srv.URL + feishutest.HookPrefix + "nobody", time.Now(), false, notify.ReasonToken},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := tc.clock
+			s, err := New(Options{URL: config.Secret(tc.url), Secret: tc.secret, Keyword: tc.keyword, Now: func() time.Time { return clock }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			retry, err := s.Send(context.Background(), bigNotification(3))
+			if tc.reason == "" {
+				if err != nil {
+					t.Fatalf("Send: %v", err)
+				}
+				return
+			}
+			if err == nil || retry != tc.retryable || notify.ReasonOf(err) != tc.reason {
+				t.Fatalf("Send = %v, %v; want reason %s", retry, err, tc.reason)
+			}
+		})
+	}
+	cards := srv.Cards("signed")
+	if len(cards) != 1 || !strings.HasPrefix(cards[0].Title(), "[ALERTBOT] ") || cards[0].Header.Template != "orange" {
+		t.Fatalf("accepted cards = %+v", cards)
+	}
+}
+
+func TestTransportErrorsDoNotLeakTheURL(t *testing.T) {
+	srv := feishutest.NewServer()
+	u := srv.AddBot("tok-SECRET-123", feishutest.Bot{})
+	srv.Close() // connection refused from now on
+	s, err := New(Options{URL: config.Secret(u), Client: &http.Client{Timeout: 2 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry, err := s.Send(context.Background(), bigNotification(1))
+	if err == nil || !retry || notify.ReasonOf(err) != notify.ReasonTransport {
+		t.Fatalf("Send = %v, %v; want retryable transport error", retry, err)
+	}
+	if strings.Contains(err.Error(), "tok-SECRET-123") || strings.Contains(err.Error(), u) {
+		t.Fatalf("error leaks the URL: %v", err)
+	}
+	if _, err := New(Options{URL: "not a url with tok-SECRET-123"}); err == nil || strings.Contains(err.Error(), "tok-SECRET") {
+		t.Fatalf("New with bad URL: %v", err)
+	}
+	var se *notify.SendError
+	if !errors.As(err, &se) {
+		t.Fatalf("want *notify.SendError")
+	}
+}

@@ -1,0 +1,82 @@
+package ratelimit
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// fakeClock advances only when the limiter sleeps.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+func (c *fakeClock) sleep(_ context.Context, d time.Duration) error {
+	c.t = c.t.Add(d)
+	return nil
+}
+
+func TestWindowsAreNeverExceeded(t *testing.T) {
+	tests := []struct {
+		name    string
+		windows []Window
+		events  int
+		// checks: at most max admitted events in any span of length period
+		checks []Window
+		// wantDuration is the time the last event is admitted at
+		wantLast time.Duration
+	}{
+		{"feishu 5/s 100/min", []Window{{5, time.Second}, {100, time.Minute}}, 250,
+			[]Window{{5, time.Second}, {100, time.Minute}}, 2*time.Minute + 9*time.Second},
+		{"only per second", []Window{{5, time.Second}}, 12, []Window{{5, time.Second}}, 2 * time.Second},
+		{"disabled window ignored", []Window{{0, time.Second}, {3, time.Minute}}, 4, []Window{{3, time.Minute}}, time.Minute},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &fakeClock{t: time.Unix(0, 0)}
+			l := New(0, tc.windows...)
+			l.now, l.sleep = clk.now, clk.sleep
+			var at []time.Time
+			for i := 0; i < tc.events; i++ {
+				if err := l.Wait(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				at = append(at, clk.t)
+			}
+			for _, w := range tc.checks {
+				for i := range at {
+					n := 0
+					for j := i; j < len(at) && at[j].Sub(at[i]) < w.Period; j++ {
+						n++
+					}
+					if n > w.Limit {
+						t.Fatalf("%d events within %v starting at event %d, limit %d", n, w.Period, i, w.Limit)
+					}
+				}
+			}
+			if last := at[len(at)-1].Sub(time.Unix(0, 0)); last != tc.wantLast {
+				t.Fatalf("last event admitted at %v, want %v (the limiter must not be slower than the caps)", last, tc.wantLast)
+			}
+		})
+	}
+}
+
+func TestWaitStopsWithContext(t *testing.T) {
+	l := New(0, Window{1, time.Hour})
+	if err := l.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Wait(ctx); err == nil {
+		t.Fatal("Wait on a full window with a cancelled context: want error")
+	}
+}
+
+func TestRegistrySharesLimitersByKey(t *testing.T) {
+	var r Registry
+	mk := func() *Limiter { return New(0, Window{1, time.Second}) }
+	a, b, c := r.Get("url-a", mk), r.Get("url-a", mk), r.Get("url-b", mk)
+	if a != b || a == c {
+		t.Fatalf("same key must share one limiter, different keys must not")
+	}
+}
