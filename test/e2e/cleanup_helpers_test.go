@@ -1,0 +1,193 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/test/harness"
+)
+
+// cleanupConfig is the test configuration: cluster e2e, a fast lease, a 1 s
+// tick, a 4 s terminatingTimeout, and extra delException lines.
+func cleanupConfig(extra ...string) string {
+	var b strings.Builder
+	b.WriteString(`
+cluster:
+  name: e2e
+controller:
+  LeaderElect: true
+  leaseLockNamespace: default
+  leaseDuration: 4s
+  renewDeadline: 3s
+  retryPeriod: 500ms
+delException:
+  interval: 1s
+  minAge: 0s
+  terminatingTimeout: 4s
+  namespaces:
+    exclude: [protected]
+`)
+	for _, l := range extra {
+		b.WriteString("  " + l + "\n")
+	}
+	return b.String()
+}
+
+// cleanupKubeconfig returns a kubeconfig for a ServiceAccount holding only the
+// permissions docs/cleanup.md lists, so the tests prove that RBAC is enough.
+func cleanupKubeconfig(t *testing.T, cp *harness.ControlPlane) string {
+	t.Helper()
+	ctx := context.Background()
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "opswire-cleanup"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "delete", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+		},
+	}
+	if _, err := cp.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "opswire-cleanup"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "opswire-cleanup"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "opswire-cleanup"}},
+	}
+	if _, err := cp.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return cp.ServiceAccountKubeconfig(t, "default", "opswire-cleanup")
+}
+
+func startCleanup(t *testing.T, n *harness.NATS, cfg, kubeconfig, id string, args ...string) *harness.Process {
+	t.Helper()
+	return harness.StartService(t, "cleanup", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: id, Args: args})
+}
+
+// leaseHolder is the identity holding the cleanup Lease ("" when none).
+func leaseHolder(t *testing.T, cp *harness.ControlPlane, ns, name string) string {
+	t.Helper()
+	l, err := cp.Client.CoordinationV1().Leases(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// waitLeader waits until one of procs holds the Lease and is ready (its
+// mirror is loaded), and returns it.
+func waitLeader(t *testing.T, cp *harness.ControlPlane, procs map[string]*harness.Process) (string, *harness.Process) {
+	t.Helper()
+	var id string
+	harness.Eventually(t, 30*time.Second, "a cleanup leader", func() bool {
+		id = leaseHolder(t, cp, "default", "opswire-cleanup")
+		p := procs[id]
+		return p != nil && httpStatus(p.HealthURL+"/readyz") == http.StatusOK
+	})
+	return id, procs[id]
+}
+
+// evict writes the status a kubelet writes for an evicted pod.
+func evict(t *testing.T, cp *harness.ControlPlane, p *corev1.Pod) {
+	t.Helper()
+	harness.SetPodStatus(t, cp.Client, p, func(s *corev1.PodStatus) {
+		s.Phase, s.Reason, s.Message = corev1.PodFailed, "Evicted", "The node was low on resource: memory."
+	})
+}
+
+// deleteGracefully deletes a bound pod with a 1 s grace period; without a
+// kubelet it stays Terminating. It returns the live deletionTimestamp.
+func deleteGracefully(t *testing.T, cp *harness.ControlPlane, ns, name string) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	one := int64(1)
+	if err := cp.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &one}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || p.DeletionTimestamp == nil {
+		t.Fatalf("%s/%s not Terminating after delete: %v", ns, name, err)
+	}
+	return p.DeletionTimestamp.Time
+}
+
+func podExists(t *testing.T, cp *harness.ControlPlane, ns, name string) bool {
+	t.Helper()
+	_, err := cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("get %s/%s: %v", ns, name, err)
+	}
+	return err == nil
+}
+
+// decision decodes a cleanup OPS message.
+func decision(t *testing.T, m harness.Msg) events.CleanupDecision {
+	t.Helper()
+	if m.Type != events.TypeCleanup {
+		t.Fatalf("%s: ce-type %q", m.Subject, m.Type)
+	}
+	var d events.CleanupDecision
+	if err := json.Unmarshal(m.Data, &d); err != nil {
+		t.Fatalf("%s: %v", m.Subject, err)
+	}
+	return d
+}
+
+// opsFor matches the cleanup decision with the given verb about one pod.
+func opsFor(verb, ns, pod string) func(harness.Msg) bool {
+	subj := fmt.Sprintf("ops.e2e.cleanup.%s.%s.%s", verb, ns, pod)
+	return func(m harness.Msg) bool { return m.Subject == subj }
+}
+
+// cleanupEvents lists the reasons of the Kubernetes Events opswire-cleanup
+// wrote about one pod UID.
+func cleanupEvents(t *testing.T, cp *harness.ControlPlane, ns, uid string) []string {
+	t.Helper()
+	list, err := cp.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if string(e.InvolvedObject.UID) == uid && e.Source.Component == "opswire-cleanup" {
+			out = append(out, e.Reason)
+		}
+	}
+	return out
+}
+
+// metricValue reads one unlabelled sample from a process's /metrics (-1 if absent).
+func metricValue(t *testing.T, p *harness.Process, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(p.HealthURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", line, err)
+			}
+			return f
+		}
+	}
+	return -1
+}

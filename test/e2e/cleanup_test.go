@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/test/harness"
+)
+
+// TestCleanup runs two opswire-cleanup replicas (least-privilege RBAC) and the
+// watcher against a real API server and NATS, and walks through the rules of
+// docs/cleanup.md, ending with the leader being killed.
+func TestCleanup(t *testing.T) {
+	cp := harness.StartControlPlane(t)
+	n := harness.StartNATS(t)
+	worker := harness.CreateNode(t, cp.Client, harness.Node("worker-1", nil))
+	stsNode := harness.CreateNode(t, cp.Client, harness.Node("worker-sts", nil))
+	harness.CreateNamespace(t, cp.Client, "apps")
+	harness.CreateNamespace(t, cp.Client, "protected")
+
+	cfg := harness.WriteConfig(t, cleanupConfig())
+	startWatcher(t, cp, n, cfg, "w1")
+	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
+	kc := cleanupKubeconfig(t, cp)
+	procs := map[string]*harness.Process{
+		"a": startCleanup(t, n, cfg, kc, "a"),
+		"b": startCleanup(t, n, cfg, kc, "b"),
+	}
+	leaderID, leader := waitLeader(t, cp, procs)
+
+	t.Run("evicted pod is deleted within 2s", func(t *testing.T) {
+		p := harness.CreatePod(t, cp.Client, harness.Pod("apps", "evicted-1", worker.Name))
+		evict(t, cp, p)
+		harness.Eventually(t, 2*time.Second, "evicted pod deleted", func() bool { return !podExists(t, cp, "apps", "evicted-1") })
+		m := ops.WaitFor(t, 5*time.Second, "deleted decision", opsFor("deleted", "apps", "evicted-1"))
+		d := decision(t, m)
+		if m.ID != "cleanup/"+string(p.UID)+"/deleted" || d.PodUID != string(p.UID) || d.Node != worker.Name ||
+			d.Reason != "FailedPod" || d.PodReason != "Evicted" || d.Phase != "Failed" || d.Action != "delete" || d.DryRun {
+			t.Fatalf("decision %s %+v", m.ID, d)
+		}
+		harness.Eventually(t, 5*time.Second, "Kubernetes Event on the pod", func() bool {
+			evs := cleanupEvents(t, cp, "apps", string(p.UID))
+			return len(evs) == 1 && evs[0] == "CleanupDeleted"
+		})
+	})
+
+	t.Run("running, excluded and opted-out pods are untouched", func(t *testing.T) {
+		harness.CreatePod(t, cp.Client, harness.Pod("apps", "running-1", worker.Name))
+		excluded := harness.CreatePod(t, cp.Client, harness.Pod("protected", "evicted-2", worker.Name))
+		evict(t, cp, excluded)
+		opt := harness.Pod("apps", "evicted-optout", worker.Name)
+		opt.Labels = map[string]string{events.LabelOptOut: "true"}
+		evict(t, cp, harness.CreatePod(t, cp.Client, opt))
+		// A marker evicted after them: once it is gone, the others were examined.
+		evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("apps", "marker-1", worker.Name)))
+		harness.Eventually(t, 5*time.Second, "marker deleted", func() bool { return !podExists(t, cp, "apps", "marker-1") })
+		m := ops.WaitFor(t, 5*time.Second, "opt-out skip", opsFor("skipped", "apps", "evicted-optout"))
+		if d := decision(t, m); d.Reason != "OptedOut" || d.Verb != "skipped" {
+			t.Fatalf("opt-out decision %+v", d)
+		}
+		harness.Never(t, 3*time.Second, "an untouched pod deleted (3 ticks)", func() bool {
+			return !podExists(t, cp, "apps", "running-1") || !podExists(t, cp, "protected", "evicted-2") || !podExists(t, cp, "apps", "evicted-optout")
+		})
+		if c := ops.Count(func(m harness.Msg) bool { return m.Subject == "ops.e2e.cleanup.skipped.protected.evicted-2" }); c != 0 {
+			t.Fatalf("excluded namespace produced %d decisions, want none", c)
+		}
+	})
+
+	t.Run("stuck terminating pod is force-deleted after the timeout, not before", func(t *testing.T) {
+		harness.CreatePod(t, cp.Client, harness.Pod("apps", "stuck-1", worker.Name))
+		deadline := deleteGracefully(t, cp, "apps", "stuck-1").Add(4 * time.Second)
+		harness.Never(t, time.Until(deadline)-300*time.Millisecond, "force deletion before deletionTimestamp+terminatingTimeout",
+			func() bool { return !podExists(t, cp, "apps", "stuck-1") })
+		harness.Eventually(t, time.Until(deadline)+3*time.Second, "stuck pod force-deleted", func() bool { return !podExists(t, cp, "apps", "stuck-1") })
+		d := decision(t, ops.WaitFor(t, 5*time.Second, "forcedeleted decision", opsFor("forcedeleted", "apps", "stuck-1")))
+		if d.Reason != "StuckTerminating" || d.Action != "forcedelete" || d.Time.Before(deadline) {
+			t.Fatalf("decision %+v (deadline %v)", d, deadline)
+		}
+	})
+
+	t.Run("stuck pod with finalizers is reported, not force-deleted", func(t *testing.T) {
+		p := harness.Pod("apps", "final-1", worker.Name)
+		p.Finalizers = []string{"example.com/hold"}
+		harness.CreatePod(t, cp.Client, p)
+		deleteGracefully(t, cp, "apps", "final-1")
+		d := decision(t, ops.WaitFor(t, 10*time.Second, "finalizer skip", opsFor("skipped", "apps", "final-1")))
+		if d.Reason != "HasFinalizers" {
+			t.Fatalf("decision %+v", d)
+		}
+		harness.Never(t, 2*time.Second, "pod with finalizers deleted", func() bool { return !podExists(t, cp, "apps", "final-1") })
+	})
+
+	t.Run("statefulset pod is held while its node is Ready", func(t *testing.T) {
+		p := harness.Pod("apps", "db-0", stsNode.Name)
+		yes := true
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: types.UID("sts-db"), Controller: &yes}}
+		harness.CreatePod(t, cp.Client, p)
+		deleteGracefully(t, cp, "apps", "db-0")
+		d := decision(t, ops.WaitFor(t, 10*time.Second, "statefulset skip", opsFor("skipped", "apps", "db-0")))
+		if d.Reason != "StatefulSetOnReadyNode" || d.Owner == nil || d.Owner.Kind != "StatefulSet" {
+			t.Fatalf("decision %+v", d)
+		}
+		if !podExists(t, cp, "apps", "db-0") {
+			t.Fatal("statefulset pod deleted on a Ready node")
+		}
+		harness.SetNodeStatus(t, cp.Client, stsNode.Name, func(s *corev1.NodeStatus) {
+			s.Conditions[0].Status, s.Conditions[0].Reason = corev1.ConditionUnknown, "NodeStatusUnknown"
+		})
+		harness.Eventually(t, 5*time.Second, "statefulset pod force-deleted once its node is not Ready", func() bool {
+			return !podExists(t, cp, "apps", "db-0")
+		})
+		ops.WaitFor(t, 5*time.Second, "forcedeleted decision", opsFor("forcedeleted", "apps", "db-0"))
+	})
+
+	t.Run("leader killed: the standby continues", func(t *testing.T) {
+		leader.Kill()
+		evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("apps", "after-failover", worker.Name)))
+		standby := map[string]*harness.Process{}
+		for id, p := range procs {
+			if id != leaderID {
+				standby[id] = p
+			}
+		}
+		newID, _ := waitLeader(t, cp, standby)
+		harness.Eventually(t, 10*time.Second, "pod deleted by the new leader", func() bool { return !podExists(t, cp, "apps", "after-failover") })
+		m := ops.WaitFor(t, 5*time.Second, "deleted decision", opsFor("deleted", "apps", "after-failover"))
+		if m.Header.Get("ce-source") != "opswire/e2e/cleanup" {
+			t.Fatalf("ce-source %q", m.Header.Get("ce-source"))
+		}
+		t.Logf("leader %s killed, %s took over", leaderID, newID)
+	})
+
+	t.Run("every pod accounted for exactly once", func(t *testing.T) {
+		// Let the new leader tick over the whole state a few times first.
+		harness.Never(t, 3*time.Second, "a held pod deleted after failover", func() bool {
+			return !podExists(t, cp, "apps", "final-1") || !podExists(t, cp, "apps", "evicted-optout")
+		})
+		counts := map[string]int{}
+		for _, m := range ops.All() {
+			counts[m.Subject]++
+		}
+		want := map[string]int{
+			"ops.e2e.cleanup.deleted.apps.evicted-1":      1,
+			"ops.e2e.cleanup.deleted.apps.marker-1":       1,
+			"ops.e2e.cleanup.skipped.apps.evicted-optout": 1,
+			"ops.e2e.cleanup.forcedeleted.apps.stuck-1":   1,
+			"ops.e2e.cleanup.skipped.apps.final-1":        1,
+			"ops.e2e.cleanup.skipped.apps.db-0":           1,
+			"ops.e2e.cleanup.forcedeleted.apps.db-0":      1,
+			"ops.e2e.cleanup.deleted.apps.after-failover": 1,
+		}
+		var got, exp []string
+		for s, c := range counts {
+			got = append(got, fmt.Sprintf("%s=%d", s, c))
+		}
+		for s, c := range want {
+			exp = append(exp, fmt.Sprintf("%s=%d", s, c))
+		}
+		sort.Strings(got)
+		sort.Strings(exp)
+		if fmt.Sprint(got) != fmt.Sprint(exp) {
+			t.Fatalf("OPS decisions:\n%v\nwant\n%v", got, exp)
+		}
+	})
+}
