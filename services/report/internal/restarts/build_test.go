@@ -95,7 +95,7 @@ func TestBuild(t *testing.T) {
 				pod("a", "p2", "n1", nil, ctr("c", 33, "", 0, nil)),
 				pod("a", "p3", "n1", nil, ctr("c", 22, "", 0, nil)),
 			},
-			opts: func() Options { o := total(10); o.Top = 2; return o }(),
+			opts:     func() Options { o := total(10); o.Top = 2; return o }(),
 			wantRows: []string{"a/p2", "a/p3"}, wantRestarts: []int64{33, 22},
 			wantOffenders: 3, wantTruncated: 1, wantSum: 66, wantSeen: 3,
 		},
@@ -117,16 +117,20 @@ func TestBuild(t *testing.T) {
 			name: "tombstones and nil states are not pods",
 			pods: []*events.PodState{
 				nil,
-				func() *events.PodState { p := pod("a", "gone", "n1", nil, ctr("c", 500, "", 0, nil)); p.Op = events.OpDelete; return p }(),
+				func() *events.PodState {
+					p := pod("a", "gone", "n1", nil, ctr("c", 500, "", 0, nil))
+					p.Op = events.OpDelete
+					return p
+				}(),
 			},
 			opts:     total(10),
 			wantRows: []string{},
 		},
 		{
-			name: "total mode ignores a baseline",
-			pods: []*events.PodState{pod("a", "p", "n1", nil, ctr("c", 150, "", 0, nil))},
-			base: &Baseline{Time: tick.Add(-time.Hour), Pods: map[string]map[string]int32{"a-p-uid": {"c": 149}}},
-			opts: total(100),
+			name:     "total mode ignores a baseline",
+			pods:     []*events.PodState{pod("a", "p", "n1", nil, ctr("c", 150, "", 0, nil))},
+			base:     &Baseline{Time: tick.Add(-time.Hour), Pods: map[string]map[string]int32{"a-p-uid": {"c": 149}}},
+			opts:     total(100),
 			wantRows: []string{"a/p"}, wantRestarts: []int64{150}, wantOffenders: 1, wantSum: 150, wantSeen: 1,
 		},
 		{

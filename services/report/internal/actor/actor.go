@@ -1,0 +1,207 @@
+// Package actor is the report service: while it holds the lease it mirrors
+// the cluster state from KUBE, sends the restart report on its schedule and
+// on request, and alerts on node image storage.
+//
+// The report actor writes nothing to the cluster, so it has no actuator: its
+// only outputs are OPS events, each with an idempotent id (the schedule tick
+// for reports, the node's resourceVersion for alerts), which is what keeps
+// two replicas or a leadership change from sending anything twice.
+package actor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/opswire/opswire/services/report/internal/images"
+	"github.com/opswire/opswire/services/report/internal/restarts"
+	"github.com/opswire/opswire/services/report/internal/schedule"
+	"github.com/opswire/opswire/services/report/internal/store"
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/kubestate"
+)
+
+// Service is the name in subjects, sources and the Lease.
+const Service = "report"
+
+// publishAttempt bounds one publish attempt; PublishEvent retries with the
+// same id until its context ends.
+const publishAttempt = 5 * time.Second
+
+// Subscriber is the part of *nats.Conn the actor uses for ctl requests.
+type Subscriber interface {
+	QueueSubscribe(subj, queue string, cb nats.MsgHandler) (*nats.Subscription, error)
+}
+
+// Deps are the actor's collaborators; the actor builds no clients itself.
+type Deps struct {
+	Config  *config.Config
+	Cluster string
+	JS      jetstream.JetStream
+	NC      Subscriber
+	// MaxPayload is the server's message size limit; reports are cut to fit.
+	MaxPayload int64
+	Log        zerolog.Logger
+	Registry   prometheus.Registerer
+	// Getenv reads $TZ; Now is the clock. Both default to the real ones.
+	Getenv func(string) string
+	Now    func() time.Time
+}
+
+// Actor is one replica of the report service.
+type Actor struct {
+	cfg        *config.Config
+	cluster    string
+	js         jetstream.JetStream
+	nc         Subscriber
+	maxPayload int
+	log        zerolog.Logger
+	reg        prometheus.Registerer
+	now        func() time.Time
+	sched      *schedule.Schedule
+	opts       restarts.Options
+	thresholds images.Thresholds
+	m          *metrics
+
+	mirror atomic.Pointer[kubestate.Mirror] // set while leading
+
+	// runMu serialises report runs (schedule and requests) and guards baseline.
+	runMu    sync.Mutex
+	baseline *restarts.Baseline
+}
+
+// New validates what the configuration cannot (the $TZ zone) and builds the actor.
+func New(d Deps) (*Actor, error) {
+	if d.Getenv == nil {
+		return nil, errors.New("actor: Getenv is required")
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	sr := d.Config.SendReport
+	loc, err := schedule.Location(sr.Timezone, d.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	sched, err := schedule.Parse(sr.Schedule, loc)
+	if err != nil {
+		return nil, err
+	}
+	maxPayload := int(d.MaxPayload)
+	if maxPayload <= 0 {
+		maxPayload = 1 << 20
+	}
+	return &Actor{
+		cfg: d.Config, cluster: d.Cluster, js: d.JS, nc: d.NC, maxPayload: maxPayload,
+		log: d.Log, reg: d.Registry, now: d.Now, sched: sched,
+		opts: restarts.OptionsFrom(sr), thresholds: images.ThresholdsFrom(d.Config.ImageAlert),
+		m: newMetrics(d.Registry),
+	}, nil
+}
+
+// Ready is the readiness check: a leader is ready once it holds the cluster
+// state; a standby is always ready (it has nothing to do until it leads).
+func (a *Actor) Ready() error {
+	if m := a.mirror.Load(); m != nil && !m.Synced() {
+		return errors.New("cluster state not loaded from KUBE yet")
+	}
+	return nil
+}
+
+// Lead is the leader's work; it returns when ctx ends (leadership lost or shutdown).
+func (a *Actor) Lead(ctx context.Context) error {
+	kv, err := store.Open(ctx, a.js, a.cfg.NATS.Replicas)
+	if err != nil {
+		return err
+	}
+	st := store.New(kv, a.cluster)
+
+	nodes := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "image-alerts"})
+	defer nodes.ShutDown()
+	alertsOn := a.cfg.ImageAlert.Enable
+	mirror := kubestate.New(a.js, a.cluster, a.log, a.reg, kubestate.Handlers{
+		OnNode: func(_, cur *events.NodeState) {
+			if alertsOn {
+				// Only the name is queued: the worker reads the latest state.
+				name := ""
+				if cur != nil {
+					name = cur.Name
+				}
+				if name != "" {
+					nodes.Add(name)
+				}
+			}
+		},
+	})
+	a.mirror.Store(mirror)
+	defer a.mirror.Store(nil)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := mirror.Run(ctx); err != nil {
+			a.log.Error().Err(err).Msg("KUBE mirror stopped")
+		}
+	}()
+	if err := mirror.WaitSynced(ctx); err != nil {
+		return nil // shutting down before the state was loaded
+	}
+
+	if a.opts.Mode == config.ReportModeIncrease {
+		b, err := st.LoadBaseline(ctx)
+		if err != nil {
+			return fmt.Errorf("load restart baseline: %w", err)
+		}
+		a.runMu.Lock()
+		a.baseline = b
+		a.runMu.Unlock()
+	}
+	if alertsOn {
+		mem, err := st.LoadImageMemory(ctx)
+		if err != nil {
+			return fmt.Errorf("load image alert memory: %w", err)
+		}
+		al := &alerter{a: a, q: nodes, mirror: mirror, st: st, mem: mem}
+		// Deleted nodes are no longer in the mirror: let the worker forget them.
+		for name := range mem {
+			nodes.Add(name)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); al.run(ctx) }()
+	}
+
+	rep := &reporter{a: a, mirror: mirror, st: st}
+	if a.cfg.SendReport.Enable {
+		// Before answering requests, so a request answered proves it is done.
+		rep.catchUp(ctx)
+	}
+	sub, err := a.serveRequests(ctx, rep)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+
+	a.log.Info().Bool("report", a.cfg.SendReport.Enable).Str("schedule", a.sched.String()).
+		Str("timezone", a.sched.Location().String()).Bool("imageAlerts", alertsOn).Msg("leading")
+	if a.cfg.SendReport.Enable {
+		rep.runSchedule(ctx)
+	}
+	<-ctx.Done()
+	return nil
+}

@@ -1,0 +1,368 @@
+package actor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/natstest"
+	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+const cluster = "unit"
+
+// env is a real embedded NATS server with the KUBE and OPS streams.
+type env struct {
+	t   *testing.T
+	ctx context.Context
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	rv  int
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv := natstest.Start(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, ctx: ctx, nc: nc, js: js}
+}
+
+// publish stores a KUBE state the way the watcher does.
+func (e *env) publish(subj, typ string, payload any) {
+	e.t.Helper()
+	e.rv++
+	ev, err := envelope.New(fmt.Sprintf("%s/%d", subj, e.rv), envelope.Source(cluster, "watcher"), typ, "", payload, time.Now())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := natsx.PublishEvent(e.ctx, e.js, subj, ev, time.Second); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) pod(ns, name string, restarts int32) {
+	e.publish(subject.Pod(cluster, ns, name), events.TypePod, events.PodState{
+		Op: events.OpUpsert, UID: ns + "-" + name, Namespace: ns, Name: name, NodeName: "n1", Phase: "Running",
+		Owner:      &events.Owner{Kind: "Deployment", Name: name},
+		Containers: []events.Container{{Name: "app", Restarts: restarts, LastReason: "OOMKilled", LastExitCode: 137}},
+	})
+}
+
+func (e *env) node(name string, imageBytes int64) {
+	e.publish(subject.Node(cluster, name), events.TypeNode, events.NodeState{
+		Op: events.OpUpsert, UID: name + "-uid", Name: name, ResourceVersion: strconv.Itoa(e.rv + 1),
+		ImageBytes: imageBytes, ImageCount: 50, ImagesTruncated: true, EphemeralBytes: 1 << 40,
+	})
+}
+
+// opsLog collects OPS messages with an ordered consumer.
+type opsLog struct {
+	mu   sync.Mutex
+	msgs []jetstream.Msg
+}
+
+func (e *env) collect(filter string) *opsLog {
+	e.t.Helper()
+	l := &opsLog{}
+	cons, err := e.js.OrderedConsumer(e.ctx, subject.OpsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		l.mu.Lock()
+		l.msgs = append(l.msgs, m)
+		l.mu.Unlock()
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(cc.Stop)
+	return l
+}
+
+func (l *opsLog) reports(t *testing.T) []events.RestartReport {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []events.RestartReport
+	for _, m := range l.msgs {
+		if m.Headers().Get(envelope.HeaderType) != events.TypeRestartReport {
+			continue
+		}
+		var r events.RestartReport
+		if _, err := envelope.Decode(m.Headers(), m.Data(), events.TypeRestartReport, &r); err != nil {
+			t.Fatalf("report in OPS does not decode: %v", err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func (l *opsLog) alerts(t *testing.T) []events.ImageAlert {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []events.ImageAlert
+	for _, m := range l.msgs {
+		var a events.ImageAlert
+		if _, err := envelope.Decode(m.Headers(), m.Data(), events.TypeImageAlert, &a); err != nil {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lead starts one leader term of a fresh actor; the returned stop ends it.
+func (e *env) lead(cfg *config.Config) (a *Actor, reg *prometheus.Registry, stop func()) {
+	e.t.Helper()
+	reg = prometheus.NewRegistry()
+	a, err := New(Deps{Config: cfg, Cluster: cluster, JS: e.js, NC: e.nc, MaxPayload: e.nc.MaxPayload(),
+		Log: zerolog.Nop(), Registry: reg, Getenv: func(string) string { return "" }})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Lead(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("Lead: %v", err)
+		}
+	}
+	e.t.Cleanup(stop)
+	eventually(e.t, 10*time.Second, "leader ready", func() bool { return a.mirror.Load() != nil && a.Ready() == nil })
+	return a, reg, stop
+}
+
+func testConfig(t *testing.T, yaml string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Cluster.Name = cluster
+	return cfg
+}
+
+func (e *env) request() RunReply {
+	e.t.Helper()
+	var reply RunReply
+	eventually(e.t, 10*time.Second, "an answer to the report request", func() bool {
+		m, err := e.nc.Request(subject.Ctl(cluster, Service, "run"), nil, 5*time.Second)
+		if err != nil {
+			return false // no responder yet
+		}
+		if err := json.Unmarshal(m.Data, &reply); err != nil {
+			e.t.Fatalf("reply %q: %v", m.Data, err)
+		}
+		return true
+	})
+	return reply
+}
+
+func TestReportsOnScheduleAndOnRequest(t *testing.T) {
+	e := newEnv(t)
+	e.pod("shop", "crashy", 150)
+	e.pod("shop", "calm", 5)
+	ops := e.collect("ops.>")
+	cfg := testConfig(t, "sendReport:\n  total: 100\n  schedule: \"@every 1s\"\n  msgtitle: restarts\nimageAlert:\n  enable: false\n")
+	a, _, _ := e.lead(cfg)
+
+	reply := e.request()
+	if reply.Error != "" || !strings.HasPrefix(reply.ID, "report/restarts/run/") || reply.Rows != 1 {
+		t.Fatalf("reply %+v", reply)
+	}
+	var onDemand, scheduled []events.RestartReport
+	eventually(t, 10*time.Second, "the requested report and two scheduled ones in OPS", func() bool {
+		onDemand, scheduled = nil, nil
+		for _, r := range ops.reports(t) {
+			if r.OnDemand {
+				onDemand = append(onDemand, r)
+			} else {
+				scheduled = append(scheduled, r)
+			}
+		}
+		return len(onDemand) == 1 && len(scheduled) >= 2
+	})
+	if onDemand[0].ID != reply.ID {
+		t.Fatalf("on-demand report id %s, reply said %s", onDemand[0].ID, reply.ID)
+	}
+	for _, r := range append(onDemand, scheduled...) {
+		if len(r.Rows) != 1 || r.Rows[0].Pod != "crashy" || r.Rows[0].Restarts != 150 || r.Title != "restarts" || r.PodsSeen != 2 {
+			t.Fatalf("report %+v: want exactly shop/crashy with 150 restarts", r)
+		}
+	}
+	for i, r := range scheduled {
+		if r.ID != ScheduledID(r.Tick) || r.Tick.Nanosecond() != 0 {
+			t.Fatalf("scheduled report id %s tick %s: the id must name the whole-second tick", r.ID, r.Tick)
+		}
+		if i > 0 && !r.Tick.After(scheduled[i-1].Tick) {
+			t.Fatalf("ticks not increasing: %s then %s", scheduled[i-1].Tick, r.Tick)
+		}
+	}
+	if n := testutil.ToFloat64(a.m.reports.WithLabelValues(triggerSchedule, "sent")); n < 2 {
+		t.Fatalf("opswire_report_reports_total{trigger=schedule,outcome=sent} = %v", n)
+	}
+}
+
+func TestIncreaseModeSurvivesARestart(t *testing.T) {
+	e := newEnv(t)
+	e.pod("shop", "crashy", 150)
+	ops := e.collect("ops.*.report.restarts")
+	cfg := testConfig(t, "sendReport:\n  total: 10\n  schedule: \"@every 1s\"\n  mode: increase\nimageAlert:\n  enable: false\n")
+	_, _, stop := e.lead(cfg)
+	eventually(t, 10*time.Second, "a first report with the count since pod start", func() bool {
+		for _, r := range ops.reports(t) {
+			if len(r.Rows) == 1 && r.Rows[0].Restarts == 150 && r.Since == nil {
+				return true
+			}
+		}
+		return false
+	})
+	eventually(t, 10*time.Second, "a report after the baseline (nothing gained)", func() bool {
+		rs := ops.reports(t)
+		return len(rs) >= 2 && rs[len(rs)-1].Since != nil && len(rs[len(rs)-1].Rows) == 0
+	})
+	stop()
+	seen := len(ops.reports(t))
+	e.pod("shop", "crashy", 170)
+
+	e.lead(cfg) // a new process: only the KV bucket remembers
+	eventually(t, 10*time.Second, "a report of the increase after the restart", func() bool {
+		for _, r := range ops.reports(t)[seen:] {
+			if len(r.Rows) == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	for _, r := range ops.reports(t)[seen:] {
+		if len(r.Rows) == 1 && r.Rows[0].Restarts != 20 {
+			t.Fatalf("after the restart a report lists %d restarts, want the increase 20", r.Rows[0].Restarts)
+		}
+		if r.Since == nil {
+			t.Fatalf("report %s after the restart has no baseline time", r.ID)
+		}
+	}
+}
+
+func TestCatchUpSendsTheMissedTickOnce(t *testing.T) {
+	e := newEnv(t)
+	e.pod("shop", "crashy", 150)
+	ops := e.collect("ops.*.report.restarts")
+	// A schedule that fires every hour: no tick will happen during the test,
+	// so any scheduled report is a catch-up.
+	cfg := testConfig(t, "sendReport:\n  schedule: \"@hourly\"\n  catchUp: 2h\nimageAlert:\n  enable: false\n")
+	a, _, stop := e.lead(cfg)
+	e.request() // answered only after the catch-up check
+	stop()
+	if n := len(scheduledOnly(ops.reports(t))); n != 0 {
+		t.Fatalf("a first leader without any recorded tick sent %d reports", n)
+	}
+	// Pretend a previous leader sent the tick before the last one.
+	prevTick := a.sched.Next(time.Now().Add(-2 * time.Hour))
+	if err := kvStore(t, e).SetLastTick(e.ctx, prevTick); err != nil {
+		t.Fatal(err)
+	}
+	_, _, stop = e.lead(cfg)
+	missed := a.sched.Next(prevTick)
+	e.request()
+	eventually(t, 10*time.Second, "the missed tick's report", func() bool { return len(scheduledOnly(ops.reports(t))) == 1 })
+	if r := scheduledOnly(ops.reports(t))[0]; r.ID != ScheduledID(missed) {
+		t.Fatalf("caught-up report %s, want %s", r.ID, ScheduledID(missed))
+	}
+	stop()
+	// A third leader finds the tick recorded: nothing more.
+	_, _, stop = e.lead(cfg)
+	e.request()
+	stop()
+	// Stream order: once the third on-demand report is in, anything the
+	// catch-up published before it is too.
+	eventually(t, 10*time.Second, "three on-demand reports", func() bool { return len(ops.reports(t))-len(scheduledOnly(ops.reports(t))) == 3 })
+	if n := len(scheduledOnly(ops.reports(t))); n != 1 {
+		t.Fatalf("%d reports after a second takeover, want still 1", n)
+	}
+}
+
+func TestImageAlertsAndTheirMemory(t *testing.T) {
+	e := newEnv(t)
+	ops := e.collect("ops.*.report.images.>")
+	cfg := testConfig(t, "sendReport:\n  enable: false\nimageAlert:\n  maxBytes: 1000\n  maxPercent: 0\n  growthBytes: 100\n  cooldown: 1500ms\n")
+	e.node("node.a", 500)
+	_, _, stop := e.lead(cfg)
+	e.node("node.a", 1200) // crosses maxBytes
+	eventually(t, 10*time.Second, "the first alert", func() bool { return len(ops.alerts(t)) == 1 })
+	first := ops.alerts(t)[0]
+	if first.Reason != "maxBytes" || first.ImageBytes != 1200 || !first.ImagesTruncated || first.Node != "node.a" {
+		t.Fatalf("alert %+v", first)
+	}
+	stop()
+	// A new leader loads the memory: the same state does not alert again,
+	// and growth within the cooldown is held back until the cooldown ends.
+	_, _, _ = e.lead(cfg)
+	e.node("node.a", 1400)
+	eventually(t, 10*time.Second, "the growth alert once the cooldown is over", func() bool { return len(ops.alerts(t)) == 2 })
+	second := ops.alerts(t)[1]
+	if second.Reason != "growth" || second.PreviousBytes != 1200 || second.ImageBytes != 1400 {
+		t.Fatalf("second alert %+v", second)
+	}
+	if gap := second.Time.Sub(first.Time); gap < 1500*time.Millisecond {
+		t.Fatalf("second alert %s after the first, within the cooldown", gap)
+	}
+}
+
+func scheduledOnly(rs []events.RestartReport) []events.RestartReport {
+	var out []events.RestartReport
+	for _, r := range rs {
+		if !r.OnDemand {
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -1,0 +1,134 @@
+package actor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nuid"
+
+	"github.com/opswire/opswire/services/report/internal/restarts"
+	"github.com/opswire/opswire/services/report/internal/store"
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/kubestate"
+	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// Triggers of a report (metric label).
+const (
+	triggerSchedule = "schedule"
+	triggerRequest  = "request"
+)
+
+// headerRoom is left in the message for the CloudEvents headers.
+const headerRoom = 4 << 10
+
+// ScheduledID is the id of the report of one schedule tick: the same on every
+// replica, so JetStream stores one report per tick whoever sends it.
+func ScheduledID(tick time.Time) string {
+	return "report/restarts/" + tick.UTC().Format(time.RFC3339)
+}
+
+// requestID is the id of an on-demand report; unique per request.
+func requestID(at time.Time) string {
+	return "report/restarts/run/" + at.UTC().Format("20060102T150405.000Z") + "-" + nuid.Next()
+}
+
+// reporter builds and publishes restart reports for the leader.
+type reporter struct {
+	a      *Actor
+	mirror *kubestate.Mirror
+	st     *store.Store
+}
+
+// result of one report run.
+type result struct {
+	Report    events.RestartReport
+	Duplicate bool
+}
+
+// run builds the report of tick from the current state and stores it in OPS.
+// Scheduled runs then advance the increase-mode baseline and record the tick;
+// on-demand runs change nothing, so they never shift what the next scheduled
+// report counts from.
+func (r *reporter) run(ctx context.Context, tick time.Time, onDemand bool) (result, error) {
+	a := r.a
+	a.runMu.Lock()
+	defer a.runMu.Unlock()
+	trigger, id := triggerSchedule, ScheduledID(tick)
+	if onDemand {
+		trigger, id = triggerRequest, requestID(tick)
+	}
+	pods := r.mirror.Pods()
+	rep := restarts.Build(pods, a.baseline, a.opts, tick)
+	rep.ID, rep.OnDemand = id, onDemand
+	data, err := fitPayload(&rep, a.maxPayload-headerRoom)
+	if err != nil {
+		a.m.reports.WithLabelValues(trigger, "failed").Inc()
+		return result{}, err
+	}
+	ev := envelope.Event{
+		ID: id, Source: envelope.Source(a.cluster, Service), Type: events.TypeRestartReport,
+		Subject: "restarts", Time: a.now(), Data: data,
+	}
+	ack, err := natsx.PublishEvent(ctx, a.js, subject.Ops(a.cluster, Service, "restarts"), ev, publishAttempt)
+	if err != nil {
+		a.m.reports.WithLabelValues(trigger, "failed").Inc()
+		return result{}, fmt.Errorf("publish report %s: %w", id, err)
+	}
+	outcome := "sent"
+	if ack.Duplicate {
+		outcome = "duplicate"
+	}
+	a.m.reports.WithLabelValues(trigger, outcome).Inc()
+	a.m.rows.Observe(float64(len(rep.Rows)))
+	a.m.offenders.Set(float64(rep.Offenders))
+	a.log.Info().Str("id", id).Str("outcome", outcome).Int("rows", len(rep.Rows)).Int("offenders", rep.Offenders).
+		Int("podsSeen", rep.PodsSeen).Int64("restarts", rep.Restarts).Msg("restart report stored in OPS")
+	if onDemand {
+		return result{Report: rep, Duplicate: ack.Duplicate}, nil
+	}
+	if a.opts.Mode == config.ReportModeIncrease {
+		next := restarts.Snapshot(pods, tick)
+		if err := r.st.SaveBaseline(ctx, next, a.baseline); err != nil {
+			a.m.storeErrors.WithLabelValues("baseline").Inc()
+			a.log.Error().Err(err).Msg("could not store the restart baseline; the next report may count from an older one")
+		}
+		a.baseline = next
+	}
+	if err := r.st.SetLastTick(ctx, tick); err != nil {
+		a.m.storeErrors.WithLabelValues("tick").Inc()
+		a.log.Warn().Err(err).Msg("could not record the tick; a new leader may resend it (deduplicated)")
+	}
+	a.m.lastTick.Set(float64(tick.Unix()))
+	return result{Report: rep, Duplicate: ack.Duplicate}, nil
+}
+
+// fitPayload encodes the report, cutting rows (the least restarting first)
+// until it fits in limit bytes. The summary counts stay those of the whole
+// report and Truncated says how many rows were left out.
+func fitPayload(rep *events.RestartReport, limit int) ([]byte, error) {
+	for {
+		data, err := json.Marshal(rep)
+		if err != nil {
+			return nil, fmt.Errorf("encode report: %w", err)
+		}
+		if len(data) <= limit {
+			return data, nil
+		}
+		if len(rep.Rows) == 0 {
+			return nil, errors.New("report does not fit in a NATS message even without rows")
+		}
+		keep := int(float64(len(rep.Rows)) * float64(limit) / float64(len(data)) * 0.9)
+		if keep >= len(rep.Rows) {
+			keep = len(rep.Rows) - 1
+		}
+		rep.Truncated += len(rep.Rows) - keep
+		rep.Rows = rep.Rows[:keep]
+	}
+}

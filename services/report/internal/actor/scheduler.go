@@ -1,0 +1,88 @@
+package actor
+
+import (
+	"context"
+	"time"
+)
+
+// scheduledRunTimeout bounds one scheduled report (publish retries included).
+const scheduledRunTimeout = 2 * time.Minute
+
+// runSchedule sends one report per tick until ctx ends.
+func (r *reporter) runSchedule(ctx context.Context) {
+	a := r.a
+	next := a.sched.Next(a.now())
+	for ctx.Err() == nil {
+		if next.IsZero() {
+			a.log.Warn().Str("schedule", a.sched.String()).Msg("the schedule never fires again")
+			return
+		}
+		if !r.waitUntil(ctx, next) {
+			return
+		}
+		r.tick(ctx, next)
+		// A run longer than the interval skips the ticks it overran.
+		after := a.now()
+		if after.Before(next) {
+			after = next
+		}
+		next = a.sched.Next(after)
+	}
+}
+
+// catchUp sends the latest tick no replica recorded as sent, if it is at
+// most sendReport.catchUp old: a leader lost just before the weekly tick must
+// not make the cluster skip a week. If the old leader did send it but died
+// before recording it, the report has the same id and JetStream drops it.
+func (r *reporter) catchUp(ctx context.Context) {
+	a := r.a
+	window := a.cfg.SendReport.CatchUp.Duration
+	if window <= 0 {
+		return
+	}
+	last, ok, err := r.st.LastTick(ctx)
+	if err != nil {
+		a.m.storeErrors.WithLabelValues("tick").Inc()
+		a.log.Warn().Err(err).Msg("cannot read the last tick; no catch-up")
+		return
+	}
+	if !ok {
+		return // never sent a scheduled report: nothing was missed
+	}
+	now := a.now()
+	from := now.Add(-window)
+	if last.After(from) {
+		from = last
+	}
+	if missed, found := a.sched.Latest(from, now); found {
+		a.log.Info().Time("tick", missed).Msg("catching up a tick no replica recorded as sent")
+		r.tick(ctx, missed)
+	}
+}
+
+func (r *reporter) tick(ctx context.Context, tick time.Time) {
+	tctx, cancel := context.WithTimeout(ctx, scheduledRunTimeout)
+	defer cancel()
+	if _, err := r.run(tctx, tick, false); err != nil && ctx.Err() == nil {
+		r.a.log.Error().Err(err).Time("tick", tick).Msg("scheduled restart report failed")
+	}
+}
+
+// waitUntil sleeps until the wall clock reaches t; false when ctx ended.
+// It re-checks the clock after waking, so a wall-clock step back (NTP) cannot
+// make a tick fire early.
+func (r *reporter) waitUntil(ctx context.Context, t time.Time) bool {
+	for {
+		d := t.Sub(r.a.now())
+		if d <= 0 {
+			return true
+		}
+		timer := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return false
+		case <-timer.C:
+		}
+	}
+}

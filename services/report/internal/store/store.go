@@ -1,0 +1,192 @@
+// Package store keeps the report actor's memory in a NATS KV bucket, so that
+// a restart or a new leader continues where the last one stopped: the tick of
+// the last scheduled report (for catch-up), the restart baseline of increase
+// mode, and what was last alerted per node (so a restart does not re-alert).
+//
+// Keys are prefixed with the cluster, because several clusters may share one
+// NATS system and one bucket:
+//
+//	<cluster>.tick.last              RFC 3339 time of the last scheduled report sent
+//	<cluster>.baseline.time          RFC 3339 time the baseline was taken
+//	<cluster>.baseline.pod.<uid>     {"<container>": restarts, ...}
+//	<cluster>.images.<node>          images.Memory as JSON ('.' in names → '_')
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/opswire/opswire/services/report/internal/images"
+	"github.com/opswire/opswire/services/report/internal/restarts"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// Bucket is the KV bucket of the report actor.
+const Bucket = "opswire_report"
+
+// Open creates the bucket if needed (idempotent, so replicas may race).
+func Open(ctx context.Context, js jetstream.KeyValueManager, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      Bucket,
+		Description: "opswire report actor: last tick, increase-mode baseline, image alert memory",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("KV bucket %s: %w", Bucket, err)
+	}
+	return kv, nil
+}
+
+// Store reads and writes one cluster's keys.
+type Store struct {
+	kv     jetstream.KeyValue
+	prefix string
+}
+
+// New wraps a bucket for one cluster.
+func New(kv jetstream.KeyValue, cluster string) *Store {
+	return &Store{kv: kv, prefix: subject.Encode(cluster) + "."}
+}
+
+func (s *Store) key(parts ...string) string { return s.prefix + strings.Join(parts, ".") }
+
+// getTime reads a time key; ok is false when it was never written.
+func (s *Store) getTime(ctx context.Context, key string) (time.Time, bool, error) {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("KV get %s: %w", key, err)
+	}
+	t, err := time.Parse(time.RFC3339Nano, string(e.Value()))
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("KV %s: not a time: %w", key, err)
+	}
+	return t, true, nil
+}
+
+func (s *Store) putTime(ctx context.Context, key string, t time.Time) error {
+	if _, err := s.kv.Put(ctx, key, []byte(t.UTC().Format(time.RFC3339Nano))); err != nil {
+		return fmt.Errorf("KV put %s: %w", key, err)
+	}
+	return nil
+}
+
+// LastTick returns the tick of the last scheduled report sent.
+func (s *Store) LastTick(ctx context.Context) (time.Time, bool, error) {
+	return s.getTime(ctx, s.key("tick", "last"))
+}
+
+// SetLastTick records that the report of tick was sent.
+func (s *Store) SetLastTick(ctx context.Context, tick time.Time) error {
+	return s.putTime(ctx, s.key("tick", "last"), tick)
+}
+
+// each calls fn with every live entry under the filter.
+func (s *Store) each(ctx context.Context, filter string, fn func(jetstream.KeyValueEntry) error) error {
+	w, err := s.kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("KV watch %s: %w", filter, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("KV watch closed")
+			}
+			if e == nil { // all current values delivered
+				return nil
+			}
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// LoadBaseline returns the increase-mode baseline, nil when none was saved.
+func (s *Store) LoadBaseline(ctx context.Context) (*restarts.Baseline, error) {
+	at, ok, err := s.getTime(ctx, s.key("baseline", "time"))
+	if err != nil || !ok {
+		return nil, err
+	}
+	b := &restarts.Baseline{Time: at, Pods: map[string]map[string]int32{}}
+	podPrefix := s.key("baseline", "pod") + "."
+	err = s.each(ctx, podPrefix+"*", func(e jetstream.KeyValueEntry) error {
+		var m map[string]int32
+		if err := json.Unmarshal(e.Value(), &m); err != nil {
+			// One bad entry must not stop the report: that pod counts from zero.
+			return nil
+		}
+		b.Pods[strings.TrimPrefix(e.Key(), podPrefix)] = m
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// SaveBaseline stores next, writing only what differs from old (what was
+// loaded or last saved). The time key is written last: a baseline saved
+// half-way keeps the old time, and the counts it did write are only more recent.
+func (s *Store) SaveBaseline(ctx context.Context, next, old *restarts.Baseline) error {
+	put, remove := next.Diff(old)
+	for uid, m := range put {
+		data, _ := json.Marshal(m)
+		if _, err := s.kv.Put(ctx, s.key("baseline", "pod", uid), data); err != nil {
+			return fmt.Errorf("KV put baseline of pod %s: %w", uid, err)
+		}
+	}
+	for _, uid := range remove {
+		if err := s.kv.Purge(ctx, s.key("baseline", "pod", uid)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("KV purge baseline of pod %s: %w", uid, err)
+		}
+	}
+	return s.putTime(ctx, s.key("baseline", "time"), next.Time)
+}
+
+// LoadImageMemory returns what was last alerted, by node name.
+func (s *Store) LoadImageMemory(ctx context.Context) (map[string]images.Memory, error) {
+	out := map[string]images.Memory{}
+	prefix := s.key("images") + "."
+	err := s.each(ctx, prefix+"*", func(e jetstream.KeyValueEntry) error {
+		var m images.Memory
+		if err := json.Unmarshal(e.Value(), &m); err != nil {
+			return nil // forget a bad entry: worst case one early re-alert
+		}
+		out[subject.Decode(strings.TrimPrefix(e.Key(), prefix))] = m
+		return nil
+	})
+	return out, err
+}
+
+// SaveImageMemory stores one node's memory.
+func (s *Store) SaveImageMemory(ctx context.Context, node string, m images.Memory) error {
+	data, _ := json.Marshal(m)
+	if _, err := s.kv.Put(ctx, s.key("images", subject.Encode(node)), data); err != nil {
+		return fmt.Errorf("KV put image memory of node %s: %w", node, err)
+	}
+	return nil
+}
+
+// DeleteImageMemory forgets a node that was deleted.
+func (s *Store) DeleteImageMemory(ctx context.Context, node string) error {
+	err := s.kv.Purge(ctx, s.key("images", subject.Encode(node)))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("KV purge image memory of node %s: %w", node, err)
+	}
+	return nil
+}
