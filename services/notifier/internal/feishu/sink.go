@@ -28,6 +28,7 @@ type Sink struct {
 	keyword   string
 	client    *http.Client
 	bodyLimit int
+	maxRows   int
 	now       func() time.Time
 }
 
@@ -40,8 +41,10 @@ type Options struct {
 	Secret    config.Secret
 	Keyword   string
 	BodyLimit int
-	Client    *http.Client
-	Now       func() time.Time
+	// MaxRows caps the table rows of a card (0 = as many as fit).
+	MaxRows int
+	Client  *http.Client
+	Now     func() time.Time
 }
 
 // New builds a Feishu sink. The URL must be absolute http(s); the error never
@@ -51,7 +54,7 @@ func New(o Options) (*Sink, error) {
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return nil, errors.New("webhook URL is not an absolute http(s) URL")
 	}
-	s := &Sink{url: o.URL, secret: o.Secret, keyword: o.Keyword, client: o.Client, bodyLimit: o.BodyLimit, now: o.Now}
+	s := &Sink{url: o.URL, secret: o.Secret, keyword: o.Keyword, client: o.Client, bodyLimit: o.BodyLimit, maxRows: o.MaxRows, now: o.Now}
 	if s.client == nil {
 		s.client = &http.Client{}
 	}
@@ -76,11 +79,15 @@ func (s *Sink) Fit(n *notify.Notification) (*Card, int, error) {
 		b, _ := json.Marshal(m)
 		return c, len(b)
 	}
-	if c, sz := size(len(n.Rows)); sz <= s.bodyLimit {
-		return c, len(n.Rows), nil
+	want := len(n.Rows)
+	if s.maxRows > 0 && want > s.maxRows {
+		want = s.maxRows
+	}
+	if c, sz := size(want); sz <= s.bodyLimit {
+		return c, want, nil
 	}
 	// The largest row count that fits; rows only ever add bytes.
-	rows := sort.Search(len(n.Rows)+1, func(i int) bool {
+	rows := sort.Search(want+1, func(i int) bool {
 		_, sz := size(i)
 		return sz > s.bodyLimit
 	}) - 1
@@ -113,4 +120,3 @@ func (s *Sink) Send(ctx context.Context, n *notify.Notification) (bool, error) {
 	}
 	return Classify(status, resp)
 }
-

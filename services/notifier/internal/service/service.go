@@ -151,7 +151,7 @@ func BuildReceivers(rs []config.Receiver, n config.Notifier, client *http.Client
 		case config.ReceiverWebhook:
 			sink, err = webhook.New(u, client)
 		default:
-			sink, err = feishu.New(feishu.Options{URL: u, Secret: secret, Keyword: r.Keyword, BodyLimit: n.BodyLimit, Client: client})
+			sink, err = feishu.New(feishu.Options{URL: u, Secret: secret, Keyword: r.Keyword, BodyLimit: n.BodyLimit, MaxRows: n.TopRows, Client: client})
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("receiver %s: %w", r.Name, err))
