@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,3 +171,160 @@ func TestCleanup(t *testing.T) {
 		}
 	})
 }
+
+// TestCleanupRateLimit evicts 100 pods before the actor starts, with a cap of
+// 20 deletions per 2 s window: 20 go in the first window, the rest in later
+// windows, and every pod is deleted and audited exactly once. Then, with
+// removeFinalizers, a stuck pod with finalizers is cleared and force-deleted.
+func TestCleanupRateLimit(t *testing.T) {
+	const total, perWindow, window = 100, 20, 2 * time.Second
+	cp := harness.StartControlPlane(t)
+	n := harness.StartNATS(t)
+	worker := harness.CreateNode(t, cp.Client, harness.Node("worker-1", nil))
+	harness.CreateNamespace(t, cp.Client, "bulk")
+	cfg := harness.WriteConfig(t, cleanupConfig("maxDeletionsPerMinute: 20", "rateWindow: 2s", "removeFinalizers: true"))
+	startWatcher(t, cp, n, cfg, "w1")
+	for i := range total {
+		evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("bulk", fmt.Sprintf("ev-%03d", i), worker.Name)))
+	}
+	harness.Eventually(t, 20*time.Second, "all evictions in KUBE", func() bool {
+		for i := range total {
+			s := lastPod(t, n.JS, "kube.e2e.pod.bulk."+fmt.Sprintf("ev-%03d", i))
+			if s == nil || s.Phase != "Failed" {
+				return false
+			}
+		}
+		return true
+	})
+	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
+	p := startCleanup(t, n, cfg, cleanupKubeconfig(t, cp), "a")
+	deleted := func(m harness.Msg) bool { return strings.HasPrefix(m.Subject, "ops.e2e.cleanup.deleted.bulk.") }
+	harness.Eventually(t, 30*time.Second, "100 deletions audited", func() bool { return ops.Count(deleted) >= total })
+
+	var times []time.Time
+	uids := map[string]bool{}
+	for _, m := range ops.All() {
+		if !deleted(m) {
+			continue
+		}
+		d := decision(t, m)
+		if uids[d.PodUID] {
+			t.Fatalf("pod %s deleted twice", d.Pod)
+		}
+		uids[d.PodUID] = true
+		times = append(times, d.Time)
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	if len(times) != total {
+		t.Fatalf("%d deletions audited, want %d", len(times), total)
+	}
+	// The cap is applied when a slot is taken, just before the delete; the
+	// audit time is just after it, hence a small tolerance.
+	const slack = 250 * time.Millisecond
+	for i := 0; i+perWindow < len(times); i++ {
+		if gap := times[i+perWindow].Sub(times[i]); gap < window-slack {
+			t.Fatalf("deletions %d and %d only %v apart: more than %d in a %v window", i, i+perWindow, gap, perWindow, window)
+		}
+	}
+	if first := times[perWindow-1].Sub(times[0]); first >= window {
+		t.Fatalf("the first %d deletions took %v, want within one window", perWindow, first)
+	}
+	t.Logf("100 deletions over %v; 21st after %v", times[total-1].Sub(times[0]), times[perWindow].Sub(times[0]))
+	for i := range total {
+		if podExists(t, cp, "bulk", fmt.Sprintf("ev-%03d", i)) {
+			t.Fatalf("ev-%03d still exists", i)
+		}
+	}
+	if v := metricValue(t, p, "opswire_cleanup_rate_limited_total"); v < 1 {
+		t.Fatalf("opswire_cleanup_rate_limited_total = %v, want > 0", v)
+	}
+
+	t.Run("removeFinalizers clears finalizers, then force-deletes", func(t *testing.T) {
+		pod := harness.Pod("bulk", "final-1", worker.Name)
+		pod.Finalizers = []string{"example.com/hold"}
+		harness.CreatePod(t, cp.Client, pod)
+		deleteGracefully(t, cp, "bulk", "final-1")
+		harness.Eventually(t, 15*time.Second, "pod with finalizers gone", func() bool { return !podExists(t, cp, "bulk", "final-1") })
+		ops.WaitFor(t, 5*time.Second, "forcedeleted decision", opsFor("forcedeleted", "bulk", "final-1"))
+	})
+}
+
+// TestCleanupDryRun: --dry-run deletes nothing, writes no Events, and
+// publishes each decision once.
+func TestCleanupDryRun(t *testing.T) {
+	cp := harness.StartControlPlane(t)
+	n := harness.StartNATS(t)
+	worker := harness.CreateNode(t, cp.Client, harness.Node("worker-1", nil))
+	harness.CreateNamespace(t, cp.Client, "apps")
+	cfg := harness.WriteConfig(t, cleanupConfig())
+	startWatcher(t, cp, n, cfg, "w1")
+	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
+	startCleanup(t, n, cfg, cleanupKubeconfig(t, cp), "a", "--dry-run")
+
+	ev := harness.CreatePod(t, cp.Client, harness.Pod("apps", "evicted-1", worker.Name))
+	evict(t, cp, ev)
+	stuck := harness.CreatePod(t, cp.Client, harness.Pod("apps", "stuck-1", worker.Name))
+	deleteGracefully(t, cp, "apps", "stuck-1")
+
+	m := ops.WaitFor(t, 5*time.Second, "dry-run delete decision", opsFor("dryrun", "apps", "evicted-1"))
+	if d := decision(t, m); !d.DryRun || d.Action != "delete" || m.ID != "cleanup/"+string(ev.UID)+"/dryrun/delete" {
+		t.Fatalf("decision %s %+v", m.ID, d)
+	}
+	if d := decision(t, ops.WaitFor(t, 10*time.Second, "dry-run force decision", opsFor("dryrun", "apps", "stuck-1"))); !d.DryRun || d.Action != "forcedelete" {
+		t.Fatalf("decision %+v", d)
+	}
+	harness.Never(t, 3*time.Second, "a pod deleted in dry-run (3 ticks)", func() bool {
+		return !podExists(t, cp, "apps", "evicted-1") || !podExists(t, cp, "apps", "stuck-1")
+	})
+	for _, uid := range []types.UID{ev.UID, stuck.UID} {
+		if evs := cleanupEvents(t, cp, "apps", string(uid)); len(evs) != 0 {
+			t.Fatalf("dry-run wrote Events %v", evs)
+		}
+	}
+	if c := ops.Count(func(harness.Msg) bool { return true }); c != 2 {
+		t.Fatalf("%d decisions published, want 2 (each once)", c)
+	}
+}
+
+// TestCleanupSeedConfig runs the watcher and the cleanup actor with the seed's
+// config.yml, unchanged (leader election in kube-system, cluster "default").
+func TestCleanupSeedConfig(t *testing.T) {
+	cp := harness.StartControlPlane(t)
+	n := harness.StartNATS(t)
+	worker := harness.CreateNode(t, cp.Client, harness.Node("worker-1", nil))
+	cfg := harness.WriteConfig(t, cleanupSeedYAML)
+	startWatcher(t, cp, n, cfg, "w1")
+	ops := harness.CollectOps(t, n, "ops.default.cleanup.>")
+	p := startCleanup(t, n, cfg, cp.Kubeconfig, "a")
+	harness.Eventually(t, 30*time.Second, "seed lease held", func() bool {
+		return leaseHolder(t, cp, "kube-system", "ops-resource-controller-cleanup") == "a" && httpStatus(p.HealthURL+"/readyz") == 200
+	})
+	evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("default", "evicted-1", worker.Name)))
+	harness.Eventually(t, 2*time.Second, "evicted pod deleted", func() bool { return !podExists(t, cp, "default", "evicted-1") })
+	ops.WaitFor(t, 5*time.Second, "deleted decision", harness.Subject("ops.default.cleanup.deleted.default.evicted-1"))
+}
+
+// cleanupSeedYAML is the seed article's config.yml, byte for byte.
+const cleanupSeedYAML = `sendReport:
+  total: 100
+  schedule: "00 00 10 * * 1"
+  msgtitle: "pod重启次数过多"
+  apiurl: "https://open.feishu.cn/open-apis/bot/v2/hook/xxx"
+  enable: true
+autoCordon:
+  enable: true
+  interval: 1m
+  maxPods: 100
+  minPods: 90
+delException:
+  enable: true
+  interval: 2m
+  msgtitle: "删除异常状态 Pod"
+  apiurl: "https://open.feishu.cn/open-apis/bot/v2/hook/xxx"
+controller:
+  controllerResyncPeriod: 10
+  InformersResyncPeriod: 30
+  LeaderElect: true
+  leaseLockName: ops-resource-controller
+  leaseLockNamespace: kube-system
+`
