@@ -1,9 +1,11 @@
 package config
 
 import (
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Cordon modes.
@@ -77,6 +79,8 @@ func (a *AutoCordon) validate(p string, errs *Errors) {
 	}
 	if a.Mode == CordonModeTaint && a.TaintKey == "" {
 		errs.add(join(p, "taintKey"), "must not be empty in taint mode")
+	} else if msgs := validation.IsQualifiedName(a.TaintKey); a.TaintKey != "" && len(msgs) > 0 {
+		errs.add(join(p, "taintKey"), "%q is not a valid taint key: %s", a.TaintKey, strings.Join(msgs, "; "))
 	}
 	if _, err := labels.Parse(a.NodeSelector); err != nil {
 		errs.add(join(p, "nodeSelector"), "invalid label selector: %v", err)

@@ -34,6 +34,17 @@ type CordonDecision struct {
 	DryRun   bool      `json:"dryRun,omitempty"`
 	Error    string    `json:"error,omitempty"`
 	Time     time.Time `json:"time"`
+	// Code is the machine-readable reason (e.g. max-reached, min-reached,
+	// cap-reached); ResourceVersion is the node version decided on.
+	Code            string `json:"code,omitempty"`
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+	// Held, Cap and Managed explain a blast-radius refusal: nodes opswire
+	// holds, the cap in force, and the managed nodes a percentage cap is of.
+	Held    int `json:"held,omitempty"`
+	Cap     int `json:"cap,omitempty"`
+	Managed int `json:"managed,omitempty"`
+	// Replica is the identity of the leader that decided.
+	Replica string `json:"replica,omitempty"`
 }
 
 // CleanupDecision is published on ops.<cluster>.cleanup.<verb>.<ns>.<pod>.

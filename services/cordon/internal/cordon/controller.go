@@ -1,0 +1,160 @@
+package cordon
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/rs/zerolog"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/opswire/opswire/shared/events"
+)
+
+// NodeSource is the part of the KUBE mirror the controller reads.
+type NodeSource interface {
+	Node(name string) (*events.NodeState, bool)
+	Nodes() []*events.NodeState
+}
+
+// Controller turns mirror changes and the reconcile tick into node
+// reconciliations. Handlers only enqueue node names; one worker reconciles
+// them one at a time (the rate limit and the cap serialise writes anyway,
+// and deciding on the mirror costs microseconds).
+type Controller struct {
+	nodes    NodeSource
+	policy   Policy
+	ledger   *Ledger
+	act      *Actuator
+	queue    workqueue.TypedRateLimitingInterface[string]
+	interval time.Duration
+	m        *Metrics
+	log      zerolog.Logger
+}
+
+// NewController builds a controller; call SetActuator before Run.
+func NewController(nodes NodeSource, policy Policy, ledger *Ledger, interval time.Duration, m *Metrics, log zerolog.Logger) *Controller {
+	rl := workqueue.NewTypedMaxOfRateLimiter(
+		// Per node: failed writes back off from 500 ms to 5 min.
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 5*time.Minute),
+	)
+	return &Controller{
+		nodes: nodes, policy: policy, ledger: ledger, interval: interval, m: m, log: log,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[string]{Name: "cordon"}),
+	}
+}
+
+// SetActuator wires the actuator (it needs the controller as its FleetCounter).
+func (c *Controller) SetActuator(a *Actuator) { c.act = a }
+
+// OnNode is the mirror's node handler: it enqueues the node, and forgets a
+// deleted one.
+func (c *Controller) OnNode(old, cur *events.NodeState) {
+	if cur == nil {
+		if old != nil {
+			c.ledger.Forget(old.Name)
+			if c.act != nil {
+				c.act.Forget(old.Name)
+			}
+		}
+		return
+	}
+	c.queue.Add(cur.Name)
+}
+
+// EnqueueAll queues every node (the reconcile tick, and once after sync).
+func (c *Controller) EnqueueAll() {
+	for _, n := range c.nodes.Nodes() {
+		c.queue.Add(n.Name)
+	}
+}
+
+// Fleet counts the nodes opswire holds (including marks the mirror has not
+// shown yet) and the managed nodes.
+func (c *Controller) Fleet() Fleet {
+	var f Fleet
+	for _, n := range c.nodes.Nodes() {
+		if c.ledger.Marked(n) {
+			f.Held++
+		}
+		if c.policy.Managed(n) {
+			f.Managed++
+		}
+	}
+	return f
+}
+
+// Run works until ctx ends. The caller must have waited for the mirror to
+// sync: the cap is only meaningful on the whole fleet.
+func (c *Controller) Run(ctx context.Context) error {
+	if c.act == nil {
+		return errors.New("cordon controller has no actuator")
+	}
+	go func() {
+		<-ctx.Done()
+		c.queue.ShutDown()
+	}()
+	go c.tick(ctx)
+	c.EnqueueAll()
+	for c.processNext(ctx) {
+	}
+	return nil
+}
+
+func (c *Controller) tick(ctx context.Context) {
+	t := time.NewTicker(c.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.EnqueueAll()
+			c.m.Held.Set(float64(c.Fleet().Held))
+		}
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	name, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(name)
+	retryIn, err := c.reconcile(ctx, name)
+	switch {
+	case ctx.Err() != nil:
+		// Leadership ended or shutdown: nothing more may happen.
+	case err != nil:
+		if errors.Is(err, ErrConflict) {
+			c.log.Debug().Err(err).Str("node", name).Msg("requeued")
+		} else {
+			c.log.Warn().Err(err).Str("node", name).Msg("reconcile failed; requeued with backoff")
+		}
+		c.queue.AddRateLimited(name)
+	case retryIn > 0:
+		c.queue.Forget(name)
+		c.queue.AddAfter(name, retryIn)
+	default:
+		c.queue.Forget(name)
+	}
+	return true
+}
+
+// reconcile decides on the mirror's state of one node and hands anything
+// but "nothing to do" to the actuator.
+func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration, error) {
+	c.m.Reconciles.Inc()
+	n, ok := c.nodes.Node(name)
+	if !ok {
+		return 0, nil
+	}
+	n, marked := c.ledger.View(c.policy, n)
+	d := Evaluate(c.policy, n, marked)
+	c.log.Debug().Str("node", name).Str("action", string(d.Action)).Str("code", d.Code).Int("pods", n.Pods).Msg("evaluated")
+	retryIn, err := c.act.Apply(ctx, n, marked, d)
+	if d.Action != ActionNone {
+		c.m.Held.Set(float64(c.Fleet().Held))
+	}
+	return retryIn, err
+}

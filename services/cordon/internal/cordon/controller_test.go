@@ -1,0 +1,174 @@
+package cordon
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/kubestate"
+	"github.com/opswire/opswire/shared/natstest"
+	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// TestControllerCapsABurst runs the mirror, controller and actuator on a real
+// (embedded) nats-server and a fake API: ten nodes cross the threshold at
+// once, and the mirror never shows opswire's own writes (no watcher). The
+// default cap (20 % of 10 managed nodes) must still hold at exactly 2.
+func TestControllerCapsABurst(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := natstest.Start(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+
+	var objs []runtime.Object
+	for i := range 10 {
+		n := apiNode(fmt.Sprintf("node-%d", i))
+		objs = append(objs, n)
+		objs = append(objs, pods(n.Name, 100)...)
+		publishNode(ctx, t, js, stateFromNode(n, 100))
+	}
+	// A node a person cordoned, and one that opts out: neither counts as held.
+	person := apiNode("manual", func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	optOut := apiNode("optout", func(n *corev1.Node) { n.Labels[events.LabelDoNotCordon] = "" })
+	for _, n := range []*corev1.Node{person, optOut} {
+		objs = append(objs, n)
+		objs = append(objs, pods(n.Name, 150)...)
+		publishNode(ctx, t, js, stateFromNode(n, 150))
+	}
+	client := fake.NewClientset(objs...)
+
+	policy := seedPolicy("cordon")
+	ledger := NewLedger(false)
+	m := NewMetrics(nil)
+	var ctrl *Controller
+	mirror := kubestate.New(js, "prod", zerolog.Nop(), nil, kubestate.Handlers{
+		OnNode: func(old, cur *events.NodeState) { ctrl.OnNode(old, cur) },
+	}, subject.KindNode)
+	ctrl = NewController(mirror, policy, ledger, time.Hour, m, zerolog.Nop())
+	ctrl.SetActuator(NewActuator(client, js, record.NewFakeRecorder(100), ledger, ctrl,
+		ActuatorConfig{Cluster: "prod", Policy: policy, Identity: "t"}, m, zerolog.Nop()))
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 2)
+	go func() { done <- mirror.Run(runCtx) }()
+	go func() {
+		if err := mirror.WaitSynced(runCtx); err != nil {
+			done <- err
+			return
+		}
+		done <- ctrl.Run(runCtx)
+	}()
+
+	ops := collect(ctx, t, js)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cordoned, skipped := ops.count(VerbCordoned), ops.count(VerbSkipped)
+		if cordoned+skipped >= 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20s: %d cordoned, %d skipped", cordoned, skipped)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, s := ops.count(VerbCordoned), ops.count(VerbSkipped); c != 2 || s != 8 {
+		t.Fatalf("published %d cordoned and %d skipped, want 2 and 8", c, s)
+	}
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, n := range list.Items {
+		if n.Labels[events.LabelAutoCordon] != "" {
+			held++
+			if !n.Spec.Unschedulable {
+				t.Errorf("%s marked but schedulable", n.Name)
+			}
+		}
+		if (n.Name == "manual" || n.Name == "optout") && n.Labels[events.LabelAutoCordon] != "" {
+			t.Errorf("%s was touched", n.Name)
+		}
+	}
+	if held != 2 {
+		t.Fatalf("%d nodes carry opswire's mark, want 2", held)
+	}
+}
+
+func publishNode(ctx context.Context, t *testing.T, js jetstream.JetStream, n *events.NodeState) {
+	t.Helper()
+	ev, err := envelope.New("node/"+n.UID+"/"+n.ResourceVersion, envelope.Source("prod", "watcher"), events.TypeNode, n.Name, n, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natsx.PublishEvent(ctx, js, subject.Node("prod", n.Name), ev, time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type collected struct {
+	ch   <-chan string
+	seen map[string]int
+}
+
+func collect(ctx context.Context, t *testing.T, js jetstream.JetStream) *collected {
+	t.Helper()
+	cons, err := js.OrderedConsumer(ctx, subject.OpsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"ops.prod.cordon.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan string, 1000)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var d events.CordonDecision
+		if _, err := envelope.Decode(m.Headers(), m.Data(), events.TypeCordon, &d); err == nil {
+			ch <- d.Verb
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	return &collected{ch: ch, seen: map[string]int{}}
+}
+
+func (c *collected) count(verb string) int {
+	for {
+		select {
+		case v := <-c.ch:
+			c.seen[v]++
+		default:
+			return c.seen[verb]
+		}
+	}
+}

@@ -1,0 +1,53 @@
+package cordon
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics of the cordon actor. Labels are small closed sets.
+type Metrics struct {
+	Cordons   *prometheus.CounterVec // {mode, dry_run}
+	Uncordons *prometheus.CounterVec // {dry_run}
+	Refusals  *prometheus.CounterVec // {reason}
+	Failures  *prometheus.CounterVec // {action}
+	// Stale counts actions dropped because the re-verification against the
+	// API no longer agreed with the mirror.
+	Stale prometheus.Counter
+	// Held is the number of nodes currently carrying opswire's mark.
+	Held prometheus.Gauge
+	// PublishFailures counts audit messages that could not be stored in OPS.
+	PublishFailures prometheus.Counter
+	Reconciles      prometheus.Counter
+}
+
+// NewMetrics registers the metrics on reg (nil: unregistered, for tests).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Cordons: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_cordon_cordons_total", Help: "Nodes cordoned or tainted by opswire (dry_run=true: decided only).",
+		}, []string{"mode", "dry_run"}),
+		Uncordons: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_cordon_uncordons_total", Help: "Nodes released by opswire (dry_run=true: decided only).",
+		}, []string{"dry_run"}),
+		Refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_cordon_refusals_total", Help: "Wanted actions not taken, by reason (cap-reached, rate-limited).",
+		}, []string{"reason"}),
+		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_cordon_failures_total", Help: "Writes that failed (they are retried with backoff).",
+		}, []string{"action"}),
+		Stale: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_cordon_stale_total", Help: "Actions dropped because the node no longer qualified when re-read from the API.",
+		}),
+		Held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "opswire_cordon_nodes_cordoned", Help: "Nodes currently carrying opswire's autocordon mark.",
+		}),
+		PublishFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_cordon_publish_failures_total", Help: "Audit messages that could not be stored in the OPS stream.",
+		}),
+		Reconciles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_cordon_reconciles_total", Help: "Node reconciliations run.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Cordons, m.Uncordons, m.Refusals, m.Failures, m.Stale, m.Held, m.PublishFailures, m.Reconciles)
+	}
+	return m
+}

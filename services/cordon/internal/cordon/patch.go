@@ -1,0 +1,157 @@
+package cordon
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/opswire/opswire/shared/events"
+)
+
+// MarkLabelValue is the value of opswire's label; only the key matters.
+const MarkLabelValue = "true"
+
+// Mark is the JSON in the opswire.io/autocordon annotation: why opswire
+// holds the node and exactly what it applied, so the uncordon undoes that
+// and nothing else (also after a change of mode or taintKey).
+type Mark struct {
+	Effects   []string  `json:"effects"`             // cordon and/or taint
+	TaintKeys []string  `json:"taintKeys,omitempty"` // keys of the NoSchedule taints opswire added
+	Reason    string    `json:"reason"`
+	Pods      int       `json:"pods"`
+	MaxPods   int       `json:"maxPods"`
+	MinPods   int       `json:"minPods"`
+	Time      time.Time `json:"time"`
+	By        string    `json:"by,omitempty"` // replica identity
+}
+
+// readMark parses the annotation; ok is false when it is absent or unreadable.
+func readMark(annotations map[string]string) (Mark, bool) {
+	var m Mark
+	v, found := annotations[events.AnnotationAutoCordon]
+	if !found || json.Unmarshal([]byte(v), &m) != nil || len(m.Effects) == 0 {
+		return Mark{}, false
+	}
+	return m, true
+}
+
+// mergePatch is an RFC 7386 JSON merge patch of a node. It always carries
+// metadata.resourceVersion and uid: the API server then applies it only to
+// the exact version opswire re-verified, and answers 409 Conflict otherwise,
+// so a concurrent change (a person, another replica) is never overwritten.
+type mergePatch struct {
+	Metadata patchMeta `json:"metadata"`
+	Spec     patchSpec `json:"spec,omitzero"`
+}
+
+type patchMeta struct {
+	ResourceVersion string             `json:"resourceVersion"`
+	UID             string             `json:"uid"`
+	Labels          map[string]*string `json:"labels"`
+	Annotations     map[string]*string `json:"annotations"`
+}
+
+type patchSpec struct {
+	// Unschedulable is a **bool so that "null" (remove, i.e. false) can be written.
+	Unschedulable **bool `json:"unschedulable,omitempty"`
+	// Taints replaces the whole list (merge patches replace lists); safe
+	// because the resourceVersion precondition guarantees it is the list
+	// opswire just read.
+	Taints *[]corev1.Taint `json:"taints,omitempty"`
+}
+
+// cordonPatch marks the node and applies the policy's effect on top of what
+// opswire already applied (a re-apply keeps earlier effects listed).
+func cordonPatch(p Policy, node *corev1.Node, d Decision, now time.Time, by string) ([]byte, Mark, error) {
+	m := Mark{Reason: d.Reason, Pods: d.Pods, MaxPods: d.MaxPods, MinPods: d.MinPods, Time: now.UTC(), By: by}
+	if old, ok := readMark(node.Annotations); ok {
+		m.Effects, m.TaintKeys = old.Effects, old.TaintKeys
+	}
+	if !slices.Contains(m.Effects, p.Mode) {
+		m.Effects = append(m.Effects, p.Mode)
+	}
+	if p.Mode == EffectTaint && !slices.Contains(m.TaintKeys, p.TaintKey) {
+		m.TaintKeys = append(m.TaintKeys, p.TaintKey)
+	}
+	ann, err := json.Marshal(m)
+	if err != nil {
+		return nil, m, err
+	}
+	patch := mergePatch{Metadata: patchMeta{
+		ResourceVersion: node.ResourceVersion, UID: string(node.UID),
+		Labels:      map[string]*string{events.LabelAutoCordon: ptr(MarkLabelValue)},
+		Annotations: map[string]*string{events.AnnotationAutoCordon: ptr(string(ann))},
+	}}
+	switch p.Mode {
+	case EffectTaint:
+		if !hasNodeTaint(node, p.TaintKey, corev1.TaintEffectNoSchedule) {
+			taints := append(slices.Clone(node.Spec.Taints), corev1.Taint{
+				Key: p.TaintKey, Value: MarkLabelValue, Effect: corev1.TaintEffectNoSchedule,
+			})
+			patch.Spec.Taints = &taints
+		}
+	default:
+		yes := ptr(true)
+		patch.Spec.Unschedulable = &yes
+	}
+	b, err := json.Marshal(patch)
+	return b, m, err
+}
+
+// uncordonPatch removes the mark and undoes exactly the effects the mark
+// lists. Without a readable mark it undoes the current mode's effect.
+func uncordonPatch(p Policy, node *corev1.Node) ([]byte, error) {
+	m, ok := readMark(node.Annotations)
+	if !ok {
+		m = Mark{Effects: []string{p.Mode}, TaintKeys: []string{p.TaintKey}}
+	}
+	patch := mergePatch{Metadata: patchMeta{
+		ResourceVersion: node.ResourceVersion, UID: string(node.UID),
+		Labels:      map[string]*string{events.LabelAutoCordon: nil},
+		Annotations: map[string]*string{events.AnnotationAutoCordon: nil},
+	}}
+	if slices.Contains(m.Effects, EffectCordon) && node.Spec.Unschedulable {
+		var unset *bool // JSON null: the field is removed, i.e. schedulable
+		patch.Spec.Unschedulable = &unset
+	}
+	ours := func(t corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule && slices.Contains(m.TaintKeys, t.Key)
+	}
+	if slices.Contains(m.Effects, EffectTaint) && slices.ContainsFunc(node.Spec.Taints, ours) {
+		taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), ours)
+		if taints == nil {
+			taints = []corev1.Taint{}
+		}
+		patch.Spec.Taints = &taints
+	}
+	return json.Marshal(patch)
+}
+
+func hasNodeTaint(node *corev1.Node, key string, effect corev1.TaintEffect) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key && t.Effect == effect })
+}
+
+// stateFromNode turns a node read from the API, and the pod count just
+// taken, into the same shape the mirror holds, so that re-verification runs
+// the very same Evaluate.
+func stateFromNode(node *corev1.Node, pods int) *events.NodeState {
+	n := &events.NodeState{
+		Op: events.OpUpsert, UID: string(node.UID), Name: node.Name, ResourceVersion: node.ResourceVersion,
+		Labels: node.Labels, Unschedulable: node.Spec.Unschedulable, Pods: pods,
+		Annotations: map[string]string{},
+	}
+	if v, ok := node.Annotations[events.AnnotationAutoCordon]; ok {
+		n.Annotations[events.AnnotationAutoCordon] = v
+	}
+	for _, t := range node.Spec.Taints {
+		n.Taints = append(n.Taints, events.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
+	}
+	if q, ok := node.Status.Allocatable[corev1.ResourcePods]; ok {
+		n.AllocatablePods = q.Value()
+	}
+	return n
+}
+
+func ptr[T any](v T) *T { return &v }

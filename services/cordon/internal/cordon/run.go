@@ -1,0 +1,89 @@
+package cordon
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/opswire/opswire/shared/app"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/kubestate"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// Run is the opswire-cordon service: leader-elected; the leader mirrors the
+// nodes from KUBE and reconciles them; standbys wait, ready.
+func Run(ctx context.Context, rt *app.Runtime) error {
+	cfg := rt.Config.AutoCordon
+	if !cfg.Enable {
+		rt.Log.Warn().Msg("autoCordon.enable is false: idling")
+		<-ctx.Done()
+		return nil
+	}
+	client, _, err := rt.Kube()
+	if err != nil {
+		return err
+	}
+	_, js, err := rt.NATS(ctx)
+	if err != nil {
+		return err
+	}
+	dryRun := rt.DryRun(cfg.DryRun)
+	metrics := NewMetrics(rt.Server.Registry)
+
+	// Events go to the API asynchronously; in dry-run nothing is written.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	defer broadcaster.Shutdown()
+	if !dryRun {
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	}
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: rt.Spec.Binary(), Host: rt.Options.ID})
+
+	var mirror atomic.Pointer[kubestate.Mirror]
+	elector := rt.Elector(client)
+	rt.Server.AddReadiness("kube-state", func() error {
+		// Standbys are ready; the leader once it holds the node state.
+		if m := mirror.Load(); elector.IsLeader() && (m == nil || !m.Synced()) {
+			return errors.New("node state not loaded from KUBE yet")
+		}
+		return nil
+	})
+	policy := NewPolicy(cfg)
+	rt.Log.Info().Bool("dryRun", dryRun).Str("mode", cfg.Mode).Int("maxPods", cfg.MaxPods).Int("minPods", cfg.MinPods).
+		Float64("maxPodsPercent", cfg.MaxPodsPercent).Float64("minPodsPercent", cfg.MinPodsPercent).
+		Str("nodeSelector", cfg.NodeSelector).Int("maxCordonedNodes", cfg.MaxCordonedNodes).
+		Float64("maxCordonedPercent", cfg.MaxCordonedPercent).Dur("interval", cfg.Interval.Duration).Msg("cordon policy")
+
+	return elector.Run(ctx, func(ctx context.Context) error {
+		ledger := NewLedger(dryRun)
+		var ctrl *Controller
+		m := kubestate.New(js, rt.Cluster, rt.Log, rt.Server.Registry, kubestate.Handlers{
+			OnNode: func(old, cur *events.NodeState) { ctrl.OnNode(old, cur) },
+		}, subject.KindNode)
+		ctrl = NewController(m, policy, ledger, cfg.Interval.Duration, metrics, rt.Log)
+		ctrl.SetActuator(NewActuator(client, js, recorder, ledger, ctrl, ActuatorConfig{
+			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Identity: rt.Options.ID,
+			Limiter:        rate.NewLimiter(rate.Every(time.Minute/time.Duration(cfg.MaxActionsPerMinute)), cfg.MaxActionsPerMinute),
+			PublishTimeout: rt.Config.NATS.Duplicates.Duration / 2,
+		}, metrics, rt.Log))
+		mirror.Store(m)
+
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return m.Run(gctx) })
+		g.Go(func() error {
+			if err := m.WaitSynced(gctx); err != nil {
+				return nil
+			}
+			return ctrl.Run(gctx)
+		})
+		return g.Wait()
+	})
+}
