@@ -1,0 +1,44 @@
+package notify
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+)
+
+func TestDecode(t *testing.T) {
+	good, _ := envelope.New("cleanup/u/deleted/1", "opswire/p/cleanup", events.TypeCleanup, "ns/p",
+		events.CleanupDecision{Verb: "deleted", Namespace: "ns", Pod: "p", Severity: events.SeverityWarning}, time.Now())
+	unknown, _ := envelope.New("x/1", "opswire/p/x", "io.opswire.ops.unknown.v1", "", map[string]int{}, time.Now())
+	badBody := good.Msg("ops.p.cleanup.deleted.ns.p")
+	badBody.Data = []byte(`{"verb": 3}`)
+	tests := []struct {
+		name      string
+		msg       *nats.Msg
+		malformed bool
+	}{
+		{"cleanup decision", good.Msg("ops.p.cleanup.deleted.ns.p"), false},
+		{"no headers", &nats.Msg{Subject: "ops.p.x", Data: []byte(`{}`)}, true},
+		{"unknown type", unknown.Msg("ops.p.x"), true},
+		{"payload does not decode", badBody, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			it, err := Decode(tc.msg.Subject, tc.msg.Header, tc.msg.Data)
+			if tc.malformed {
+				if !errors.Is(err, envelope.ErrMalformed) {
+					t.Fatalf("err = %v, want ErrMalformed", err)
+				}
+				return
+			}
+			if err != nil || it.Kind != KindCleanup || it.Namespace != "ns" || it.Severity != events.SeverityWarning {
+				t.Fatalf("Decode = %+v, %v", it, err)
+			}
+		})
+	}
+}
