@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/test/harness"
+)
+
+// cordonRBAC grants a ServiceAccount exactly what opswire-cordon needs and
+// returns a kubeconfig for it, so the e2e runs prove the least-privilege
+// rules are enough (docs/cordon.md lists the same rules).
+func cordonRBAC(t *testing.T, cp *harness.ControlPlane, leaseNamespace string) string {
+	t.Helper()
+	ctx := context.Background()
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "opswire-cordon"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		},
+	}
+	leaseRole := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "opswire-cordon-lease", Namespace: leaseNamespace},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+		},
+	}
+	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "opswire-cordon", Namespace: leaseNamespace}}
+	rb := cp.Client.RbacV1()
+	cordonMust(t, func() error { _, err := rb.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); return err })
+	cordonMust(t, func() error { _, err := rb.Roles(leaseNamespace).Create(ctx, leaseRole, metav1.CreateOptions{}); return err })
+	cordonMust(t, func() error {
+		_, err := rb.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "opswire-cordon"}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		}, metav1.CreateOptions{})
+		return err
+	})
+	cordonMust(t, func() error {
+		_, err := rb.RoleBindings(leaseNamespace).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "opswire-cordon-lease", Namespace: leaseNamespace}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: leaseRole.Name},
+		}, metav1.CreateOptions{})
+		return err
+	})
+	return cp.ServiceAccountKubeconfig(t, leaseNamespace, "opswire-cordon")
+}
+
+func cordonMust(t *testing.T, f func() error) {
+	t.Helper()
+	if err := f(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fillNode creates count running pods on a node, named <node>-p<i> from start.
+func cordonFill(t *testing.T, c kubernetes.Interface, node string, start, count int) {
+	t.Helper()
+	for i := start; i < start+count; i++ {
+		harness.CreatePod(t, c, harness.Pod("default", fmt.Sprintf("%s-p%d", node, i), node))
+	}
+}
+
+// drainPods deletes pods <node>-p<i> for i in [from, to) at once (grace 0:
+// there is no kubelet to finish a graceful deletion).
+func cordonDrain(t *testing.T, c kubernetes.Interface, node string, from, to int) {
+	t.Helper()
+	zero := int64(0)
+	for i := from; i < to; i++ {
+		err := c.CoreV1().Pods("default").Delete(context.Background(), fmt.Sprintf("%s-p%d", node, i),
+			metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func cordonGetNode(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
+	t.Helper()
+	n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func cordonMarked(n *corev1.Node) bool {
+	_, ok := n.Labels[events.LabelAutoCordon]
+	return ok
+}
+
+// decision decodes a collected OPS message.
+func cordonDecision(t *testing.T, m harness.Msg) events.CordonDecision {
+	t.Helper()
+	var d events.CordonDecision
+	if err := json.Unmarshal(m.Data, &d); err != nil {
+		t.Fatalf("%s: %v", m.Subject, err)
+	}
+	return d
+}
+
+// cordonMsgs returns the cordon decisions collected for one node and verb
+// ("" = any verb).
+func cordonMsgs(t *testing.T, ops *harness.Collector, cluster, node, verb string) []events.CordonDecision {
+	t.Helper()
+	var out []events.CordonDecision
+	for _, m := range ops.All() {
+		if !strings.HasPrefix(m.Subject, "ops."+cluster+".cordon.") {
+			continue
+		}
+		d := cordonDecision(t, m)
+		if d.Node == node && (verb == "" || d.Verb == verb) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// nodeEvents lists the Kubernetes Events recorded on a node with a reason.
+func cordonEvents(t *testing.T, c kubernetes.Interface, node, reason string) []corev1.Event {
+	t.Helper()
+	sel := fields.Set{"involvedObject.kind": "Node", "involvedObject.name": node, "reason": reason}.AsSelector().String()
+	list, err := c.CoreV1().Events(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// leaseHolder returns the holder of a Lease ("" when free or absent).
+func cordonLeaseHolder(t *testing.T, c kubernetes.Interface, ns, name string) string {
+	t.Helper()
+	l, err := c.CoordinationV1().Leases(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// reconciles reads the cordon process's reconcile counter.
+func cordonReconciles(p *harness.Process) float64 { return p.Metric("opswire_cordon_reconciles_total") }
+
+// waitReconciled waits until the cordon process has run at least n more
+// reconciliations than before: a sync point that proves it looked again.
+func cordonWaitReconciled(t *testing.T, p *harness.Process, before float64, n int) {
+	t.Helper()
+	harness.Eventually(t, 20*time.Second, fmt.Sprintf("%d more reconciliations", n), func() bool {
+		return cordonReconciles(p) >= before+float64(n)
+	})
+}
