@@ -41,7 +41,10 @@ func cordonRBAC(t *testing.T, cp *harness.ControlPlane, leaseNamespace string) s
 	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "opswire-cordon", Namespace: leaseNamespace}}
 	rb := cp.Client.RbacV1()
 	cordonMust(t, func() error { _, err := rb.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); return err })
-	cordonMust(t, func() error { _, err := rb.Roles(leaseNamespace).Create(ctx, leaseRole, metav1.CreateOptions{}); return err })
+	cordonMust(t, func() error {
+		_, err := rb.Roles(leaseNamespace).Create(ctx, leaseRole, metav1.CreateOptions{})
+		return err
+	})
 	cordonMust(t, func() error {
 		_, err := rb.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "opswire-cordon"}, Subjects: subject,
