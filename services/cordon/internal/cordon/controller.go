@@ -95,6 +95,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.queue.ShutDown()
 	}()
 	go c.tick(ctx)
+	f := c.Fleet()
+	c.m.Held.Set(float64(f.Held))
+	if limit, setting, unlimited := c.policy.CordonLimit(f.Managed); !unlimited && limit == 0 {
+		c.log.Warn().Int("managedNodes", f.Managed).Str("setting", setting).
+			Msg("the blast-radius cap allows no cordon at all with this many managed nodes; raise it if that is not intended")
+	}
 	c.EnqueueAll()
 	for c.processNext(ctx) {
 	}
