@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opswire/opswire/shared/events"
@@ -387,5 +388,41 @@ func TestCordonSeedConfig(t *testing.T) {
 	ops.WaitFor(t, 10*time.Second, "seed-0 released at 90 pods", harness.Subject("ops.default.cordon.uncordoned.seed-0"))
 	if a := cordonGetNode(t, c, "seed-0"); a.Spec.Unschedulable || cordonMarked(a) {
 		t.Fatal("seed-0 not released")
+	}
+}
+
+// TestCordonTaintMode: in taint mode opswire adds its NoSchedule taint next
+// to a person's placement taint, and on release removes only its own.
+func TestCordonTaintMode(t *testing.T) {
+	cp := harness.StartControlPlane(t)
+	n := harness.StartNATS(t)
+	c := cp.Client
+	node := harness.CreateNode(t, c, harness.Node("tainted", nil))
+	node.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+	if _, err := c.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := harness.WriteConfig(t, cordonConfig("500ms", "  mode: taint\n  taintKey: example.com/busy\n  maxCordonedPercent: 100\n"))
+	startWatcher(t, cp, n, cfg, "w1")
+	ops := harness.CollectOps(t, n, "ops.e2e.cordon.>")
+	cordon := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: cp.Kubeconfig, NATSURL: n.URL, ID: "c1"})
+	cordon.WaitReady(t, 60*time.Second)
+
+	cordonFill(t, c, "tainted", 0, 5)
+	m := ops.WaitFor(t, 5*time.Second, "taint decision", harness.Subject("ops.e2e.cordon.cordoned.tainted"))
+	if d := cordonDecision(t, m); d.Mode != "taint" {
+		t.Fatalf("decision %+v", d)
+	}
+	got := cordonGetNode(t, c, "tainted")
+	if got.Spec.Unschedulable || !cordonMarked(got) || len(got.Spec.Taints) != 2 ||
+		got.Spec.Taints[0].Key != "dedicated" || got.Spec.Taints[1].Key != "example.com/busy" ||
+		got.Spec.Taints[1].Effect != corev1.TaintEffectNoSchedule {
+		t.Fatalf("after taint: unschedulable=%v taints=%+v labels=%v", got.Spec.Unschedulable, got.Spec.Taints, got.Labels)
+	}
+	cordonDrain(t, c, "tainted", 2, 5)
+	ops.WaitFor(t, 5*time.Second, "release decision", harness.Subject("ops.e2e.cordon.uncordoned.tainted"))
+	got = cordonGetNode(t, c, "tainted")
+	if cordonMarked(got) || len(got.Spec.Taints) != 1 || got.Spec.Taints[0].Key != "dedicated" {
+		t.Fatalf("after release: taints=%+v labels=%v", got.Spec.Taints, got.Labels)
 	}
 }
