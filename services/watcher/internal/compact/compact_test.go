@@ -1,0 +1,126 @@
+package compact
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/opswire/opswire/shared/events"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func TestPodState(t *testing.T) {
+	deleted := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	base := func() *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-7d9f-abcde", UID: "u1", ResourceVersion: "42",
+				Labels: map[string]string{"app": "web", "pod-template-hash": "7d9f", "opswire.io/ignore": "true"},
+				Annotations: map[string]string{"big": strings.Repeat("x", 4096)},
+				OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "web-7d9f", Controller: ptr(true)}}},
+			Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
+				Name: "app", RestartCount: 7,
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}},
+			}}},
+		}
+	}
+	tests := []struct {
+		name  string
+		edit  func(*corev1.Pod)
+		check func(t *testing.T, s events.PodState)
+	}{
+		{"deployment owner resolved, only opswire labels kept", nil, func(t *testing.T, s events.PodState) {
+			if s.Owner == nil || s.Owner.Kind != "Deployment" || s.Owner.Name != "web" {
+				t.Errorf("owner = %+v, want Deployment/web", s.Owner)
+			}
+			if len(s.Labels) != 1 || s.Labels["opswire.io/ignore"] != "true" {
+				t.Errorf("labels = %v", s.Labels)
+			}
+		}},
+		{"restarts and last termination", nil, func(t *testing.T, s events.PodState) {
+			if s.Restarts() != 7 || s.Containers[0].LastReason != "OOMKilled" || s.Containers[0].LastExitCode != 137 {
+				t.Errorf("containers = %+v", s.Containers)
+			}
+		}},
+		{"replicaset without template hash stays a ReplicaSet", func(p *corev1.Pod) { delete(p.Labels, "pod-template-hash") }, func(t *testing.T, s events.PodState) {
+			if s.Owner.Kind != "ReplicaSet" || s.Owner.Name != "web-7d9f" {
+				t.Errorf("owner = %+v", s.Owner)
+			}
+		}},
+		{"evicted", func(p *corev1.Pod) {
+			p.Status.Phase, p.Status.Reason, p.Status.Message = corev1.PodFailed, "Evicted", strings.Repeat("é", 300)
+		}, func(t *testing.T, s events.PodState) {
+			if !s.Terminated() || s.Reason != "Evicted" || len(s.Message) > 260 || !strings.HasSuffix(s.Message, "…") {
+				t.Errorf("state = phase %q reason %q message len %d", s.Phase, s.Reason, len(s.Message))
+			}
+		}},
+		{"terminating with finalizers", func(p *corev1.Pod) {
+			p.DeletionTimestamp, p.DeletionGracePeriodSeconds, p.Finalizers = &deleted, ptr(int64(30)), []string{"a", "b"}
+		}, func(t *testing.T, s events.PodState) {
+			if s.DeletionTimestamp == nil || !s.DeletionTimestamp.Equal(deleted.Time) || *s.DeletionGracePeriodSeconds != 30 || s.Finalizers != 2 {
+				t.Errorf("state = %+v", s)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := base()
+			if tc.edit != nil {
+				tc.edit(p)
+			}
+			obj, err := PodTransform(256)(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cp := obj.(*Pod)
+			if cp.Name != p.Name || cp.Namespace != "ns" || cp.ResourceVersion != "42" || cp.Annotations != nil || cp.Labels != nil {
+				t.Fatalf("cached metadata not slim: %+v", cp.ObjectMeta)
+			}
+			tc.check(t, cp.State)
+			again, _ := PodTransform(256)(obj) // transforms may run twice
+			if again != obj {
+				t.Fatal("transform of a compact pod must return it unchanged")
+			}
+		})
+	}
+}
+
+func TestNodeState(t *testing.T) {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "nu", Labels: map[string]string{"pool": "a", events.LabelAutoCordon: "true"},
+			Annotations: map[string]string{"opswire.io/autocordon": "x", "other": "y"}},
+		Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{{Key: "k", Value: "v", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{
+			Capacity:    corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("100Gi")},
+			Allocatable: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110")},
+			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, LastHeartbeatTime: metav1.Now()}},
+		},
+	}
+	for i := 0; i < events.KubeletImageListLimit; i++ {
+		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{SizeBytes: 1 << 20})
+	}
+	s := NodeState(n)
+	if !s.Unschedulable || len(s.Taints) != 1 || s.Ready != "False" || s.AllocatablePods != 110 || s.EphemeralBytes != 100<<30 {
+		t.Fatalf("state = %+v", s)
+	}
+	if s.ImageBytes != 50<<20 || s.ImageCount != 50 || !s.ImagesTruncated {
+		t.Fatalf("images = %d bytes, %d, truncated %v", s.ImageBytes, s.ImageCount, s.ImagesTruncated)
+	}
+	if s.Labels["pool"] != "a" || len(s.Annotations) != 1 {
+		t.Fatalf("labels %v annotations %v", s.Labels, s.Annotations)
+	}
+	// A heartbeat alone must not change the compact state.
+	n2 := n.DeepCopy()
+	n2.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Minute))
+	n2.ResourceVersion = "99"
+	a, b := NodeState(n), NodeState(n2)
+	a.ResourceVersion, b.ResourceVersion = "", ""
+	if !equalJSON(t, a, b) {
+		t.Fatal("heartbeat changed the compact node state")
+	}
+}
