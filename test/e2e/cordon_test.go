@@ -229,7 +229,7 @@ func TestCordonDryRun(t *testing.T) {
 	before := cordonGetNode(t, c, "dry")
 	cordonFill(t, c, "dry", 0, 6)
 	m := ops.WaitFor(t, 10*time.Second, "dry-run cordon decision", harness.Subject("ops.e2e.cordon.dryrun.dry"))
-	if d := cordonDecision(t, m); !d.DryRun || d.Action != "cordon" || d.Pods != 6 {
+	if d := cordonDecision(t, m); !d.DryRun || d.Action != "cordon" || d.Pods < 5 || d.MaxPods != 5 {
 		t.Fatalf("dry-run decision %+v", d)
 	}
 	// The simulated mark keeps hysteresis: draining to minPods is a dry-run uncordon.
