@@ -19,8 +19,8 @@ func TestPodState(t *testing.T) {
 	base := func() *corev1.Pod {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-7d9f-abcde", UID: "u1", ResourceVersion: "42",
-				Labels: map[string]string{"app": "web", "pod-template-hash": "7d9f", "opswire.io/ignore": "true"},
-				Annotations: map[string]string{"big": strings.Repeat("x", 4096)},
+				Labels:          map[string]string{"app": "web", "pod-template-hash": "7d9f", "opswire.io/ignore": "true"},
+				Annotations:     map[string]string{"big": strings.Repeat("x", 4096)},
 				OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "web-7d9f", Controller: ptr(true)}}},
 			Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app"}}},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
