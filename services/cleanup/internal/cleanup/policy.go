@@ -115,7 +115,7 @@ func (p Policy) Decide(pod *events.PodState, node *events.NodeState, now time.Ti
 		// plus the grace period, so the grace period is already in it.
 		due := pod.DeletionTimestamp.Add(p.TerminatingTimeout)
 		d = Decision{Want: ForceDelete, Reason: ReasonStuckTerminating,
-			Message: fmt.Sprintf("terminating since %s, past terminatingTimeout %s", pod.DeletionTimestamp.UTC().Format(time.RFC3339), p.TerminatingTimeout)}
+			Message: fmt.Sprintf("still Terminating %s after deletionTimestamp %s (grace period included)", p.TerminatingTimeout, pod.DeletionTimestamp.UTC().Format(time.RFC3339))}
 		if now.Before(due) {
 			d.Action, d.Until = Wait, due
 			return d
