@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -190,4 +191,62 @@ func metricValue(t *testing.T, p *harness.Process, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// denyPodDeletes installs a ValidatingAdmissionPolicy refusing DELETE of pods
+// carrying label, and waits until the API server enforces it: a real refused
+// write, for the failure path.
+func denyPodDeletes(t *testing.T, cp *harness.ControlPlane, label string) {
+	t.Helper()
+	ctx := context.Background()
+	fail := admissionregistrationv1.Fail
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-deny-pod-delete"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: fmt.Sprintf("!has(oldObject.metadata.labels) || !(%q in oldObject.metadata.labels)", label),
+				Message:    "deletes of labelled pods are refused by the e2e test",
+			}},
+		},
+	}
+	if _, err := cp.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-deny-pod-delete"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+	if _, err := cp.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	probe := harness.Pod("default", "deny-probe", "")
+	probe.Labels = map[string]string{label: "true"}
+	harness.CreatePod(t, cp.Client, probe)
+	harness.Eventually(t, 20*time.Second, "admission policy enforced", func() bool {
+		err := cp.Client.CoreV1().Pods("default").Delete(ctx, "deny-probe", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
+	})
+}
+
+// allowPodDeletes removes the policy binding of denyPodDeletes and waits until
+// deletes pass again.
+func allowPodDeletes(t *testing.T, cp *harness.ControlPlane) {
+	t.Helper()
+	ctx := context.Background()
+	if err := cp.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, "e2e-deny-pod-delete", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 20*time.Second, "admission policy lifted", func() bool {
+		return cp.Client.CoreV1().Pods("default").Delete(ctx, "deny-probe", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}) == nil
+	})
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -120,6 +121,43 @@ func TestCleanup(t *testing.T) {
 		ops.WaitFor(t, 5*time.Second, "forcedeleted decision", opsFor("forcedeleted", "apps", "db-0"))
 	})
 
+	t.Run("malformed KUBE message is skipped and counted", func(t *testing.T) {
+		before := metricValue(t, leader, "opswire_kube_messages_malformed_total")
+		if _, err := n.JS.Publish(context.Background(), "kube.e2e.pod.apps.garbage", []byte("{not json")); err != nil {
+			t.Fatal(err)
+		}
+		harness.Eventually(t, 5*time.Second, "malformed message counted", func() bool {
+			return metricValue(t, leader, "opswire_kube_messages_malformed_total") > before
+		})
+		evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("apps", "marker-2", worker.Name)))
+		harness.Eventually(t, 5*time.Second, "cleanup still acting", func() bool { return !podExists(t, cp, "apps", "marker-2") })
+	})
+
+	t.Run("a refused delete is reported once and retried", func(t *testing.T) {
+		denyPodDeletes(t, cp, "e2e.opswire.io/deny-delete")
+		p := harness.Pod("apps", "refused-1", worker.Name)
+		p.Labels = map[string]string{"e2e.opswire.io/deny-delete": "true"}
+		created := harness.CreatePod(t, cp.Client, p)
+		evict(t, cp, created)
+		d := decision(t, ops.WaitFor(t, 5*time.Second, "failed decision", opsFor("failed", "apps", "refused-1")))
+		if d.Error == "" || d.Action != "delete" || d.Severity != events.SeverityCritical {
+			t.Fatalf("decision %+v", d)
+		}
+		harness.Eventually(t, 5*time.Second, "CleanupFailed Event", func() bool {
+			for _, r := range cleanupEvents(t, cp, "apps", string(created.UID)) {
+				if r == "CleanupFailed" {
+					return true
+				}
+			}
+			return false
+		})
+		// Retries continue with backoff (several within 2 s) and publish nothing more.
+		harness.Never(t, 2*time.Second, "refused pod deleted", func() bool { return !podExists(t, cp, "apps", "refused-1") })
+		allowPodDeletes(t, cp)
+		harness.Eventually(t, 10*time.Second, "pod deleted on retry", func() bool { return !podExists(t, cp, "apps", "refused-1") })
+		ops.WaitFor(t, 5*time.Second, "deleted decision", opsFor("deleted", "apps", "refused-1"))
+	})
+
 	t.Run("leader killed: the standby continues", func(t *testing.T) {
 		leader.Kill()
 		evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("apps", "after-failover", worker.Name)))
@@ -155,6 +193,9 @@ func TestCleanup(t *testing.T) {
 			"ops.e2e.cleanup.skipped.apps.final-1":        1,
 			"ops.e2e.cleanup.skipped.apps.db-0":           1,
 			"ops.e2e.cleanup.forcedeleted.apps.db-0":      1,
+			"ops.e2e.cleanup.deleted.apps.marker-2":       1,
+			"ops.e2e.cleanup.failed.apps.refused-1":       1,
+			"ops.e2e.cleanup.deleted.apps.refused-1":      1,
 			"ops.e2e.cleanup.deleted.apps.after-failover": 1,
 		}
 		var got, exp []string
