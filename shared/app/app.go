@@ -86,6 +86,9 @@ func Run(spec Spec, args []string, getenv func(string) string, stdout, stderr io
 	}
 	log = log.With().Str("cluster", cluster).Logger()
 	rt := &Runtime{Spec: spec, Options: opts, Config: cfg, Log: log, Server: server.New(), Cluster: cluster}
+	// Not ready until the service has connected to NATS (rt.NATS replaces
+	// this check with the live one), so /readyz never answers ok at start-up.
+	rt.Server.AddReadiness("nats", func() error { return errors.New("not connected yet") })
 	if err := rt.Server.Start(opts.Listen); err != nil {
 		log.Error().Err(err).Msg("cannot serve health and metrics")
 		return ExitFailure

@@ -179,3 +179,6 @@ func WriteConfig(t testing.TB, yaml string) string {
 	}
 	return p
 }
+
+// Pid is the process id (for RSS readings in benchmarks).
+func (p *Process) Pid() int { return p.p.cmd.Process.Pid }

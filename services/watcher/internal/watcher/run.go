@@ -23,20 +23,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
-	nc, _, err := rt.NATS(ctx)
-	if err != nil {
-		return err
-	}
 	wc := rt.Config.Watcher
-	// A JetStream context of our own: async publishes must time out so a
-	// publish lost in a NATS outage is retried instead of waited on forever.
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncTimeout(wc.PublishTimeout.Duration),
-		jetstream.WithPublishAsyncMaxPending(4096))
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-
 	factory := informers.NewSharedInformerFactoryWithOptions(client, rt.Config.Controller.InformersResyncPeriod.Duration)
 	pods := factory.Core().V1().Pods().Informer()
 	nodes := factory.Core().V1().Nodes().Informer()
@@ -46,19 +33,33 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	if err := nodes.SetTransform(compact.NodeTransform); err != nil {
 		return err
 	}
-	w, err := New(pods, nodes, js, Options{
-		Cluster: rt.Cluster, Workers: wc.Workers, TombstoneTTL: rt.Config.NATS.TombstoneTTL.Duration,
-	}, rt.Log, rt.Server.Registry)
-	if err != nil {
-		return err
-	}
+	// Registered before anything else can fail or block, so /readyz never
+	// answers ok before the caches are synced.
 	rt.Server.AddReadiness("informers", func() error {
 		if !pods.HasSynced() || !nodes.HasSynced() {
 			return errors.New("caches not synced")
 		}
 		return nil
 	})
+	nc, _, err := rt.NATS(ctx)
+	if err != nil {
+		return err
+	}
+	// A JetStream context of our own: async publishes must time out so a
+	// publish lost in a NATS outage is retried instead of waited on forever.
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncTimeout(wc.PublishTimeout.Duration),
+		jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
 
+	w, err := New(pods, nodes, js, Options{
+		Cluster: rt.Cluster, Workers: wc.Workers, TombstoneTTL: rt.Config.NATS.TombstoneTTL.Duration,
+	}, rt.Log, rt.Server.Registry)
+	if err != nil {
+		return err
+	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	start := time.Now()
