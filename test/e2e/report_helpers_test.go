@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -151,10 +153,16 @@ func requestReport(t *testing.T, n *harness.NATS, cluster string) string {
 		ID    string `json:"id"`
 		Error string `json:"error"`
 	}
-	m, err := n.Conn.Request(subject.Ctl(cluster, "report", "run"), nil, 20*time.Second)
-	if err != nil {
-		t.Fatalf("report request: %v", err)
-	}
+	var m *nats.Msg
+	// "No responders" is the answer while no replica leads yet; a client retries.
+	harness.Eventually(t, 20*time.Second, "an answer to the report request", func() bool {
+		var err error
+		m, err = n.Conn.Request(subject.Ctl(cluster, "report", "run"), nil, 20*time.Second)
+		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatalf("report request: %v", err)
+		}
+		return err == nil
+	})
 	if err := json.Unmarshal(m.Data, &reply); err != nil || reply.ID == "" || reply.Error != "" {
 		t.Fatalf("report reply %q (%v)", m.Data, err)
 	}

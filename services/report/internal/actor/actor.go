@@ -73,7 +73,9 @@ type Actor struct {
 	thresholds images.Thresholds
 	m          *metrics
 
-	mirror atomic.Pointer[kubestate.Mirror] // set while leading
+	// leading is set for the whole of a leader term, serving once the state
+	// is loaded and requests are answered; Ready reports the gap.
+	leading, serving atomic.Bool
 
 	// runMu serialises report runs (schedule and requests) and guards baseline.
 	runMu    sync.Mutex
@@ -110,16 +112,20 @@ func New(d Deps) (*Actor, error) {
 }
 
 // Ready is the readiness check: a leader is ready once it holds the cluster
-// state; a standby is always ready (it has nothing to do until it leads).
+// state and answers requests; a standby is always ready (it has nothing to
+// do until it leads).
 func (a *Actor) Ready() error {
-	if m := a.mirror.Load(); m != nil && !m.Synced() {
-		return errors.New("cluster state not loaded from KUBE yet")
+	if a.leading.Load() && !a.serving.Load() {
+		return errors.New("leader starting: loading the cluster state from KUBE")
 	}
 	return nil
 }
 
 // Lead is the leader's work; it returns when ctx ends (leadership lost or shutdown).
 func (a *Actor) Lead(ctx context.Context) error {
+	a.leading.Store(true)
+	defer a.leading.Store(false)
+	defer a.serving.Store(false)
 	kv, err := store.Open(ctx, a.js, a.cfg.NATS.Replicas)
 	if err != nil {
 		return err
@@ -145,8 +151,6 @@ func (a *Actor) Lead(ctx context.Context) error {
 			}
 		},
 	})
-	a.mirror.Store(mirror)
-	defer a.mirror.Store(nil)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -196,6 +200,7 @@ func (a *Actor) Lead(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	a.serving.Store(true)
 
 	a.log.Info().Bool("report", a.cfg.SendReport.Enable).Str("schedule", a.sched.String()).
 		Str("timezone", a.sched.Location().String()).Bool("imageAlerts", alertsOn).Msg("leading")

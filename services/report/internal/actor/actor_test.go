@@ -176,7 +176,7 @@ func (e *env) lead(cfg *config.Config) (a *Actor, reg *prometheus.Registry, stop
 		}
 	}
 	e.t.Cleanup(stop)
-	eventually(e.t, 10*time.Second, "leader ready", func() bool { return a.mirror.Load() != nil && a.Ready() == nil })
+	eventually(e.t, 10*time.Second, "leader ready", func() bool { return a.serving.Load() && a.Ready() == nil })
 	return a, reg, stop
 }
 
