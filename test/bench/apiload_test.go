@@ -1,0 +1,190 @@
+//go:build bench
+
+package bench
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/opswire/opswire/test/harness"
+)
+
+// request is one API request as the counting proxy classifies it.
+type request struct {
+	Agent    string // User-Agent up to the first '/', e.g. opswire-cordon
+	Verb     string // GET LIST WATCH CREATE UPDATE PATCH DELETE DELETECOLLECTION
+	Resource string // e.g. pods, nodes, events, leases, pods/status
+}
+
+// apiCounter is a reverse proxy in front of the kube-apiserver that counts
+// every request by user agent, verb and resource. Services reach the API
+// through it with a kubeconfig of their own, so what it counts is exactly
+// what the processes sent (the API server's own metrics carry no user agent).
+type apiCounter struct {
+	URL string
+
+	mu     sync.Mutex
+	counts map[request]int
+}
+
+func startAPICounter(b testing.TB, cp *harness.ControlPlane) *apiCounter {
+	b.Helper()
+	target, err := url.Parse(cp.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1 // watches stream
+	proxy.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64}
+	c := &apiCounter{counts: map[request]int{}}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.count(classify(r))
+		proxy.ServeHTTP(w, r)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	b.Cleanup(func() { _ = srv.Close() })
+	c.URL = "http://" + l.Addr().String()
+	return c
+}
+
+// Kubeconfig writes an admin kubeconfig that goes through the proxy.
+func (c *apiCounter) Kubeconfig(b testing.TB, cp *harness.ControlPlane) string {
+	b.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["bench"] = &clientcmdapi.Cluster{Server: c.URL}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cp.Token}
+	cfg.Contexts["bench"] = &clientcmdapi.Context{Cluster: "bench", AuthInfo: "admin"}
+	cfg.CurrentContext = "bench"
+	path := filepath.Join(b.TempDir(), "proxied.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+func (c *apiCounter) count(r request) {
+	c.mu.Lock()
+	c.counts[r]++
+	c.mu.Unlock()
+}
+
+// snapshot copies the counts so far.
+func (c *apiCounter) snapshot() map[request]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[request]int, len(c.counts))
+	for k, v := range c.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// delta is after minus before.
+func delta(after, before map[request]int) map[request]int {
+	out := map[request]int{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// sum adds the counts that match.
+func sum(counts map[request]int, match func(request) bool) int {
+	n := 0
+	for k, v := range counts {
+		if match(k) {
+			n += v
+		}
+	}
+	return n
+}
+
+// describe lists the counts of one agent, most frequent first.
+func describe(counts map[request]int, agent string) string {
+	type row struct {
+		k request
+		n int
+	}
+	var rows []row
+	for k, v := range counts {
+		if k.Agent == agent {
+			rows = append(rows, row{k, v})
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].n != rows[j].n {
+			return rows[i].n > rows[j].n
+		}
+		return rows[i].k.Verb+rows[i].k.Resource < rows[j].k.Verb+rows[j].k.Resource
+	})
+	var parts []string
+	for _, r := range rows {
+		parts = append(parts, fmt.Sprintf("%s %s=%d", r.k.Verb, r.k.Resource, r.n))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// classify maps an API request to (agent, verb, resource) the way the API
+// server's request metrics do.
+func classify(r *http.Request) request {
+	agent, _, _ := strings.Cut(r.UserAgent(), "/")
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	var rest []string
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		rest = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		rest = parts[3:]
+	default:
+		return request{Agent: agent, Verb: r.Method, Resource: "nonresource"}
+	}
+	if len(rest) >= 3 && rest[0] == "namespaces" {
+		rest = rest[2:] // a namespaced resource
+	}
+	if len(rest) == 0 {
+		return request{Agent: agent, Verb: r.Method, Resource: "discovery"}
+	}
+	resource, named := rest[0], len(rest) >= 2
+	if len(rest) >= 3 {
+		resource += "/" + rest[2]
+	}
+	verb := r.Method
+	switch r.Method {
+	case http.MethodGet:
+		switch {
+		case r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1":
+			verb = "WATCH"
+		case named:
+			verb = "GET"
+		default:
+			verb = "LIST"
+		}
+	case http.MethodPost:
+		verb = "CREATE"
+	case http.MethodPut:
+		verb = "UPDATE"
+	case http.MethodDelete:
+		if !named {
+			verb = "DELETECOLLECTION"
+		}
+	}
+	return request{Agent: agent, Verb: verb, Resource: resource}
+}

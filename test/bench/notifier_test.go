@@ -1,0 +1,192 @@
+//go:build bench
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/opswire/opswire/services/notifier/feishutest"
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/test/harness"
+)
+
+const (
+	burstSize    = 10_000
+	burstToken   = "bench-bot-token"
+	burstCluster = "bench"
+)
+
+// burstConfig groups quickly (1 s wait, 2 s interval) so the figure shows
+// the notifier's work rather than its configured waiting; rate limits are
+// Feishu's (5/s, 100/min per bot), the defaults.
+const burstConfig = `
+cluster:
+  name: bench
+notifier:
+  groupWait: 1s
+  groupInterval: 2s
+  receivers:
+  - name: ops-feishu
+    urlEnv: BENCH_FEISHU_URL
+    secretEnv: BENCH_FEISHU_SECRET
+  routes:
+  - subjects: ['ops.*.cleanup.>']
+    receivers: [ops-feishu]
+`
+
+var cardCount = regexp.MustCompile(`\*\*(\d+)\*\* cleanup results`)
+
+// BenchmarkNotifierBurst10k is figure 6: 10,000 cleanup results published
+// at once to OPS, the notifier process delivering them as signed cards to the
+// Feishu-compatible test server. It measures the time from the first publish
+// until every event is accounted for in accepted cards and acknowledged, the
+// cards sent, rate-limit violations and the process's peak resident memory.
+// Floor: a bare durable pull consumer on the same burst, fetching and acking
+// every message, running at the same time.
+func BenchmarkNotifierBurst10k(b *testing.B) {
+	harness.Build(b, "notifier")
+	n := harness.StartNATS(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := natsx.EnsureStreams(ctx, n.JS, config.Default().NATS); err != nil {
+		b.Fatal(err)
+	}
+	feishu := feishutest.NewServer()
+	b.Cleanup(feishu.Close)
+	secret := "bench-secret-3e1a"
+	url := feishu.AddBot(burstToken, feishutest.Bot{Secret: secret})
+	p := harness.StartService(b, "notifier", harness.ServiceOptions{Config: harness.WriteConfig(b, burstConfig), NATSURL: n.URL,
+		Env: []string{"BENCH_FEISHU_URL=" + url, "BENCH_FEISHU_SECRET=" + secret}})
+	p.WaitReady(b, time.Minute)
+
+	floorDone := startBareConsumer(b, ctx, n.JS)
+	msgs := cleanupResults(b)
+	js, err := jetstream.New(n.Conn, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var peakRSS float64
+	b.ResetTimer()
+	start := time.Now()
+	for _, m := range msgs {
+		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+	published := time.Since(start)
+	var accounted time.Duration
+	harness.Eventually(b, 10*time.Minute, "every event in an accepted card, and acknowledged", func() bool {
+		if rss := p.Metric("process_resident_memory_bytes"); rss > peakRSS {
+			peakRSS = rss
+		}
+		if cardEvents(b, feishu.Cards(burstToken)) < burstSize || !settled(ctx, n.JS) {
+			return false
+		}
+		accounted = time.Since(start)
+		return true
+	})
+	b.StopTimer()
+	var floor time.Duration
+	select {
+	case d := <-floorDone:
+		floor = d.Sub(start)
+	case <-time.After(time.Minute):
+		b.Fatal("the bare consumer did not ack the burst")
+	}
+	cards := feishu.Cards(burstToken)
+	if got := cardEvents(b, cards); got != burstSize {
+		b.Fatalf("cards account for %d events, want exactly %d", got, burstSize)
+	}
+	b.ReportMetric(accounted.Seconds(), "accounted-s")
+	b.ReportMetric(floor.Seconds(), "floor-s")
+	b.ReportMetric(accounted.Seconds()/floor.Seconds(), "x-floor")
+	b.ReportMetric(float64(len(cards)), "cards")
+	b.ReportMetric(float64(len(feishu.Requests())), "requests")
+	b.ReportMetric(float64(feishu.RateViolations()), "rate-violations")
+	b.ReportMetric(peakRSS/(1<<20), "peak-rss-MiB")
+	b.Logf("burst published in %v; %d cards, %d requests, all accounted for after %v (bare consumer: %v)",
+		published.Round(time.Millisecond), len(cards), len(feishu.Requests()), accounted.Round(time.Millisecond), floor.Round(time.Millisecond))
+}
+
+// cleanupResults builds the burst: cleanup results as opswire-cleanup publishes them.
+func cleanupResults(b *testing.B) []*nats.Msg {
+	b.Helper()
+	reasons := []string{"Evicted", "Evicted", "Evicted", "NodeLost", "OOMKilled"}
+	now := time.Now().UTC()
+	out := make([]*nats.Msg, burstSize)
+	for i := range out {
+		ns, pod := fmt.Sprintf("team-%d", i%8), fmt.Sprintf("web-%05d", i)
+		uid := fmt.Sprintf("00000000-0000-0000-0000-%012d", i)
+		d := events.CleanupDecision{Verb: "deleted", Action: "delete", Namespace: ns, Pod: pod, PodUID: uid,
+			Node: fmt.Sprintf("node-%d", i%50), Phase: "Failed", PodReason: reasons[i%len(reasons)],
+			Reason: "FailedPod", AgeSeconds: 120, Severity: events.SeverityWarning, Time: now}
+		ev, err := envelope.New("cleanup/"+uid+"/deleted", envelope.Source(burstCluster, "cleanup"), events.TypeCleanup, ns+"/"+pod, d, now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[i] = ev.Msg(subject.Ops(burstCluster, "cleanup", "deleted", ns, pod))
+	}
+	return out
+}
+
+// startBareConsumer runs the floor: a durable pull consumer that acks every
+// burst message; it sends the time the last one was acked.
+func startBareConsumer(b *testing.B, ctx context.Context, js jetstream.JetStream) <-chan time.Time {
+	b.Helper()
+	cons, err := js.CreateOrUpdateConsumer(ctx, "OPS", jetstream.ConsumerConfig{
+		Durable: "bench-floor", FilterSubject: "ops." + burstCluster + ".cleanup.>", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 20000,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan time.Time, 1)
+	var acked atomic.Int64
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if err := m.Ack(); err == nil && acked.Add(1) == burstSize {
+			done <- time.Now()
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(cc.Stop)
+	return done
+}
+
+// settled is true when the notifier's consumer has nothing pending or unacked.
+func settled(ctx context.Context, js jetstream.JetStream) bool {
+	c, err := js.Consumer(ctx, "OPS", "opswire-notifier-"+burstCluster)
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(ctx)
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+}
+
+// cardEvents sums the "**N** cleanup results" counts of accepted cards.
+func cardEvents(b *testing.B, cards []*feishutest.Card) int {
+	total := 0
+	for _, c := range cards {
+		m := cardCount.FindStringSubmatch(c.Text())
+		if m == nil {
+			b.Fatalf("card without a count:\n%s", c.Text())
+		}
+		v, _ := strconv.Atoi(m[1])
+		total += v
+	}
+	return total
+}

@@ -1,0 +1,339 @@
+//go:build bench
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/opswire/opswire/test/harness"
+)
+
+// Scale and sample counts of the reaction run (issue 8, figure 1).
+const (
+	reactionNodes   = 50
+	podsPerNode     = 100
+	reactionSamples = 200
+	sampleTimeout   = 15 * time.Second
+	benchNamespace  = "bench"
+)
+
+// reactionConfig: a node is cordoned at 101 pods and released at 100; rate
+// limits and caps are lifted so that they never delay a sample (they are
+// measured in the actors' own tests, not here).
+const reactionConfig = `
+cluster:
+  name: bench
+controller:
+  LeaderElect: true
+  leaseLockNamespace: default
+autoCordon:
+  enable: true
+  maxPods: 101
+  minPods: 100
+  maxActionsPerMinute: 100000
+  maxCordonedPercent: 100
+delException:
+  enable: true
+  minAge: 0s
+  maxDeletionsPerMinute: 100000
+`
+
+// BenchmarkReaction5000 is figures 1 and 4 on the real harness: kube-apiserver
+// + etcd, nats-server, and opswire-watcher, -cordon and -cleanup as
+// processes, 5,000 pods on 50 nodes. It measures, sample by sample:
+//   - cordon: a pod created on a node at 100 pods (the write that makes the
+//     node cross maxPods) → the node seen unschedulable through the API;
+//   - uncordon: that pod force-deleted → the node seen schedulable again;
+//   - cleanup: a running pod's status set to Failed/Evicted → the pod seen deleted;
+//   - floor: the same writes → a plain client-go informer seeing the write itself.
+//
+// The actors reach the API through a counting proxy, which gives figure 4:
+// requests per action by verb and resource, and every LIST and WATCH.
+func BenchmarkReaction5000(b *testing.B) {
+	for _, s := range []string{"watcher", "cordon", "cleanup"} {
+		harness.Build(b, s) // compile outside the measured run
+	}
+	cp := harness.StartControlPlane(b)
+	n := harness.StartNATS(b)
+	counter := startAPICounter(b, cp)
+	cfg := harness.WriteConfig(b, reactionConfig)
+	c := cp.Client
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	harness.CreateNamespace(b, c, benchNamespace)
+	nodes := make([]string, reactionNodes)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("node-%02d", i)
+		harness.CreateNode(b, c, harness.Node(nodes[i], map[string]string{"pool": "bench"}))
+	}
+	start := time.Now()
+	createPods(b, c, reactionNodes*podsPerNode, func(i int) *corev1.Pod {
+		return harness.Pod(benchNamespace, fmt.Sprintf("pod-%05d", i), nodes[i%reactionNodes])
+	})
+	b.Logf("created %d pods on %d nodes in %v", reactionNodes*podsPerNode, reactionNodes, time.Since(start).Round(time.Millisecond))
+
+	// Figure 2, real API server: the watcher's first publication of the cluster.
+	start = time.Now()
+	watcher := harness.StartService(b, "watcher", harness.ServiceOptions{Config: cfg, Kubeconfig: counter.Kubeconfig(b, cp), NATSURL: n.URL})
+	objects := reactionNodes*podsPerNode + reactionNodes
+	harness.Eventually(b, 5*time.Minute, "KUBE holds the cluster", func() bool { return kubeMsgs(n.JS) >= objects })
+	b.ReportMetric(float64(objects)/time.Since(start).Seconds(), "watcher-real-msgs/s")
+	watcher.WaitReady(b, time.Minute)
+
+	obs := newObserver()
+	obs.run(ctx, b, c)
+
+	actorKubeconfig := counter.Kubeconfig(b, cp)
+	for _, s := range []string{"cordon", "cleanup"} {
+		p := harness.StartService(b, s, harness.ServiceOptions{Config: cfg, Kubeconfig: actorKubeconfig, NATSURL: n.URL, ID: s + "-a"})
+		p.WaitReady(b, time.Minute)
+		harness.Eventually(b, time.Minute, s+" holds its Lease", func() bool { return leaseHolder(c, "opswire-"+s) == s+"-a" })
+	}
+
+	b.ResetTimer()
+	// Cordon and uncordon, one node at a time, round robin over the nodes.
+	before := counter.snapshot()
+	var cordon, uncordon, floorAdd latencies
+	timeouts := 0
+	for i := range reactionSamples {
+		node := nodes[i%reactionNodes]
+		name := fmt.Sprintf("extra-%04d", i)
+		added, cordoned := obs.expect("pod-add/"+benchNamespace+"/"+name), obs.expect("node-cordoned/"+node)
+		t0 := time.Now()
+		if _, err := c.CoreV1().Pods(benchNamespace).Create(ctx, harness.Pod(benchNamespace, name, node), metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		if d, ok := waitSince(t0, added); ok {
+			floorAdd = append(floorAdd, d)
+		}
+		d, ok := waitSince(t0, cordoned)
+		if !ok {
+			timeouts++
+			b.Logf("sample %d: %s not cordoned within %v", i, node, sampleTimeout)
+		}
+		cordon = append(cordon, d)
+		released := obs.expect("node-uncordoned/" + node)
+		zero := int64(0)
+		t1 := time.Now()
+		if err := c.CoreV1().Pods(benchNamespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+			b.Fatal(err)
+		}
+		if d, ok := waitSince(t1, released); ok {
+			uncordon = append(uncordon, d)
+		} else if ok := nodeSchedulable(b, c, node); !ok {
+			b.Fatalf("sample %d: %s still cordoned after %v", i, node, sampleTimeout)
+		}
+	}
+	afterCordon := counter.snapshot()
+
+	// Evicted pod → deleted, one pod at a time, 4 per node.
+	var cleanup, floorStatus latencies
+	for i := range reactionSamples {
+		name := fmt.Sprintf("pod-%05d", i)
+		pod, err := c.CoreV1().Pods(benchNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		failed, deleted := obs.expect("pod-failed/"+benchNamespace+"/"+name), obs.expect("pod-deleted/"+benchNamespace+"/"+name)
+		pod.Status.Phase, pod.Status.Reason, pod.Status.Message = corev1.PodFailed, "Evicted", "The node was low on resource: memory."
+		t0 := time.Now()
+		if _, err := c.CoreV1().Pods(benchNamespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		if d, ok := waitSince(t0, failed); ok {
+			floorStatus = append(floorStatus, d)
+		}
+		d, ok := waitSince(t0, deleted)
+		if !ok {
+			timeouts++
+			b.Logf("sample %d: %s not deleted within %v", i, name, sampleTimeout)
+		}
+		cleanup = append(cleanup, d)
+	}
+	afterCleanup := counter.snapshot()
+	b.StopTimer()
+
+	floor := append(append(latencies(nil), floorAdd...), floorStatus...)
+	for _, m := range []struct {
+		name string
+		l    latencies
+	}{{"cordon", cordon}, {"uncordon", uncordon}, {"cleanup", cleanup}, {"floor", floor}, {"floor-create", floorAdd}, {"floor-status", floorStatus}} {
+		b.ReportMetric(m.l.quantile(0.5), m.name+"-p50-ms")
+		b.ReportMetric(m.l.quantile(0.99), m.name+"-p99-ms")
+		b.ReportMetric(float64(len(m.l)), m.name+"-samples")
+	}
+	b.ReportMetric(float64(timeouts), "timeouts")
+
+	// Figure 4: requests per action, leases (leader election) apart.
+	notLease := func(agent string) func(request) bool {
+		return func(r request) bool { return r.Agent == agent && r.Resource != "leases" }
+	}
+	cordonPhase, cleanupPhase := delta(afterCordon, before), delta(afterCleanup, afterCordon)
+	b.ReportMetric(float64(sum(cordonPhase, notLease("opswire-cordon")))/float64(2*reactionSamples), "cordon-req/action")
+	b.ReportMetric(float64(sum(cleanupPhase, notLease("opswire-cleanup")))/float64(reactionSamples), "cleanup-req/action")
+	all := counter.snapshot()
+	for _, agent := range []string{"opswire-cordon", "opswire-cleanup", "opswire-watcher"} {
+		short := strings.TrimPrefix(agent, "opswire-")
+		b.ReportMetric(float64(sum(all, func(r request) bool { return r.Agent == agent && (r.Verb == "LIST" || r.Verb == "WATCH") })), short+"-list+watch")
+		b.Logf("API requests of %s over the whole run: %s", agent, describe(all, agent))
+	}
+	b.Logf("cordon phase (%d cordons + %d uncordons): %s", reactionSamples, reactionSamples, describe(cordonPhase, "opswire-cordon"))
+	b.Logf("cleanup phase (%d deletions): %s", reactionSamples, describe(cleanupPhase, "opswire-cleanup"))
+	if cordonPhase := sum(cleanupPhase, notLease("opswire-cordon")); cordonPhase > 0 {
+		b.Logf("cordon requests during the cleanup phase (re-evaluation of nodes losing pods): %d", cordonPhase)
+	}
+}
+
+// createPods creates count pods with 16 parallel writers.
+func createPods(b *testing.B, c kubernetes.Interface, count int, pod func(i int) *corev1.Pod) {
+	b.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	next := make(chan int)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				p := pod(i)
+				if _, err := c.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+					select {
+					case errs <- fmt.Errorf("create %s: %w", p.Name, err):
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for i := range count {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+}
+
+// observer is the floor's plain client-go informer: it timestamps the
+// events tests wait for, keyed "pod-add/ns/name", "pod-failed/ns/name",
+// "pod-deleted/ns/name", "node-cordoned/name", "node-uncordoned/name".
+type observer struct {
+	mu    sync.Mutex
+	waits map[string]chan time.Time
+}
+
+func newObserver() *observer { return &observer{waits: map[string]chan time.Time{}} }
+
+// expect registers interest in a key before the write that causes it.
+func (o *observer) expect(key string) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	o.mu.Lock()
+	o.waits[key] = ch
+	o.mu.Unlock()
+	return ch
+}
+
+func (o *observer) see(key string) {
+	now := time.Now()
+	o.mu.Lock()
+	ch, ok := o.waits[key]
+	delete(o.waits, key)
+	o.mu.Unlock()
+	if ok {
+		ch <- now
+	}
+}
+
+func (o *observer) run(ctx context.Context, b *testing.B, c kubernetes.Interface) {
+	b.Helper()
+	f := informers.NewSharedInformerFactory(c, 0)
+	pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
+	podKey := func(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+	_, _ = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { o.see("pod-add/" + podKey(obj.(*corev1.Pod))) },
+		UpdateFunc: func(old, cur any) {
+			if p := cur.(*corev1.Pod); p.Status.Phase == corev1.PodFailed && old.(*corev1.Pod).Status.Phase != corev1.PodFailed {
+				o.see("pod-failed/" + podKey(p))
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				o.see("pod-deleted/" + t.Key)
+				return
+			}
+			o.see("pod-deleted/" + podKey(obj.(*corev1.Pod)))
+		},
+	})
+	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, cur any) {
+			was, is := old.(*corev1.Node).Spec.Unschedulable, cur.(*corev1.Node).Spec.Unschedulable
+			switch {
+			case is && !was:
+				o.see("node-cordoned/" + cur.(*corev1.Node).Name)
+			case was && !is:
+				o.see("node-uncordoned/" + cur.(*corev1.Node).Name)
+			}
+		},
+	})
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, nodes.HasSynced) {
+		b.Fatal("observer caches did not sync")
+	}
+}
+
+// waitSince waits for an observation and returns its latency from t0.
+func waitSince(t0 time.Time, ch <-chan time.Time) (time.Duration, bool) {
+	select {
+	case t := <-ch:
+		return t.Sub(t0), true
+	case <-time.After(sampleTimeout):
+		return sampleTimeout, false
+	}
+}
+
+func nodeSchedulable(b *testing.B, c kubernetes.Interface, name string) bool {
+	n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return !n.Spec.Unschedulable
+}
+
+func leaseHolder(c kubernetes.Interface, name string) string {
+	l, err := c.CoordinationV1().Leases("default").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// kubeMsgs is the number of messages stored in KUBE (-1 if unknown).
+func kubeMsgs(js jetstream.JetStream) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "KUBE")
+	if err != nil {
+		return -1
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return -1
+	}
+	return int(info.State.Msgs)
+}

@@ -1,0 +1,148 @@
+//go:build bench
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/kubestate"
+	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/test/harness"
+)
+
+const (
+	rebuildPods   = 150_000
+	rebuildNodes  = 5_000
+	rebuildRounds = 3
+)
+
+// BenchmarkMirrorRebuild150k is figure 3: the time a new leader needs to
+// hold the whole state, i.e. a kubestate.Mirror (what every actor runs) from
+// creation to WaitSynced over a KUBE stream of 150,000 pods and 5,000 nodes
+// (each stored twice, so the stream also holds superseded messages as in
+// production). Floor: a bare ordered consumer reading the last message of
+// every subject without decoding. Rounds alternate floor and mirror; the
+// medians are reported.
+func BenchmarkMirrorRebuild150k(b *testing.B) {
+	n := harness.StartNATS(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := natsx.EnsureStreams(ctx, n.JS, config.Default().NATS); err != nil {
+		b.Fatal(err)
+	}
+	js, err := jetstream.New(n.Conn, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for version := range 2 {
+		fillKube(b, js, version)
+	}
+	want := rebuildPods + rebuildNodes
+
+	b.ResetTimer()
+	var floor, mirror []time.Duration
+	for range rebuildRounds {
+		start := time.Now()
+		if got := readLastPerSubject(b, ctx, js); got != want {
+			b.Fatalf("bare consumer read %d messages, want %d", got, want)
+		}
+		floor = append(floor, time.Since(start))
+
+		mctx, mcancel := context.WithCancel(ctx)
+		start = time.Now()
+		m := kubestate.New(js, "bench", zerolog.Nop(), nil, kubestate.Handlers{})
+		go func() { _ = m.Run(mctx) }()
+		if err := m.WaitSynced(mctx); err != nil {
+			b.Fatal(err)
+		}
+		mirror = append(mirror, time.Since(start))
+		if p, nd := len(m.Pods()), len(m.Nodes()); p != rebuildPods || nd != rebuildNodes {
+			b.Fatalf("mirror holds %d pods and %d nodes", p, nd)
+		}
+		mcancel()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(median(mirror).Microseconds())/1000, "mirror-ms")
+	b.ReportMetric(float64(median(floor).Microseconds())/1000, "floor-ms")
+	b.ReportMetric(float64(median(mirror))/float64(median(floor)), "x-floor")
+	b.Logf("rounds: mirror %v, floor %v", mirror, floor)
+}
+
+// fillKube stores one version of every object, with the payloads the watcher writes.
+func fillKube(b *testing.B, js jetstream.JetStream, version int) {
+	b.Helper()
+	now := time.Now().UTC()
+	src := envelope.Source("bench", "watcher")
+	publish := func(subj, id, typ, ceSubject string, payload any) {
+		ev, err := envelope.New(id, src, typ, ceSubject, payload, now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := js.PublishMsgAsync(ev.Msg(subj), jetstream.WithStallWait(time.Minute)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range rebuildNodes {
+		name := fmt.Sprintf("node-%04d", i)
+		s := events.NodeState{Op: events.OpUpsert, UID: fmt.Sprintf("node-uid-%04d", i), Name: name, ResourceVersion: fmt.Sprint(1000 + version),
+			Labels: map[string]string{"kubernetes.io/hostname": name, "pool": "web"}, Ready: "True", AllocatablePods: 110,
+			EphemeralBytes: 100 << 30, Pods: 30, ImageBytes: 12 << 30, ImageCount: 42}
+		publish(subject.Node("bench", name), fmt.Sprintf("node/%s/%d", s.UID, version), events.TypeNode, name, s)
+	}
+	finished := now.Add(-time.Hour)
+	for i := range rebuildPods {
+		ns, name := fmt.Sprintf("ns-%03d", i%200), fmt.Sprintf("web-7d9f8c6b5-%06d", i)
+		s := events.PodState{Op: events.OpUpsert, UID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i), Namespace: ns, Name: name,
+			ResourceVersion: fmt.Sprint(200000 + i + version*rebuildPods), NodeName: fmt.Sprintf("node-%04d", i%rebuildNodes), Phase: "Running",
+			CreationTimestamp: now.Add(-24 * time.Hour), Owner: &events.Owner{Kind: "Deployment", Name: fmt.Sprintf("web-%03d", i%500)},
+			Containers: []events.Container{{Name: "app", Restarts: int32(i % 7), LastReason: "OOMKilled", LastExitCode: 137, LastFinished: &finished}, {Name: "proxy"}}}
+		publish(subject.Pod("bench", ns, name), "pod/"+s.UID+"/"+s.ResourceVersion, events.TypePod, ns+"/"+name, s)
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(5 * time.Minute):
+		b.Fatal("KUBE not filled in 5 minutes")
+	}
+}
+
+// readLastPerSubject is the floor: the ordered consumer a Mirror uses, same
+// batch size, reading every message without decoding it.
+func readLastPerSubject(b *testing.B, ctx context.Context, js jetstream.JetStream) int {
+	b.Helper()
+	cons, err := js.OrderedConsumer(ctx, subject.KubeStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject.Kube("bench")}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(2000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer it.Stop()
+	count := 0
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			b.Fatal(err)
+		}
+		count++
+		md, err := msg.Metadata()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if md.NumPending == 0 {
+			return count
+		}
+	}
+}

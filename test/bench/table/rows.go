@@ -1,0 +1,231 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Verdict says whether a row met its target.
+type Verdict int
+
+const (
+	NoTarget Verdict = iota
+	Met
+	Missed
+	NotMeasured
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Met:
+		return "met"
+	case Missed:
+		return "**missed**"
+	case NotMeasured:
+		return "**not measured**"
+	}
+	return ""
+}
+
+// Row is one line of the table.
+type Row struct {
+	Figure, Value, Floor, Ratio, Target string
+	Verdict                             Verdict
+}
+
+// metric names one benchmark metric and how to print it.
+type metric struct {
+	bench, unit string
+	scale       float64 // multiply the raw value (e.g. ns → ms)
+	format      func(float64) string
+}
+
+// spec is one row: a value, its floor (a metric, a constant, or none) and a target.
+type spec struct {
+	figure    string
+	value     metric
+	floor     *metric
+	floorText string // printed when there is no floor metric
+	floorNum  float64
+	target    string
+	ok        func(value, ratio float64) bool // nil: no target
+}
+
+const (
+	reaction = "BenchmarkReaction5000"
+	watcher  = "BenchmarkWatcherThroughput150k"
+	heap     = "BenchmarkWatcherHeap150k"
+	informer = "BenchmarkInformerHeap150k"
+	rebuild  = "BenchmarkMirrorRebuild150k"
+	report   = "BenchmarkBuildReport150k"
+	reportW  = "BenchmarkBuildReport150kIncreaseWorkload"
+	scan     = "BenchmarkFloorScan150k"
+	burst    = "BenchmarkNotifierBurst10k"
+)
+
+func ms(b, u string) metric        { return metric{b, u, 1, func(v float64) string { return fmt.Sprintf("%.1f ms", v) }} }
+func nsAsMs(b string) metric       { return metric{b, "ns/op", 1e-6, func(v float64) string { return fmt.Sprintf("%.1f ms", v) }} }
+func rate(b, u string) metric      { return metric{b, u, 1, func(v float64) string { return thousands(v) + "/s" }} }
+func count(b, u string) metric     { return metric{b, u, 1, func(v float64) string { return thousands(v) }} }
+func perAction(b, u string) metric { return metric{b, u, 1, func(v float64) string { return fmt.Sprintf("%.2f", v) }} }
+func bytesPerPod(b string) metric {
+	return metric{b, "heap-B/pod", 1, func(v float64) string { return thousands(v) + " B/pod" }}
+}
+func mib(b, u string, scale float64) metric {
+	return metric{b, u, scale, func(v float64) string { return fmt.Sprintf("%.1f MiB", v) }}
+}
+func seconds(b, u string) metric {
+	return metric{b, u, 1, func(v float64) string { return fmt.Sprintf("%.2f s", v) }}
+}
+func percent(b, u string) metric {
+	return metric{b, u, 1, func(v float64) string { return fmt.Sprintf("%.1f %%", v) }}
+}
+
+func p(m metric) *metric { return &m }
+
+// latencyTarget is figure 1's target: p99 ≤ 500 ms and ≤ 5× the floor.
+func latencyTarget(v, r float64) bool { return v <= 500 && r <= 5 }
+
+var specs = []spec{
+	{figure: "1 Reaction: node crosses maxPods → cordoned, p50 (%s samples)", value: ms(reaction, "cordon-p50-ms"), floor: p(ms(reaction, "floor-p50-ms"))},
+	{figure: "1 Reaction: node crosses maxPods → cordoned, p99", value: ms(reaction, "cordon-p99-ms"), floor: p(ms(reaction, "floor-p99-ms")),
+		target: "p99 ≤ 500 ms and ≤ 5× floor", ok: latencyTarget},
+	{figure: "1 Reaction: evicted pod → deleted, p50 (%s samples)", value: ms(reaction, "cleanup-p50-ms"), floor: p(ms(reaction, "floor-p50-ms"))},
+	{figure: "1 Reaction: evicted pod → deleted, p99", value: ms(reaction, "cleanup-p99-ms"), floor: p(ms(reaction, "floor-p99-ms")),
+		target: "p99 ≤ 500 ms and ≤ 5× floor", ok: latencyTarget},
+	{figure: "1 Reaction: node back at minPods → uncordoned, p50", value: ms(reaction, "uncordon-p50-ms"), floor: p(ms(reaction, "floor-p50-ms"))},
+	{figure: "1 Reaction: node back at minPods → uncordoned, p99", value: ms(reaction, "uncordon-p99-ms"), floor: p(ms(reaction, "floor-p99-ms"))},
+	{figure: "2 Watcher: pod updates → stored messages (150k pods, 5k nodes)", value: rate(watcher, "updates/s"), floor: p(rate(watcher, "floor-msgs/s")),
+		target: "≥ 20,000/s and ≥ 0.25× floor", ok: func(v, r float64) bool { return v >= 20000 && r >= 0.25 }},
+	{figure: "2 Watcher: first publication of 155k objects", value: rate(watcher, "initial-msgs/s"), floor: p(rate(watcher, "floor-msgs/s"))},
+	{figure: "2 Watcher: first publication, real API server (5,050 objects)", value: rate(reaction, "watcher-real-msgs/s"), floorText: "—"},
+	{figure: "2 Watcher: heap per pod (150k pods; floor = untransformed informer)", value: bytesPerPod(heap), floor: p(bytesPerPod(informer)),
+		target: "≤ 1,024 B/pod", ok: func(v, _ float64) bool { return v <= 1024 }},
+	{figure: "2 Watcher: status-only churn suppressed (150k heartbeats)", value: percent(watcher, "churn-suppressed-%"), floorText: "—"},
+	{figure: "3 Actor rebuild: Mirror holds 150k pods + 5k nodes", value: ms(rebuild, "mirror-ms"), floor: p(ms(rebuild, "floor-ms")),
+		target: "≤ 1,500 ms", ok: func(v, _ float64) bool { return v <= 1500 }},
+	{figure: "4 API requests per cordon action (cordon or uncordon; floor = the write alone)", value: perAction(reaction, "cordon-req/action"), floorNum: 1,
+		target: "≤ 3", ok: func(v, _ float64) bool { return v <= 3 }},
+	{figure: "4 API requests per cleanup action (deletion; floor = the write alone)", value: perAction(reaction, "cleanup-req/action"), floorNum: 1,
+		target: "≤ 3", ok: func(v, _ float64) bool { return v <= 3 }},
+	{figure: "4 LIST + WATCH by opswire-cordon (whole run)", value: count(reaction, "cordon-list+watch"), floorText: "—",
+		target: "0", ok: func(v, _ float64) bool { return v == 0 }},
+	{figure: "4 LIST + WATCH by opswire-cleanup (whole run)", value: count(reaction, "cleanup-list+watch"), floorText: "—",
+		target: "0", ok: func(v, _ float64) bool { return v == 0 }},
+	{figure: "4 LIST + WATCH by opswire-watcher (whole run; its informers)", value: count(reaction, "watcher-list+watch"), floorText: "—"},
+	{figure: "5 Report: build over 150k pods (total mode, per pod)", value: nsAsMs(report), floor: p(nsAsMs(scan)),
+		target: "≤ 1,000 ms", ok: func(v, _ float64) bool { return v <= 1000 }},
+	{figure: "5 Report: allocated per build (total mode, per pod)", value: mib(report, "B/op", 1.0/(1<<20)), floorText: "—"},
+	{figure: "5 Report: build over 150k pods (increase mode, by workload)", value: nsAsMs(reportW), floor: p(nsAsMs(scan)),
+		target: "≤ 1,000 ms", ok: func(v, _ float64) bool { return v <= 1000 }},
+	{figure: "6 Notifier: 10,000-event burst, all accounted for", value: seconds(burst, "accounted-s"), floor: p(seconds(burst, "floor-s")),
+		target: "all accounted for", ok: func(float64, float64) bool { return true }},
+	{figure: "6 Notifier: cards sent for the burst", value: count(burst, "cards"), floorText: "—"},
+	{figure: "6 Notifier: rate-limit violations", value: count(burst, "rate-violations"), floorText: "—",
+		target: "0", ok: func(v, _ float64) bool { return v == 0 }},
+	{figure: "6 Notifier: peak resident memory", value: mib(burst, "peak-rss-MiB", 1), floorText: "—"},
+}
+
+// Rows evaluates every spec against the results.
+func Rows(res *Results) []Row {
+	rows := make([]Row, 0, len(specs))
+	for _, s := range specs {
+		rows = append(rows, s.row(res))
+	}
+	return rows
+}
+
+func (s spec) row(res *Results) Row {
+	fig := s.figure
+	if strings.Contains(fig, "%s") {
+		n := "?"
+		unit := "cordon-samples"
+		if strings.Contains(fig, "evicted") {
+			unit = "cleanup-samples"
+		}
+		if v, ok := res.Get(reaction, unit); ok {
+			n = thousands(v)
+		}
+		fig = fmt.Sprintf(fig, n)
+	}
+	r := Row{Figure: fig, Target: s.target, Floor: "—", Ratio: "—"}
+	raw, ok := res.Get(s.value.bench, s.value.unit)
+	if !ok {
+		r.Value = "not measured"
+		if s.ok != nil {
+			r.Verdict = NotMeasured
+		}
+		return r
+	}
+	v := raw * s.value.scale
+	r.Value = s.value.format(v)
+	ratio := math.NaN()
+	switch {
+	case s.floor != nil:
+		if fraw, ok := res.Get(s.floor.bench, s.floor.unit); ok {
+			f := fraw * s.floor.scale
+			r.Floor = s.floor.format(f)
+			if f != 0 {
+				ratio = v / f
+				r.Ratio = fmt.Sprintf("%.2f×", ratio)
+			}
+		} else {
+			r.Floor = "not measured"
+		}
+	case s.floorNum != 0:
+		r.Floor = s.value.format(s.floorNum)
+		ratio = v / s.floorNum
+		r.Ratio = fmt.Sprintf("%.2f×", ratio)
+	case s.floorText != "":
+		r.Floor = s.floorText
+	}
+	if s.ok != nil {
+		// A target stated against the floor cannot be judged without it.
+		needsRatio := strings.Contains(s.target, "floor")
+		switch {
+		case needsRatio && math.IsNaN(ratio):
+			r.Verdict = NotMeasured
+		case s.ok(v, ratio):
+			r.Verdict = Met
+		default:
+			r.Verdict = Missed
+		}
+	}
+	if r.Target == "" {
+		r.Target = "—"
+	}
+	return r
+}
+
+// thousands prints a number rounded to an integer with , separators.
+func thousands(v float64) string {
+	neg := v < 0
+	s := fmt.Sprintf("%.0f", math.Abs(v))
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// Markdown renders the table with the date and machine on every row.
+func Markdown(rows []Row, date string, m Machine) string {
+	var b strings.Builder
+	b.WriteString("| figure | value | floor | ratio | target | date | machine |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		target := r.Target
+		if r.Verdict != NoTarget {
+			target += " — " + r.Verdict.String()
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.Figure, r.Value, r.Floor, r.Ratio, target, date, m.Short())
+	}
+	return b.String()
+}

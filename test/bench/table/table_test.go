@@ -1,0 +1,87 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+goarch: amd64
+pkg: github.com/opswire/opswire/test/bench
+cpu: AMD EPYC
+BenchmarkMirrorRebuild150k-2   	       1	14173799909 ns/op	      1290 floor-ms	      3684 mirror-ms	         2.855 x-floor
+--- BENCH: BenchmarkMirrorRebuild150k-2
+    rebuild_test.go:78: rounds: mirror [3.6s], floor [1.1s]
+BenchmarkBuildReport150k-2   	      10	 120000000 ns/op	 5242880 B/op	   1600 allocs/op
+BenchmarkFloorScan150k-2   	     100	   2000000 ns/op	       0 B/op	      0 allocs/op
+--- FAIL: BenchmarkNotifierBurst10k
+    notifier_test.go:90: timed out
+PASS
+`
+
+func TestParse(t *testing.T) {
+	res := Parse(strings.NewReader(sample))
+	tests := []struct {
+		bench, unit string
+		want        float64
+	}{
+		{"BenchmarkMirrorRebuild150k", "mirror-ms", 3684},
+		{"BenchmarkMirrorRebuild150k", "x-floor", 2.855},
+		{"BenchmarkBuildReport150k", "ns/op", 120000000},
+		{"BenchmarkBuildReport150k", "B/op", 5242880},
+		{"BenchmarkFloorScan150k", "ns/op", 2000000},
+	}
+	for _, tt := range tests {
+		if got, ok := res.Get(tt.bench, tt.unit); !ok || got != tt.want {
+			t.Errorf("%s %s = %v (%v), want %v", tt.bench, tt.unit, got, ok, tt.want)
+		}
+	}
+	if res.CPU != "AMD EPYC" {
+		t.Errorf("cpu %q", res.CPU)
+	}
+	if len(res.Logs) != 1 || !strings.HasPrefix(res.Logs[0], "BenchmarkMirrorRebuild150k: rounds") {
+		t.Errorf("logs %q", res.Logs)
+	}
+	if len(res.Failures) != 1 || res.Failures[0] != "BenchmarkNotifierBurst10k: timed out" {
+		t.Errorf("failures %q", res.Failures)
+	}
+}
+
+func TestRows(t *testing.T) {
+	rows := Rows(Parse(strings.NewReader(sample)))
+	find := func(prefix string) Row {
+		for _, r := range rows {
+			if strings.HasPrefix(r.Figure, prefix) {
+				return r
+			}
+		}
+		t.Fatalf("no row %q", prefix)
+		return Row{}
+	}
+	tests := []struct {
+		prefix              string
+		value, floor, ratio string
+		verdict             Verdict
+	}{
+		{"3 Actor rebuild", "3684.0 ms", "1290.0 ms", "2.86×", Missed},
+		{"5 Report: build over 150k pods (total", "120.0 ms", "2.0 ms", "60.00×", Met},
+		{"5 Report: allocated", "5.0 MiB", "—", "—", NoTarget},
+		{"6 Notifier: rate-limit", "not measured", "—", "—", NotMeasured},
+		{"1 Reaction: node crosses maxPods → cordoned, p50 (?", "not measured", "—", "—", NoTarget},
+	}
+	for _, tt := range tests {
+		r := find(tt.prefix)
+		if r.Value != tt.value || r.Floor != tt.floor || r.Ratio != tt.ratio || r.Verdict != tt.verdict {
+			t.Errorf("%s: got %+v, want value %q floor %q ratio %q verdict %v", tt.prefix, r, tt.value, tt.floor, tt.ratio, tt.verdict)
+		}
+	}
+}
+
+func TestThousands(t *testing.T) {
+	tests := map[float64]string{0: "0", 999: "999", 1000: "1,000", 150000: "150,000", 1234567.6: "1,234,568", -2500: "-2,500"}
+	for in, want := range tests {
+		if got := thousands(in); got != want {
+			t.Errorf("thousands(%v) = %q, want %q", in, got, want)
+		}
+	}
+}
