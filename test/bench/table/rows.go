@@ -64,11 +64,21 @@ const (
 	burst    = "BenchmarkNotifierBurst10k"
 )
 
-func ms(b, u string) metric        { return metric{b, u, 1, func(v float64) string { return fmt.Sprintf("%.1f ms", v) }} }
-func nsAsMs(b string) metric       { return metric{b, "ns/op", 1e-6, func(v float64) string { return fmt.Sprintf("%.1f ms", v) }} }
-func rate(b, u string) metric      { return metric{b, u, 1, func(v float64) string { return thousands(v) + "/s" }} }
-func count(b, u string) metric     { return metric{b, u, 1, func(v float64) string { return thousands(v) }} }
-func perAction(b, u string) metric { return metric{b, u, 1, func(v float64) string { return fmt.Sprintf("%.2f", v) }} }
+func ms(b, u string) metric {
+	return metric{b, u, 1, func(v float64) string { return fmt.Sprintf("%.1f ms", v) }}
+}
+func nsAsMs(b string) metric {
+	return metric{b, "ns/op", 1e-6, func(v float64) string { return fmt.Sprintf("%.1f ms", v) }}
+}
+func rate(b, u string) metric {
+	return metric{b, u, 1, func(v float64) string { return thousands(v) + "/s" }}
+}
+func count(b, u string) metric {
+	return metric{b, u, 1, func(v float64) string { return thousands(v) }}
+}
+func perAction(b, u string) metric {
+	return metric{b, u, 1, func(v float64) string { return fmt.Sprintf("%.2f", v) }}
+}
 func bytesPerPod(b string) metric {
 	return metric{b, "heap-B/pod", 1, func(v float64) string { return thousands(v) + " B/pod" }}
 }
