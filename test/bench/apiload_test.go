@@ -55,6 +55,9 @@ func startAPICounter(b testing.TB, cp *harness.ControlPlane) *apiCounter {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.count(classify(r))
+		// client-go does not send a bearer token to a plain-HTTP server, so
+		// the proxy authenticates every request as the admin.
+		r.Header.Set("Authorization", "Bearer "+cp.Token)
 		proxy.ServeHTTP(w, r)
 	})}
 	go func() { _ = srv.Serve(l) }()
@@ -63,7 +66,7 @@ func startAPICounter(b testing.TB, cp *harness.ControlPlane) *apiCounter {
 	return c
 }
 
-// Kubeconfig writes an admin kubeconfig that goes through the proxy.
+// Kubeconfig writes a kubeconfig that goes through the proxy (which adds the admin token).
 func (c *apiCounter) Kubeconfig(b testing.TB, cp *harness.ControlPlane) string {
 	b.Helper()
 	cfg := clientcmdapi.NewConfig()

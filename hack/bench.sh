@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# make bench: runs opswire's benchmarks (issue 8), writes docs/benchmarks.md
+# and prints the same table. Each figure is measured beside a floor taken in
+# the same run (see docs/benchmarks-method.md). About 10-20 minutes on 2 cores.
+#
+# The pieces run one after another (never in parallel: they would measure
+# each other), each in its own process so one heap does not leak into the
+# next figure. A failed piece is reported as "not measured" in the table and
+# makes the script exit non-zero at the end; the other pieces still run.
+#
+#   BENCH_ONLY="watcher rebuild"  run only some pieces (watcher-throughput,
+#                                 watcher-heap, informer-heap, rebuild, report,
+#                                 notifier, reaction); the table then shows
+#                                 the others as not measured.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=$ROOT/.cache/bench
+mkdir -p "$OUT"
+rm -f "$OUT"/*.txt "$OUT"/*.pprof "$OUT"/*.test
+GO=${GO:-go}
+start=$(date +%s)
+failed=()
+
+want() { [ -z "${BENCH_ONLY:-}" ] || [[ " $BENCH_ONLY " == *" $1 "* ]]; }
+
+# piece NAME DIR GO-TEST-ARGS...: one go test -bench run, output kept in $OUT/NAME.txt.
+piece() {
+  local name=$1 dir=$2
+  shift 2
+  want "$name" || return 0
+  echo ">> $name ($(date -u +%H:%M:%S))"
+  if ! (cd "$dir" && $GO test -run '^$' -timeout 40m "$@") 2>&1 | tee "$OUT/$name.txt"; then
+    failed+=("$name")
+  fi
+  grep -q '^--- FAIL\|^FAIL' "$OUT/$name.txt" && [[ " ${failed[*]-} " != *" $name "* ]] && failed+=("$name")
+  return 0
+}
+
+# 2. Watcher: throughput against a real embedded nats-server, then the two heaps, each alone.
+piece watcher-throughput services/watcher -bench '^BenchmarkWatcherThroughput150k$' -benchtime 1x \
+  -cpuprofile "$OUT/watcher-throughput.pprof" -o "$OUT/watcher.test" ./internal/watcher
+piece watcher-heap services/watcher -bench '^BenchmarkWatcherHeap150k$' -benchtime 1x ./internal/watcher
+piece informer-heap services/watcher -bench '^BenchmarkInformerHeap150k$' -benchtime 1x ./internal/watcher
+# 3. Actor rebuild from KUBE.
+piece rebuild test -tags bench -bench '^BenchmarkMirrorRebuild150k$' -benchtime 1x \
+  -cpuprofile "$OUT/rebuild.pprof" -o "$OUT/rebuild.test" ./bench
+# 5. Report build (several iterations: these are short).
+piece report services/report -bench '^Benchmark(BuildReport150k|BuildReport150kIncreaseWorkload|FloorScan150k)$' \
+  -benchtime 5x -benchmem -cpuprofile "$OUT/report.pprof" -o "$OUT/report.test" ./internal/restarts
+# 6. Notifier burst.
+piece notifier test -tags bench -bench '^BenchmarkNotifierBurst10k$' -benchtime 1x ./bench
+# 1 and 4. Reaction time and API load on the real harness (needs `make controlplane`).
+piece reaction test -tags bench -bench '^BenchmarkReaction5000$' -benchtime 1x ./bench
+
+took=$(( $(date +%s) - start ))
+took_text="$((took / 60)) min $((took % 60)) s"
+echo ">> table"
+outputs=("$OUT"/*.txt)
+(cd test && $GO run ./bench/table -out "$ROOT/docs/benchmarks.md" -took "$took_text" "${outputs[@]}")
+
+# Where the time goes, from the CPU profiles of this run.
+profile() { # TITLE TEST-BINARY PROFILE FOCUS
+  [ -s "$3" ] || return 0
+  echo
+  echo "$1 (\`go tool pprof -top -cum -focus '$4'\`, first rows):"
+  echo
+  echo '```'
+  $GO tool pprof -top -cum -nodecount=18 -focus "$4" "$2" "$3" 2>/dev/null | sed -n '/flat%/,$p'
+  echo '```'
+}
+{
+  echo
+  echo "## CPU profiles of this run"
+  echo
+  echo "Profiles and test binaries are kept in \`.cache/bench/\` (open with \`go tool pprof <binary> <profile>\`)."
+  profile "Watcher, publishing path" "$OUT/watcher.test" "$OUT/watcher-throughput.pprof" 'watcher\.\(\*Watcher\)'
+  profile "Mirror rebuild" "$OUT/rebuild.test" "$OUT/rebuild.pprof" 'kubestate'
+  profile "Report build" "$OUT/report.test" "$OUT/report.pprof" 'restarts\.Build'
+} >> docs/benchmarks.md
+
+echo ">> benchmarks took $took_text; docs/benchmarks.md written"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "!! failed pieces: ${failed[*]} (see .cache/bench/<piece>.txt)"
+  exit 1
+fi
