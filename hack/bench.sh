@@ -40,14 +40,16 @@ piece() {
 # 2. Watcher: throughput against a real embedded nats-server, then the two heaps, each alone.
 piece watcher-throughput services/watcher -bench '^BenchmarkWatcherThroughput150k$' -benchtime 1x \
   -cpuprofile "$OUT/watcher-throughput.pprof" -o "$OUT/watcher.test" ./internal/watcher
-piece watcher-heap services/watcher -bench '^BenchmarkWatcherHeap150k$' -benchtime 1x ./internal/watcher
+export OPSWIRE_BENCH_HEAPPROFILE=$OUT/watcher-heap.pprof
+piece watcher-heap services/watcher -bench '^BenchmarkWatcherHeap150k$' -benchtime 1x -o "$OUT/watcher-heap.test" ./internal/watcher
+unset OPSWIRE_BENCH_HEAPPROFILE
 piece informer-heap services/watcher -bench '^BenchmarkInformerHeap150k$' -benchtime 1x ./internal/watcher
 # 3. Actor rebuild from KUBE.
 piece rebuild test -tags bench -bench '^BenchmarkMirrorRebuild150k$' -benchtime 1x \
   -cpuprofile "$OUT/rebuild.pprof" -o "$OUT/rebuild.test" ./bench
 # 5. Report build (several iterations: these are short).
 piece report services/report -bench '^Benchmark(BuildReport150k|BuildReport150kIncreaseWorkload|FloorScan150k)$' \
-  -benchtime 5x -benchmem -cpuprofile "$OUT/report.pprof" -o "$OUT/report.test" ./internal/restarts
+  -benchtime 20x -benchmem -cpuprofile "$OUT/report.pprof" -o "$OUT/report.test" ./internal/restarts
 # 6. Notifier burst.
 piece notifier test -tags bench -bench '^BenchmarkNotifierBurst10k$' -benchtime 1x ./bench
 # 1 and 4. Reaction time and API load on the real harness (needs `make controlplane`).
@@ -60,23 +62,28 @@ outputs=("$OUT"/*.txt)
 (cd test && $GO run ./bench/table -out "$ROOT/docs/benchmarks.md" -took "$took_text" "${outputs[@]}")
 
 # Where the time goes, from the CPU profiles of this run.
-profile() { # TITLE TEST-BINARY PROFILE FOCUS
-  [ -s "$3" ] || return 0
+profile() { # TITLE TEST-BINARY PROFILE PPROF-OPTIONS...
+  local title=$1 bin=$2 prof=$3
+  shift 3
+  [ -s "$prof" ] || return 0
   echo
-  echo "$1 (\`go tool pprof -top -cum -focus '$4'\`, first rows):"
+  echo "$title (\`go tool pprof $*\`, first rows):"
   echo
   echo '```'
-  $GO tool pprof -top -cum -nodecount=18 -focus "$4" "$2" "$3" 2>/dev/null | sed -n '/flat%/,$p'
+  $GO tool pprof "$@" "$bin" "$prof" 2>/dev/null | sed -n '/flat%/,$p'
   echo '```'
 }
 {
   echo
-  echo "## CPU profiles of this run"
+  echo "## Profiles of this run"
   echo
   echo "Profiles and test binaries are kept in \`.cache/bench/\` (open with \`go tool pprof <binary> <profile>\`)."
-  profile "Watcher, publishing path" "$OUT/watcher.test" "$OUT/watcher-throughput.pprof" 'watcher\.\(\*Watcher\)'
-  profile "Mirror rebuild" "$OUT/rebuild.test" "$OUT/rebuild.pprof" 'kubestate'
-  profile "Report build" "$OUT/report.test" "$OUT/report.pprof" 'restarts\.Build'
+  profile "Watcher throughput run, whole process (the embedded nats-server and the synthetic source included)" \
+    "$OUT/watcher.test" "$OUT/watcher-throughput.pprof" -top -cum -nodecount=25
+  profile "Watcher heap at 150k pods, live objects by allocation site" \
+    "$OUT/watcher-heap.test" "$OUT/watcher-heap.pprof" -sample_index=inuse_space -top -nodecount=15
+  profile "Mirror rebuild" "$OUT/rebuild.test" "$OUT/rebuild.pprof" -top -cum -nodecount=18 -focus kubestate
+  profile "Report build" "$OUT/report.test" "$OUT/report.pprof" -top -cum -nodecount=15 -focus 'restarts\.Build'
 } >> docs/benchmarks.md
 
 echo ">> benchmarks took $took_text; docs/benchmarks.md written"

@@ -109,7 +109,7 @@ var specs = []spec{
 	{figure: "2 Watcher: pod updates → stored messages (150k pods, 5k nodes)", value: rate(watcher, "updates/s"), floor: p(rate(watcher, "floor-msgs/s")),
 		target: "≥ 20,000/s and ≥ 0.25× floor", ok: func(v, r float64) bool { return v >= 20000 && r >= 0.25 }},
 	{figure: "2 Watcher: first publication of 155k objects", value: rate(watcher, "initial-msgs/s"), floor: p(rate(watcher, "floor-msgs/s"))},
-	{figure: "2 Watcher: first publication, real API server (5,050 objects)", value: rate(reaction, "watcher-real-msgs/s"), floorText: "—"},
+	{figure: "2 Watcher: start → KUBE holds 5,050 objects (real API server)", value: rate(reaction, "watcher-real-msgs/s"), floorText: "—"},
 	{figure: "2 Watcher: heap per pod (150k pods; floor = untransformed informer)", value: bytesPerPod(heap), floor: p(bytesPerPod(informer)),
 		target: "≤ 1,024 B/pod", ok: func(v, _ float64) bool { return v <= 1024 }},
 	{figure: "2 Watcher: status-only churn suppressed (150k heartbeats)", value: percent(watcher, "churn-suppressed-%"), floorText: "—"},

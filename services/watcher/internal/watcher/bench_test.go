@@ -8,7 +8,9 @@ package watcher
 
 import (
 	"context"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -182,6 +184,7 @@ func BenchmarkWatcherHeap150k(b *testing.B) {
 	used := heapAlloc() - baseline
 	b.ReportMetric(float64(used)/scalePods, "heap-B/pod")
 	b.ReportMetric(float64(used)/(1<<20), "heap-MiB")
+	writeHeapProfile(b)
 	runtime.KeepAlive(w)
 }
 
@@ -225,6 +228,23 @@ func realisticIdentity(i int) *corev1.Pod {
 	p.Namespace, p.Name, p.UID = podIdentity(i)
 	p.Spec.NodeName = benchNodeName(i % scaleNodes)
 	return p
+}
+
+// writeHeapProfile writes what is live now to $OPSWIRE_BENCH_HEAPPROFILE, if
+// set: hack/bench.sh uses it to show where the watcher's heap goes.
+func writeHeapProfile(b *testing.B) {
+	path := os.Getenv("OPSWIRE_BENCH_HEAPPROFILE")
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
+	}
 }
 
 func heapAlloc() uint64 {
