@@ -109,9 +109,7 @@ func ConsumerConfig(cluster string, n config.Notifier) jetstream.ConsumerConfig 
 	var backoff []time.Duration
 	for i, d := 0, ack; i < n.MaxDeliver-1 && i < 6; i++ {
 		backoff = append(backoff, d)
-		if d < 10*ack {
-			d *= 2
-		}
+		d = min(2*d, 10*ack) // documented cap: never more than 10× ackWait
 	}
 	return jetstream.ConsumerConfig{
 		Durable:       "opswire-notifier-" + subject.Encode(cluster),
