@@ -200,4 +200,3 @@ func typeName(v any) string {
 	}
 	return "other"
 }
-
