@@ -343,6 +343,12 @@ func TestCleanupSeedConfig(t *testing.T) {
 	evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("default", "evicted-1", worker.Name)))
 	harness.Eventually(t, 2*time.Second, "evicted pod deleted", func() bool { return !podExists(t, cp, "default", "evicted-1") })
 	ops.WaitFor(t, 5*time.Second, "deleted decision", harness.Subject("ops.default.cleanup.deleted.default.evicted-1"))
+	if code := p.Stop(); code != 0 {
+		t.Fatalf("exit code %d on SIGTERM, want 0", code)
+	}
+	if h := leaseHolder(t, cp, "kube-system", "ops-resource-controller-cleanup"); h != "" {
+		t.Fatalf("lease still held by %q after shutdown, want released", h)
+	}
 }
 
 // cleanupSeedYAML is the seed article's config.yml, byte for byte.
