@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +59,10 @@ delException:
 //   - uncordon: that pod force-deleted → the node seen schedulable again;
 //   - cleanup: a running pod's status set to Failed/Evicted → the pod seen deleted;
 //   - floor: the same writes → a plain client-go informer seeing the write itself.
+//
+// Then 4,800 pods restart once (16 parallel status writers): the rate at which
+// the watcher stores the updates, against the informer seeing them (figure 2
+// on a real API server).
 //
 // The actors reach the API through a counting proxy, which gives figure 4:
 // requests per action by verb and resource, and every LIST and WATCH.
@@ -165,7 +170,28 @@ func BenchmarkReaction5000(b *testing.B) {
 		cleanup = append(cleanup, d)
 	}
 	afterCleanup := counter.snapshot()
+
+	// Figure 2 on the real API server: every remaining pod's container
+	// restarts once (a real change of its compact state), written by 16
+	// parallel writers; the watcher's stored messages against the observer's
+	// informer seeing the same updates.
+	updated := podNames(reactionSamples, reactionNodes*podsPerNode)
+	publishedBefore := watcher.Metric(`opswire_watcher_published_total{kind="pod",op="upsert"}`)
+	obs.restarts.Store(0)
+	t0 := time.Now()
+	restartPods(b, c, obs, updated)
+	written := time.Since(t0)
+	harness.Eventually(b, 5*time.Minute, "the watcher to store every restart", func() bool {
+		return watcher.Metric(`opswire_watcher_published_total{kind="pod",op="upsert"}`)-publishedBefore >= float64(len(updated))
+	})
+	watcherUpdates := time.Since(t0)
+	harness.Eventually(b, time.Minute, "the observer to see every restart", func() bool { return obs.restarts.Load() >= int64(len(updated)) })
+	observed := time.Unix(0, obs.lastRestart.Load()).Sub(t0)
 	b.StopTimer()
+	b.ReportMetric(float64(len(updated))/watcherUpdates.Seconds(), "watcher-real-updates/s")
+	b.ReportMetric(float64(len(updated))/observed.Seconds(), "floor-real-updates/s")
+	b.Logf("%d pod updates: written in %v, seen by a plain informer after %v, stored by the watcher after %v (upper bound: polled every 20 ms)",
+		len(updated), written.Round(time.Millisecond), observed.Round(time.Millisecond), watcherUpdates.Round(time.Millisecond))
 
 	floor := append(append(latencies(nil), floorAdd...), floorStatus...)
 	for _, m := range []struct {
@@ -196,6 +222,59 @@ func BenchmarkReaction5000(b *testing.B) {
 	b.Logf("cleanup phase (%d deletions): %s", reactionSamples, describe(cleanupPhase, "opswire-cleanup"))
 	if cordonPhase := sum(cleanupPhase, notLease("opswire-cordon")); cordonPhase > 0 {
 		b.Logf("cordon requests during the cleanup phase (re-evaluation of nodes losing pods): %d", cordonPhase)
+	}
+}
+
+func podNames(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, fmt.Sprintf("pod-%05d", i))
+	}
+	return out
+}
+
+// restartPods writes a container status with one restart on each pod (from
+// the observer's cache, so no GET), with 16 parallel writers.
+func restartPods(b *testing.B, c kubernetes.Interface, obs *observer, names []string) {
+	b.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	next := make(chan string)
+	started := metav1.Now()
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for name := range next {
+				obj, ok, err := obs.pods.GetStore().GetByKey(benchNamespace + "/" + name)
+				if err != nil || !ok {
+					select {
+					case errs <- fmt.Errorf("pod %s not in the observer's cache (%v)", name, err):
+					default:
+					}
+					continue
+				}
+				p := obj.(*corev1.Pod).DeepCopy()
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", Image: p.Spec.Containers[0].Image, RestartCount: 1, Ready: true,
+					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}}}
+				if _, err := c.CoreV1().Pods(benchNamespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+					select {
+					case errs <- fmt.Errorf("update %s: %w", name, err):
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for _, n := range names {
+		next <- n
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
 	}
 }
 
@@ -238,6 +317,10 @@ func createPods(b *testing.B, c kubernetes.Interface, count int, pod func(i int)
 type observer struct {
 	mu    sync.Mutex
 	waits map[string]chan time.Time
+	pods  cache.SharedIndexInformer
+	// restarts counts pod updates that raised a container's restart count;
+	// lastRestart is when the latest was seen (unix ns).
+	restarts, lastRestart atomic.Int64
 }
 
 func newObserver() *observer { return &observer{waits: map[string]chan time.Time{}} }
@@ -266,12 +349,18 @@ func (o *observer) run(ctx context.Context, b *testing.B, c kubernetes.Interface
 	b.Helper()
 	f := informers.NewSharedInformerFactory(c, 0)
 	pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
+	o.pods = pods
 	podKey := func(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 	_, _ = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { o.see("pod-add/" + podKey(obj.(*corev1.Pod))) },
 		UpdateFunc: func(old, cur any) {
-			if p := cur.(*corev1.Pod); p.Status.Phase == corev1.PodFailed && old.(*corev1.Pod).Status.Phase != corev1.PodFailed {
+			p, was := cur.(*corev1.Pod), old.(*corev1.Pod)
+			if p.Status.Phase == corev1.PodFailed && was.Status.Phase != corev1.PodFailed {
 				o.see("pod-failed/" + podKey(p))
+			}
+			if restarts(p) > restarts(was) {
+				o.lastRestart.Store(time.Now().UnixNano())
+				o.restarts.Add(1)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -297,6 +386,14 @@ func (o *observer) run(ctx context.Context, b *testing.B, c kubernetes.Interface
 	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, nodes.HasSynced) {
 		b.Fatal("observer caches did not sync")
 	}
+}
+
+func restarts(p *corev1.Pod) int32 {
+	var n int32
+	for _, c := range p.Status.ContainerStatuses {
+		n += c.RestartCount
+	}
+	return n
 }
 
 // waitSince waits for an observation and returns its latency from t0.

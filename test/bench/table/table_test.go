@@ -63,7 +63,7 @@ func TestRows(t *testing.T) {
 		value, floor, ratio string
 		verdict             Verdict
 	}{
-		{"3 Actor rebuild", "3684.0 ms", "1290.0 ms", "2.86×", Missed},
+		{"3 Actor rebuild", "3,684 ms", "1,290 ms", "2.86×", Missed},
 		{"5 Report: build over 150k pods (total", "120.0 ms", "2.0 ms", "60.00×", Met},
 		{"5 Report: allocated", "5.0 MiB", "—", "—", NoTarget},
 		{"6 Notifier: rate-limit", "not measured", "—", "—", NotMeasured},
