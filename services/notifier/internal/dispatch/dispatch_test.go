@@ -16,6 +16,7 @@ import (
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/subject"
 )
 
 // TestAckOnlyWhenEveryReceiverSettled: a message routed to several
@@ -120,7 +121,7 @@ func TestMalformedCountedAndTerminated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subj := "ops." + strings.ReplaceAll(cluster, ".", "_") + ".cleanup.deleted.ns.p"
+	subj := subject.Ops(cluster, "cleanup", "deleted", "ns", "p")
 	tests := []struct {
 		name string
 		msg  func() *nats.Msg
@@ -431,7 +432,7 @@ func TestPermanentFailureDeadLetters(t *testing.T) {
 						t.Errorf("dead letter header %s = %q, want %q", k, got, v)
 					}
 				}
-				if m.Subject() != "dlq.prod_eu.notifier.bot" {
+				if m.Subject() != "dlq.prod-eu.notifier.bot" {
 					t.Errorf("dead letter subject %s", m.Subject())
 				}
 				if string(m.Data()) != string(p.msg.Data) {

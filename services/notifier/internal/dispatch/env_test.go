@@ -31,8 +31,8 @@ import (
 	"github.com/opswire/opswire/shared/subject"
 )
 
-// cluster has a dot so subject encoding is exercised too.
-const cluster = "prod.eu"
+// cluster is the cluster name in subjects and delivered-id keys.
+const cluster = "prod-eu"
 
 // env is one notifier engine on an embedded nats-server: the real OPS
 // stream, the durable consumer the service creates, the DLQ stream and the
