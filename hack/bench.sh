@@ -80,6 +80,8 @@ profile() { # TITLE TEST-BINARY PROFILE PPROF-OPTIONS...
   echo "Profiles and test binaries are kept in \`.cache/bench/\` (open with \`go tool pprof <binary> <profile>\`)."
   profile "Watcher throughput run, whole process (the embedded nats-server and the synthetic source included)" \
     "$OUT/watcher.test" "$OUT/watcher-throughput.pprof" -top -cum -nodecount=25
+  profile "Watcher throughput run, the watcher's own code" \
+    "$OUT/watcher.test" "$OUT/watcher-throughput.pprof" -top -cum -nodecount=18 -focus 'watcher\.\(\*Watcher\)'
   profile "Watcher heap at 150k pods, live objects by allocation site" \
     "$OUT/watcher-heap.test" "$OUT/watcher-heap.pprof" -sample_index=inuse_space -top -nodecount=15
   profile "Mirror rebuild" "$OUT/rebuild.test" "$OUT/rebuild.pprof" -top -cum -nodecount=18 -focus kubestate
