@@ -6,6 +6,10 @@
 #   make lint          gofmt and go vet
 #   make bench         benchmarks; writes docs/benchmarks.md
 #   make controlplane  only build the cached kube-apiserver and etcd
+#   make demo          opswire end to end on this machine, no cluster needed (Ctrl-C stops it)
+#   make run           the five services against your current kubeconfig, local NATS, actors in dry-run
+#                      (make run DRY_RUN=0 lets them act)
+#   make images        one container image per service (needs a docker engine)
 
 SERVICES := watcher cordon cleanup report notifier
 MODULES  := shared $(addprefix services/,$(SERVICES)) test
@@ -15,7 +19,7 @@ GO       ?= go
 # e2e tests start several API servers and processes: keep them sequential on small machines.
 TEST_FLAGS ?= -count=1 -timeout 45m
 
-.PHONY: all build test unit e2e lint bench controlplane clean tidy
+.PHONY: all build test unit e2e lint bench controlplane clean tidy demo run images
 
 all: build
 
@@ -59,3 +63,25 @@ tidy:
 
 clean:
 	rm -rf bin .cache/test-bin
+
+# The demo builds the five services itself (into .cache/test-bin); the first
+# run also builds kube-apiserver and etcd (5-15 minutes, with progress).
+demo: controlplane
+	@mkdir -p bin
+	@echo ">> building opswire-demo"
+	@cd test && $(GO) build -o ../bin/opswire-demo ./cmd/opswire-demo
+	@./bin/opswire-demo $(DEMO_FLAGS)
+
+DRY_RUN ?= 1
+RUN_CONFIG ?= deploy/local/config.yml
+run: build
+	@cd test && $(GO) build -o ../bin/opswire-run ./cmd/opswire-run
+	@./bin/opswire-run --bin bin --config $(RUN_CONFIG) --dry-run=$(if $(filter 0 false,$(DRY_RUN)),false,true)
+
+IMAGE_PREFIX ?= opswire/opswire-
+DOCKER ?= docker
+images:
+	@for s in $(SERVICES); do \
+		echo ">> image $(IMAGE_PREFIX)$$s:$(VERSION)"; \
+		$(DOCKER) build --build-arg SERVICE=$$s --build-arg VERSION=$(VERSION) -t $(IMAGE_PREFIX)$$s:$(VERSION) -t $(IMAGE_PREFIX)$$s:dev . || exit 1; \
+	done

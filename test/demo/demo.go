@@ -100,8 +100,11 @@ type demo struct {
 func (d *demo) say(format string, args ...any) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if format == "" {
+	for strings.HasPrefix(format, "\n") {
 		fmt.Fprintln(d.out)
+		format = format[1:]
+	}
+	if format == "" {
 		return
 	}
 	fmt.Fprintf(d.out, "[%6.1fs] %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
@@ -146,9 +149,16 @@ func (d *demo) play(o Options) {
 
 	harness.CreateNamespace(d.env, cp.Client, "opswire") // the Leases live here
 	cfg := harness.WriteConfig(d.env, configYAML)
-	d.say("Building and starting the five services (opswire-watcher, -cordon, -cleanup, -report, -notifier)…")
+	services := []string{"watcher", "cordon", "cleanup", "report", "notifier"}
+	for _, svc := range services {
+		start := time.Now()
+		d.say("Building opswire-%s… (the first build of a fresh clone takes a few minutes)", svc)
+		harness.Build(d.env, svc)
+		d.say("  built in %v", time.Since(start).Round(100*time.Millisecond))
+	}
+	d.say("Starting the five services…")
 	procs := map[string]*harness.Process{}
-	for _, svc := range []string{"watcher", "cordon", "cleanup", "report", "notifier"} {
+	for _, svc := range services {
 		opts := harness.ServiceOptions{Config: cfg, NATSURL: n.URL, Kubeconfig: cp.Kubeconfig}
 		if svc == "notifier" {
 			opts.Kubeconfig = ""
