@@ -150,11 +150,11 @@ func (d *demo) play(o Options) {
 	harness.CreateNamespace(d.env, cp.Client, "opswire") // the Leases live here
 	cfg := harness.WriteConfig(d.env, configYAML)
 	services := []string{"watcher", "cordon", "cleanup", "report", "notifier"}
+	d.say("Building the five services (a few minutes on a fresh clone, seconds afterwards)…")
 	for _, svc := range services {
 		start := time.Now()
-		d.say("Building opswire-%s… (the first build of a fresh clone takes a few minutes)", svc)
 		harness.Build(d.env, svc)
-		d.say("  built in %v", time.Since(start).Round(100*time.Millisecond))
+		d.say("  opswire-%s built (%v)", svc, time.Since(start).Round(100*time.Millisecond))
 	}
 	d.say("Starting the five services…")
 	procs := map[string]*harness.Process{}
