@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -37,6 +38,7 @@ type apiCounter struct {
 
 	mu     sync.Mutex
 	counts map[request]int
+	spent  map[request]time.Duration // time to the end of the response, WATCH excluded
 }
 
 func startAPICounter(b testing.TB, cp *harness.ControlPlane) *apiCounter {
@@ -48,17 +50,20 @@ func startAPICounter(b testing.TB, cp *harness.ControlPlane) *apiCounter {
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.FlushInterval = -1 // watches stream
 	proxy.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64}
-	c := &apiCounter{counts: map[request]int{}}
+	c := &apiCounter{counts: map[request]int{}, spent: map[request]time.Duration{}}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.count(classify(r))
+		req := classify(r)
+		c.count(req)
 		// client-go does not send a bearer token to a plain-HTTP server, so
 		// the proxy authenticates every request as the admin.
 		r.Header.Set("Authorization", "Bearer "+cp.Token)
+		start := time.Now()
 		proxy.ServeHTTP(w, r)
+		c.spend(req, time.Since(start))
 	})}
 	go func() { _ = srv.Serve(l) }()
 	b.Cleanup(func() { _ = srv.Close() })
@@ -85,6 +90,25 @@ func (c *apiCounter) count(r request) {
 	c.mu.Lock()
 	c.counts[r]++
 	c.mu.Unlock()
+}
+
+func (c *apiCounter) spend(r request, d time.Duration) {
+	if r.Verb == "WATCH" {
+		return
+	}
+	c.mu.Lock()
+	c.spent[r] += d
+	c.mu.Unlock()
+}
+
+// meanLatency is the mean time the API server took for one kind of request.
+func (c *apiCounter) meanLatency(r request) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counts[r] == 0 {
+		return 0
+	}
+	return c.spent[r] / time.Duration(c.counts[r])
 }
 
 // snapshot copies the counts so far.

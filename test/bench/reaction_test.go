@@ -220,6 +220,12 @@ func BenchmarkReaction5000(b *testing.B) {
 	}
 	b.Logf("cordon phase (%d cordons + %d uncordons): %s", reactionSamples, reactionSamples, describe(cordonPhase, "opswire-cordon"))
 	b.Logf("cleanup phase (%d deletions): %s", reactionSamples, describe(cleanupPhase, "opswire-cleanup"))
+	var lat []string
+	for _, r := range []request{{"opswire-cordon", "GET", "nodes"}, {"opswire-cordon", "LIST", "pods"}, {"opswire-cordon", "PATCH", "nodes"},
+		{"opswire-cleanup", "GET", "pods"}, {"opswire-cleanup", "DELETE", "pods"}} {
+		lat = append(lat, fmt.Sprintf("%s %s %s %.1f ms", strings.TrimPrefix(r.Agent, "opswire-"), r.Verb, r.Resource, float64(counter.meanLatency(r).Microseconds())/1000))
+	}
+	b.Logf("mean API latency per request (through the proxy): %s", strings.Join(lat, ", "))
 	if cordonPhase := sum(cleanupPhase, notLease("opswire-cordon")); cordonPhase > 0 {
 		b.Logf("cordon requests during the cleanup phase (re-evaluation of nodes losing pods): %d", cordonPhase)
 	}

@@ -170,6 +170,9 @@ func (s spec) row(res *Results) Row {
 		fig = fmt.Sprintf(fig, n)
 	}
 	r := Row{Figure: fig, Target: s.target, Floor: "—", Ratio: "—"}
+	if r.Target == "" {
+		r.Target = "—"
+	}
 	raw, ok := res.Get(s.value.bench, s.value.unit)
 	if !ok {
 		r.Value = "not measured"
@@ -211,9 +214,6 @@ func (s spec) row(res *Results) Row {
 		default:
 			r.Verdict = Missed
 		}
-	}
-	if r.Target == "" {
-		r.Target = "—"
 	}
 	return r
 }
