@@ -126,9 +126,13 @@ func (a *Actor) Lead(ctx context.Context) error {
 	a.leading.Store(true)
 	defer a.leading.Store(false)
 	defer a.serving.Store(false)
-	kv, err := store.Open(ctx, a.js, a.cfg.NATS.Replicas)
+	// Bounded: a bucket the NATS user may not create (a permissions error
+	// gets no reply) must fail the leader loudly, not hang it.
+	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
+	kv, err := store.Open(openCtx, a.js, a.cfg.NATS.Replicas)
+	cancelOpen()
 	if err != nil {
-		return err
+		return fmt.Errorf("report KV bucket: %w", err)
 	}
 	st := store.New(kv, a.cluster)
 
