@@ -49,6 +49,10 @@ type Mirror struct {
 
 	synced    atomic.Bool
 	syncedCh  chan struct{}
+	// cons is the current consumer and applied the stream sequence of the
+	// last message applied: together they let CatchUp wait for KUBE.
+	cons    atomic.Pointer[jetstream.Consumer]
+	applied atomic.Uint64
 	malformed prometheus.Counter
 	received  prometheus.Counter
 }
@@ -105,6 +109,7 @@ func (m *Mirror) consume(ctx context.Context, filters []string) error {
 	if err != nil {
 		return fmt.Errorf("ordered consumer on KUBE: %w", err)
 	}
+	m.cons.Store(&cons)
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("consumer info: %w", err)
@@ -127,8 +132,11 @@ func (m *Mirror) consume(ctx context.Context, filters []string) error {
 		}
 		m.received.Inc()
 		m.apply(msg)
-		if md, err := msg.Metadata(); err == nil && md.NumPending == 0 {
-			m.markSynced()
+		if md, err := msg.Metadata(); err == nil {
+			m.applied.Store(md.Sequence.Stream)
+			if md.NumPending == 0 {
+				m.markSynced()
+			}
 		}
 	}
 }
@@ -233,6 +241,37 @@ func (m *Mirror) WaitSynced(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// CatchUp waits until the mirror has applied every message that KUBE held for
+// its subjects when CatchUp was called, so a decision taken right after it
+// (an on-demand report, say) reflects everything the watcher had stored.
+func (m *Mirror) CatchUp(ctx context.Context) error {
+	if err := m.WaitSynced(ctx); err != nil {
+		return err
+	}
+	var target uint64
+	for {
+		cp := m.cons.Load()
+		if cp == nil {
+			return errors.New("KUBE consumer not running")
+		}
+		info, err := (*cp).Info(ctx)
+		if err != nil {
+			return fmt.Errorf("consumer info: %w", err)
+		}
+		if target == 0 && info.NumPending == 0 {
+			target = info.Delivered.Stream
+		}
+		if target != 0 && m.applied.Load() >= target {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }
 

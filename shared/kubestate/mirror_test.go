@@ -2,6 +2,7 @@ package kubestate
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -99,5 +100,39 @@ func TestMirrorLoadsStateAndFollowsChanges(t *testing.T) {
 	defer mu.Unlock()
 	if len(deleted) != 1 || deleted[0] != "p1" {
 		t.Fatalf("deleted = %v, want [p1]", deleted)
+	}
+}
+
+func TestCatchUpSeesEverythingStored(t *testing.T) {
+	s := natstest.Start(t)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	m := New(js, "c", zerolog.Nop(), nil, Handlers{})
+	go m.Run(ctx)
+	if err := m.WaitSynced(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 20; round++ {
+		name := fmt.Sprintf("p%d", round)
+		publish(t, js, subject.Pod("c", "ns", name), "pod/"+name+"/1", events.TypePod, events.PodState{UID: name, Namespace: "ns", Name: name})
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		err := m.CatchUp(cctx)
+		ccancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// No polling here: CatchUp itself must guarantee the state is in.
+		if _, ok := m.Pod("ns", name); !ok {
+			t.Fatalf("round %d: pod stored before CatchUp is missing after it", round)
+		}
 	}
 }

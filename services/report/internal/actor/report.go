@@ -39,6 +39,9 @@ func requestID(at time.Time) string {
 	return "report/restarts/run/" + at.UTC().Format("20060102T150405.000Z") + "-" + nuid.Next()
 }
 
+// catchUpTimeout bounds the wait for the mirror to apply what KUBE holds.
+const catchUpTimeout = 5 * time.Second
+
 // reporter builds and publishes restart reports for the leader.
 type reporter struct {
 	a      *Actor
@@ -64,6 +67,13 @@ func (r *reporter) run(ctx context.Context, tick time.Time, onDemand bool) (resu
 	if onDemand {
 		trigger, id = triggerRequest, requestID(tick)
 	}
+	// Report on everything the watcher had stored when the run started, not
+	// on whatever the mirror happened to have applied by then.
+	cctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+	if err := r.mirror.CatchUp(cctx); err != nil {
+		a.log.Warn().Err(err).Msg("restart report: KUBE not fully caught up; reporting on the state held")
+	}
+	cancel()
 	pods := r.mirror.Pods()
 	rep := restarts.Build(pods, a.baseline, a.opts, tick)
 	rep.ID, rep.OnDemand = id, onDemand
