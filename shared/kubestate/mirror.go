@@ -47,12 +47,12 @@ type Mirror struct {
 	pods  map[string]*events.PodState // namespace/name
 	nodes map[string]*events.NodeState
 
-	synced    atomic.Bool
-	syncedCh  chan struct{}
+	synced   atomic.Bool
+	syncedCh chan struct{}
 	// cons is the current consumer and applied the stream sequence of the
 	// last message applied: together they let CatchUp wait for KUBE.
-	cons    atomic.Pointer[jetstream.Consumer]
-	applied atomic.Uint64
+	cons      atomic.Pointer[jetstream.Consumer]
+	applied   atomic.Uint64
 	malformed prometheus.Counter
 	received  prometheus.Counter
 }
