@@ -56,6 +56,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 
 	w, err := New(pods, nodes, js, Options{
 		Cluster: rt.Cluster, Workers: wc.Workers, TombstoneTTL: rt.Config.NATS.TombstoneTTL.Duration,
+		StallWait: wc.PublishTimeout.Duration,
 	}, rt.Log, rt.Server.Registry)
 	if err != nil {
 		return err

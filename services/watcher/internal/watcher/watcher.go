@@ -41,6 +41,8 @@ type Options struct {
 	Cluster      string
 	Workers      int
 	TombstoneTTL time.Duration
+	// StallWait is how long a publish waits for room in the async window.
+	StallWait time.Duration
 }
 
 // Queue keys: "p/<namespace>/<name>" for pods, "n/<name>" for nodes.
@@ -89,6 +91,9 @@ type pending struct {
 func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options, log zerolog.Logger, reg prometheus.Registerer) (*Watcher, error) {
 	if opts.Workers < 1 {
 		opts.Workers = 1
+	}
+	if opts.StallWait <= 0 {
+		opts.StallWait = 5 * time.Second
 	}
 	w := &Watcher{
 		opts: opts, source: envelope.Source(opts.Cluster, "watcher"), log: log,
@@ -334,7 +339,9 @@ func (w *Watcher) publish(key, kind, subj, id, typ, ceSubject string, payload an
 	if err != nil {
 		return err
 	}
-	var opts []jetstream.PublishOpt
+	// With the async window full, wait for room instead of failing: a
+	// failure would only requeue the key with a backoff (seen in benchmarks).
+	opts := []jetstream.PublishOpt{jetstream.WithStallWait(w.opts.StallWait)}
 	if op == events.OpDelete {
 		opts = append(opts, jetstream.WithMsgTTL(w.opts.TombstoneTTL))
 	}
