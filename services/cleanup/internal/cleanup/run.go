@@ -5,10 +5,6 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/app"
 	"github.com/opswire/opswire/shared/events"
@@ -44,10 +40,8 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		Dur("rateWindow", cfg.RateWindow.Duration).Bool("removeFinalizers", cfg.RemoveFinalizers).
 		Bool("allowStatefulSetOnReadyNode", cfg.AllowStatefulSetOnReadyNode).Msg("cleanup policy")
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "opswire-cleanup", Host: rt.Options.ID})
+	recorder, stopEvents := rt.EventRecorder(ctx, client, true)
+	defer stopEvents()
 
 	metrics := NewMetrics(rt.Server.Registry)
 	act := NewActuator(client, js, recorder, metrics, log, ActuatorConfig{

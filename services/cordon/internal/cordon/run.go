@@ -8,10 +8,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/app"
 	"github.com/opswire/opswire/shared/events"
@@ -40,12 +36,8 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	metrics := NewMetrics(rt.Server.Registry)
 
 	// Events go to the API asynchronously; in dry-run nothing is written.
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	defer broadcaster.Shutdown()
-	if !dryRun {
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	}
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: rt.Spec.Binary(), Host: rt.Options.ID})
+	recorder, stopEvents := rt.EventRecorder(ctx, client, !dryRun)
+	defer stopEvents()
 
 	var mirror atomic.Pointer[kubestate.Mirror]
 	elector := rt.Elector(client)
