@@ -280,6 +280,11 @@ func TestCordonFailover(t *testing.T) {
 
 	cordonFill(t, c, "f-1", 0, 5)
 	ops.WaitFor(t, 5*time.Second, "f-1 cordoned by the first leader", harness.Subject("ops.e2e.cordon.cordoned.f-1"))
+	// Events are sent asynchronously; let the first leader's reach the API
+	// before it is killed, so the count below tests duplicates, not timing.
+	harness.Eventually(t, 10*time.Second, "f-1 cordon Event", func() bool {
+		return len(cordonEvents(t, c, "f-1", "OpswireCordoned")) > 0
+	})
 
 	replicas[first].Kill()
 	killed := time.Now()
@@ -305,6 +310,9 @@ func TestCordonFailover(t *testing.T) {
 	cordonDrain(t, c, "f-1", 1, 5)
 	ops.WaitFor(t, 10*time.Second, "f-2 cordoned by the new leader", harness.Subject("ops.e2e.cordon.cordoned.f-2"))
 	ops.WaitFor(t, 10*time.Second, "f-1 released by the new leader", harness.Subject("ops.e2e.cordon.uncordoned.f-1"))
+	harness.Eventually(t, 10*time.Second, "f-2 cordon Event", func() bool {
+		return len(cordonEvents(t, c, "f-2", "OpswireCordoned")) > 0
+	})
 
 	// SIGTERM: the lease is released at once (no wait for expiry).
 	if code := replicas[second].Stop(); code != 0 {
