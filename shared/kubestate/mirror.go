@@ -110,7 +110,6 @@ func (m *Mirror) consume(ctx context.Context, filters []string) error {
 	if err != nil {
 		return fmt.Errorf("ordered consumer on KUBE: %w", err)
 	}
-	m.cons.Store(&cons)
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("consumer info: %w", err)
@@ -301,33 +300,36 @@ func (m *Mirror) WaitSynced(ctx context.Context) error {
 
 // CatchUp waits until the mirror has applied every message that KUBE held for
 // its subjects when CatchUp was called, so a decision taken right after it
-// (an on-demand report, say) reflects everything the watcher had stored.
+// (an on-demand report, say) reflects everything the watcher had stored. The
+// target is the stream sequence of the newest stored message matching the
+// mirror's filters, read directly from the stream.
 func (m *Mirror) CatchUp(ctx context.Context) error {
 	if err := m.WaitSynced(ctx); err != nil {
 		return err
 	}
+	st, err := m.js.Stream(ctx, subject.KubeStream)
+	if err != nil {
+		return fmt.Errorf("KUBE stream: %w", err)
+	}
 	var target uint64
-	for {
-		cp := m.cons.Load()
-		if cp == nil {
-			return errors.New("KUBE consumer not running")
+	for _, k := range m.kinds {
+		msg, err := st.GetLastMsgForSubject(ctx, subject.KubeKind(m.cluster, k))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
 		}
-		info, err := (*cp).Info(ctx)
 		if err != nil {
-			return fmt.Errorf("consumer info: %w", err)
+			return fmt.Errorf("newest KUBE message: %w", err)
 		}
-		if target == 0 && info.NumPending == 0 {
-			target = info.Delivered.Stream
-		}
-		if target != 0 && m.applied.Load() >= target {
-			return nil
-		}
+		target = max(target, msg.Sequence)
+	}
+	for m.applied.Load() < target {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		case <-time.After(2 * time.Millisecond):
 		}
 	}
+	return nil
 }
 
 // Pod returns the state of one pod. The result is shared: do not modify it.
