@@ -42,19 +42,30 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func TestMirrorLoadsStateAndFollowsChanges(t *testing.T) {
+// withStreams starts a JetStream server with the KUBE and OPS streams and
+// returns a context cancelled when the test ends.
+func withStreams(t *testing.T) (context.Context, jetstream.JetStream) {
+	t.Helper()
 	s := natstest.Start(t)
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
 		t.Fatal(err)
 	}
+	return ctx, js
+}
+
+func TestMirrorLoadsStateAndFollowsChanges(t *testing.T) {
+	ctx, js := withStreams(t)
 	// Initial state: two versions of one pod (only the last counts), a node, another cluster's pod.
 	publish(t, js, subject.Pod("c", "ns", "p1"), "pod/u1/1", events.TypePod, events.PodState{UID: "u1", Namespace: "ns", Name: "p1", Phase: "Pending"})
 	publish(t, js, subject.Pod("c", "ns", "p1"), "pod/u1/2", events.TypePod, events.PodState{UID: "u1", Namespace: "ns", Name: "p1", Phase: "Running"})
@@ -104,18 +115,7 @@ func TestMirrorLoadsStateAndFollowsChanges(t *testing.T) {
 }
 
 func TestCatchUpSeesEverythingStored(t *testing.T) {
-	s := natstest.Start(t)
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
-		t.Fatal(err)
-	}
+	ctx, js := withStreams(t)
 	m := New(js, "c", zerolog.Nop(), nil, Handlers{})
 	go m.Run(ctx)
 	if err := m.WaitSynced(ctx); err != nil {
