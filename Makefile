@@ -48,7 +48,7 @@ unit:
 
 e2e:
 	@echo ">> end-to-end tests (real kube-apiserver, etcd, nats-server, service processes)"
-	@cd test && $(GO) test $(TEST_FLAGS) -p 1 -v ./...
+	@GO='$(GO)' TEST_FLAGS='$(TEST_FLAGS)' ./hack/e2e.sh
 
 lint:
 	@out=$$(gofmt -l $(MODULES) hack); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

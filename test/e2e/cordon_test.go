@@ -183,10 +183,10 @@ func TestCordonBlastRadiusCap(t *testing.T) {
 	// Several ticks later the picture is unchanged and nothing was repeated.
 	cordonWaitReconciled(t, cordon, cordonReconciles(cordon), 3*nodes)
 	if got, want := ops.Count(isVerb("cordoned")), 2; got != want {
-		t.Fatalf("%d cordoned, want %d", got, want)
+		t.Fatalf("%d cordoned, want %d; OPS holds:%s", got, want, ops.Describe())
 	}
 	if got := ops.Count(isVerb("skipped")); got != nodes-2 {
-		t.Fatalf("%d refusals published, want %d (once per node)", got, nodes-2)
+		t.Fatalf("%d refusals published, want %d (once per node); OPS holds:%s", got, nodes-2, ops.Describe())
 	}
 	list, err := c.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {

@@ -3,7 +3,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/subject"
 	"github.com/opswire/opswire/test/harness"
 )
 
@@ -75,7 +79,50 @@ func startWatcher(t *testing.T, cp *harness.ControlPlane, n *harness.NATS, cfg, 
 	t.Helper()
 	p := harness.StartService(t, "watcher", harness.ServiceOptions{Config: cfg, Kubeconfig: cp.Kubeconfig, NATSURL: n.URL, ID: id})
 	p.WaitReady(t, 60*time.Second)
+	waitMirrored(t, cp, n)
 	return p
+}
+
+// waitMirrored waits until KUBE holds a message for every node and pod the
+// API has now. A watcher is ready once its caches are synced (a standby is
+// ready too), which can be before it has published them: a service started
+// right after would load a partial cluster and, for instance, compute the
+// cordon cap on too few nodes.
+func waitMirrored(t *testing.T, cp *harness.ControlPlane, n *harness.NATS) {
+	t.Helper()
+	ctx := context.Background()
+	nodes, err := cp.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := cp.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string // subject suffixes, independent of the cluster name
+	for _, node := range nodes.Items {
+		want = append(want, ".node."+subject.Encode(node.Name))
+	}
+	for _, pod := range pods.Items {
+		want = append(want, ".pod."+subject.Encode(pod.Namespace)+"."+subject.Encode(pod.Name))
+	}
+	harness.Eventually(t, 30*time.Second, "KUBE to hold every node and pod", func() bool {
+		st, err := n.JS.Stream(ctx, "KUBE")
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter("kube.>"))
+		if err != nil {
+			return false
+		}
+		stored := slices.Collect(maps.Keys(info.State.Subjects))
+		for _, suffix := range want {
+			if !slices.ContainsFunc(stored, func(s string) bool { return strings.HasSuffix(s, suffix) }) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // getLast reads the raw last message of a KUBE subject.

@@ -2,6 +2,8 @@ package harness
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -102,3 +104,13 @@ func (c *Collector) WaitFor(t testing.TB, timeout time.Duration, what string, ma
 
 // Subject matches messages on exactly this subject.
 func Subject(s string) func(Msg) bool { return func(m Msg) bool { return m.Subject == s } }
+
+// Describe lists what was collected, one message per line (subject and
+// payload), for failure messages.
+func (c *Collector) Describe() string {
+	var b strings.Builder
+	for _, m := range c.All() {
+		fmt.Fprintf(&b, "\n  #%d %s %s", m.Seq, m.Subject, m.Data)
+	}
+	return b.String()
+}

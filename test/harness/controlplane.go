@@ -55,12 +55,14 @@ func StartControlPlane(t testing.TB) *ControlPlane {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Log paths first: their directory's cleanup must run after cp.stop.
+	etcdLog, apiLog := logPath(t, "etcd.log"), logPath(t, "apiserver.log")
 	cp := &ControlPlane{Dir: dir}
 	t.Cleanup(func() { cp.stop(t) })
 
 	etcdPort, peerPort, apiPort := mustFreePort(t), mustFreePort(t), mustFreePort(t)
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
-	cp.etcd = startLogged(t, filepath.Join(dir, "etcd.log"), etcdBin,
+	cp.etcd = startLogged(t, etcdLog, etcdBin,
 		"--data-dir", filepath.Join(dir, "etcd"),
 		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
 		"--listen-peer-urls", "http://127.0.0.1:"+strconv.Itoa(peerPort),
@@ -75,7 +77,7 @@ func StartControlPlane(t testing.TB) *ControlPlane {
 	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(cp.Token+",admin,admin,system:masters\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cp.apiserver = startLogged(t, filepath.Join(dir, "apiserver.log"), apiBin,
+	cp.apiserver = startLogged(t, apiLog, apiBin,
 		"--etcd-servers", etcdURL,
 		"--secure-port", strconv.Itoa(apiPort), "--bind-address", "127.0.0.1",
 		"--cert-dir", filepath.Join(dir, "certs"),
@@ -121,20 +123,17 @@ func (cp *ControlPlane) waitReady(t testing.TB, timeout time.Duration) {
 			}
 		}
 		if cp.apiserver.exited() {
-			t.Fatalf("kube-apiserver exited:\n%s", tail(filepath.Join(cp.Dir, "apiserver.log"), 40))
+			t.Fatalf("kube-apiserver exited:\n%s", tail(cp.apiserver.log, 40))
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("kube-apiserver not ready after %v:\n%s\netcd:\n%s", timeout,
-				tail(filepath.Join(cp.Dir, "apiserver.log"), 40), tail(filepath.Join(cp.Dir, "etcd.log"), 20))
+				tail(cp.apiserver.log, 40), tail(cp.etcd.log, 20))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
 func (cp *ControlPlane) stop(t testing.TB) {
-	if t.Failed() {
-		t.Logf("kube-apiserver log tail:\n%s", tail(filepath.Join(cp.Dir, "apiserver.log"), 30))
-	}
 	for _, p := range []*proc{cp.apiserver, cp.etcd} {
 		p.terminate(15 * time.Second)
 	}

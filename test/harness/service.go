@@ -83,17 +83,11 @@ func StartService(t testing.TB, service string, o ServiceOptions) *Process {
 		args = append(args, "--kubeconfig", o.Kubeconfig)
 	}
 	args = append(args, o.Args...)
-	dir := t.TempDir()
-	logPath := filepath.Join(dir, service+"-"+id+".log")
+	logPath := logPath(t, service+"-"+id+".log")
 	env := append(filteredEnv(), o.Env...)
 	pr := &Process{Name: service + "/" + id, HealthURL: "http://127.0.0.1:" + strconv.Itoa(port), LogPath: logPath}
 	pr.p = startLoggedEnv(t, logPath, env, bin, args...)
-	t.Cleanup(func() {
-		pr.p.terminate(15 * time.Second)
-		if t.Failed() {
-			t.Logf("--- %s log tail ---\n%s", pr.Name, tail(logPath, 60))
-		}
-	})
+	t.Cleanup(func() { pr.p.terminate(15 * time.Second) })
 	return pr
 }
 
