@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -122,7 +123,8 @@ func (rt *Runtime) Kube() (kubernetes.Interface, *rest.Config, error) {
 }
 
 // NATS connects (waiting for the server if needed), registers the "nats"
-// readiness check, and creates or updates the KUBE and OPS streams.
+// and "streams" readiness checks, and creates or updates the KUBE and OPS
+// streams (with --manage-streams=false: waits until they exist).
 func (rt *Runtime) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
 	o := rt.Options
 	nc, err := natsx.Connect(natsx.Options{
@@ -146,9 +148,22 @@ func (rt *Runtime) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
-	if err := natsx.EnsureStreams(ctx, js, rt.Config.NATS); err != nil {
+	var streamsReady atomic.Bool
+	rt.Server.AddReadiness("streams", func() error {
+		if !streamsReady.Load() {
+			return errors.New("KUBE and OPS streams not verified yet")
+		}
+		return nil
+	})
+	if o.ManageStreams {
+		err = natsx.EnsureStreams(ctx, js, rt.Config.NATS)
+	} else {
+		err = natsx.WaitStreams(ctx, js, rt.Log, 10*time.Second)
+	}
+	if err != nil {
 		return nil, nil, err
 	}
+	streamsReady.Store(true)
 	return nc, js, nil
 }
 

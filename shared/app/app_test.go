@@ -35,6 +35,8 @@ func TestExitCodes(t *testing.T) {
 		{"bad log level", []string{"--config", good, "--log-level", "loud"}, nil, ok, ExitUsage, "loud", ""},
 		{"bad cluster flag", []string{"--config", good, "--cluster", "a.b", "--listen", "127.0.0.1:0"}, nil, ok, ExitUsage, "cluster.name", ""},
 		{"env sets flags", []string{"--listen", "127.0.0.1:0"}, map[string]string{"OPSWIRE_CONFIG": bad}, ok, ExitUsage, "maxPodz", ""},
+		{"dry-run env must be a boolean", []string{"--config", good}, map[string]string{"OPSWIRE_DRY_RUN": "yes"}, ok, ExitUsage, "OPSWIRE_DRY_RUN", ""},
+		{"manage-streams env must be a boolean", []string{"--config", good}, map[string]string{"OPSWIRE_MANAGE_STREAMS": "no"}, ok, ExitUsage, "OPSWIRE_MANAGE_STREAMS", ""},
 		{"runtime failure", []string{"--config", good, "--listen", "127.0.0.1:0"}, nil,
 			func(context.Context, *Runtime) error { return errors.New("boom") }, ExitFailure, "boom", ""},
 	}
@@ -60,12 +62,14 @@ func TestRuntimeSeesOptions(t *testing.T) {
 	var got *Runtime
 	var stderr bytes.Buffer
 	code := Run(Spec{Service: "cleanup", Actor: true}, []string{"--config", cfg, "--listen", "127.0.0.1:0", "--id", "me"},
-		func(k string) string { return map[string]string{"OPSWIRE_DRY_RUN": "true"}[k] }, &stderr, &stderr,
+		func(k string) string {
+			return map[string]string{"OPSWIRE_DRY_RUN": "true", "OPSWIRE_MANAGE_STREAMS": "0"}[k]
+		}, &stderr, &stderr,
 		func(_ context.Context, rt *Runtime) error { got = rt; return nil })
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
-	if got.Cluster != "prod" || !got.Options.DryRun || got.Options.ID != "me" {
-		t.Fatalf("runtime = cluster %q dryRun %v id %q", got.Cluster, got.Options.DryRun, got.Options.ID)
+	if got.Cluster != "prod" || !got.Options.DryRun || got.Options.ID != "me" || got.Options.ManageStreams {
+		t.Fatalf("runtime = cluster %q dryRun %v id %q manageStreams %v", got.Cluster, got.Options.DryRun, got.Options.ID, got.Options.ManageStreams)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -37,6 +38,10 @@ type Options struct {
 	Listen       string
 	DryRun       bool
 	ID           string
+	// ManageStreams: create or update the KUBE and OPS streams at start
+	// (the default), or only wait for them to exist, so that the NATS user
+	// needs no right to change them.
+	ManageStreams bool
 }
 
 // Spec describes a binary.
@@ -88,13 +93,24 @@ func parse(spec Spec, args []string, getenv func(string) string, out io.Writer) 
 		id, _ = os.Hostname()
 	}
 	str(&o.ID, "id", id, "leader-election identity; default $POD_NAME, else the hostname")
-	if spec.Actor {
-		def := false
-		if v := getenv(envName("dry-run")); v != "" {
-			def = v == "1" || strings.EqualFold(v, "true")
+	// A boolean variable that does not parse is an error, never a silent
+	// false: OPSWIRE_DRY_RUN=yes must not mean "act".
+	var envErrs []string
+	boolean := func(p *bool, name string, def bool, usage string) {
+		if v := getenv(envName(name)); v != "" {
+			if b, err := strconv.ParseBool(v); err != nil {
+				envErrs = append(envErrs, fmt.Sprintf("%s: %q is not a boolean (true, false, 1, 0)", envName(name), v))
+			} else {
+				def = b
+			}
 		}
-		fs.BoolVar(&o.DryRun, "dry-run", def, "decide and publish, never write to the cluster (env "+envName("dry-run")+")")
+		fs.BoolVar(p, name, def, usage+" (env "+envName(name)+")")
 	}
+	if spec.Actor {
+		boolean(&o.DryRun, "dry-run", false, "decide and publish, never write to the cluster")
+	}
+	boolean(&o.ManageStreams, "manage-streams", true,
+		"create or update the KUBE and OPS streams at start; false: wait for them to exist (their creator is the watcher)")
 	version := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: %s [flags]\n\nFlags:\n", spec.Binary())
@@ -102,6 +118,9 @@ func parse(spec Spec, args []string, getenv func(string) string, out io.Writer) 
 	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if len(envErrs) > 0 {
+		return o, errors.New(strings.Join(envErrs, "; "))
 	}
 	if *version {
 		return o, errVersion

@@ -2,6 +2,7 @@ package natsx
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -56,5 +57,42 @@ func TestStreamsAndDedupPublish(t *testing.T) {
 	st, _ := info.Info(ctx)
 	if st.State.Msgs != 1 {
 		t.Fatalf("KUBE holds %d messages for one subject, want 1 (last value only)", st.State.Msgs)
+	}
+}
+
+// TestWaitStreams: a service that does not manage the streams waits for
+// them, returns once another creates them, and gives up with its context.
+func TestWaitStreams(t *testing.T) {
+	s := natstest.Start(t)
+	nc, err := Connect(Options{URL: s.ClientURL(), Name: "test"}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := WaitStreams(short, js, zerolog.Nop(), time.Hour); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitStreams without streams = %v, want the context's deadline", err)
+	}
+
+	ctx, cancel2 := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel2()
+	done := make(chan error, 1)
+	go func() { done <- WaitStreams(ctx, js, zerolog.Nop(), time.Hour) }()
+	select {
+	case err := <-done:
+		t.Fatalf("WaitStreams returned %v before the streams exist", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("WaitStreams after creation: %v", err)
 	}
 }

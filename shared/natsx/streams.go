@@ -2,10 +2,14 @@ package natsx
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/subject"
@@ -73,4 +77,43 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 		}
 	}
 	return fmt.Errorf("stream %s: %w", sc.Name, err)
+}
+
+// WaitStreams waits until the KUBE and OPS streams exist, for a service that
+// does not manage them (--manage-streams=false): its NATS user then needs only
+// STREAM.INFO on them, and the watcher, which creates them, is the only one
+// that may change them. Progress is logged every logEvery while waiting.
+func WaitStreams(ctx context.Context, js jetstream.JetStream, log zerolog.Logger, logEvery time.Duration) error {
+	for _, name := range []string{subject.KubeStream, subject.OpsStream} {
+		if err := waitStream(ctx, js, name, log, logEvery); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func waitStream(ctx context.Context, js jetstream.JetStream, name string, log zerolog.Logger, logEvery time.Duration) error {
+	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: math.MaxInt32}
+	var lastLog time.Time
+	for {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := js.Stream(actx, name)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Since(lastLog) >= logEvery {
+			lastLog = time.Now()
+			ev := log.Warn().Str("stream", name)
+			if !errors.Is(err, jetstream.ErrStreamNotFound) {
+				ev = ev.Err(err)
+			}
+			ev.Msg("waiting for the stream; it is created by a service started with --manage-streams (the watcher)")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stream %s: %w", name, ctx.Err())
+		case <-time.After(backoff.Step()):
+		}
+	}
 }

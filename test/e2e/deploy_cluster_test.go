@@ -79,8 +79,10 @@ func TestDeployOnRealCluster(t *testing.T) {
 	kubeconfigs := map[string]string{}
 	procs := map[string]*harness.Process{}
 	for _, svc := range deployServices {
-		o := harness.ServiceOptions{Config: cfgPath, NATSURL: n.URL,
-			Env: []string{"OPSWIRE_NATS_USER=" + svc, "OPSWIRE_NATS_PASSWORD=" + pw[svc]}}
+		// The Deployment's own settings (OPSWIRE_NATS_USER, OPSWIRE_MANAGE_STREAMS…);
+		// flags the harness passes (--nats-url, --log-format) take precedence.
+		env := append(deploymentEnv(t, dev, "opswire-"+svc), "OPSWIRE_NATS_PASSWORD="+pw[svc])
+		o := harness.ServiceOptions{Config: cfgPath, NATSURL: n.URL, Env: env}
 		kubeconfigs[svc] = cp.ServiceAccountKubeconfig(t, "opswire", "opswire-"+svc)
 		if svc == "notifier" {
 			o.Env = append(o.Env, "OPSWIRE_FEISHU_URL="+botURL, "OPSWIRE_FEISHU_SECRET="+botSecret)
@@ -290,6 +292,10 @@ func deployNATSRefusals(t *testing.T, n *harness.NATS, pw map[string]string) {
 		{"audit", "kube.default.node.forged", false},
 		{"audit", "ctl.default.report.run", false},
 		{"cordon", "$JS.API.STREAM.DELETE.OPS", false},
+		{"cordon", "$JS.API.STREAM.UPDATE.OPS", false},
+		{"cleanup", "$JS.API.STREAM.UPDATE.KUBE", false},
+		{"report", "$JS.API.STREAM.CREATE.OPS", false},
+		{"notifier", "$JS.API.STREAM.UPDATE.OPS", false},
 		{"audit", "$JS.API.STREAM.PURGE.OPS", false},
 		{"cleanup", "ops.>", true},
 		{"notifier", "kube.>", true},

@@ -263,3 +263,27 @@ func mustRead(t *testing.T, path string) string {
 func listenLoopback(port int) (net.Listener, error) {
 	return net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 }
+
+// deploymentEnv is the literal environment (value, not valueFrom) of the
+// Deployment's first container, as NAME=value: a test process then runs with
+// the settings the manifests give the service.
+func deploymentEnv(t *testing.T, objs []*unstructured.Unstructured, name string) []string {
+	t.Helper()
+	d := findObj(objs, "Deployment", name)
+	if d == nil {
+		t.Fatalf("no Deployment %s rendered", name)
+	}
+	containers, _, err := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	if err != nil || len(containers) == 0 {
+		t.Fatalf("Deployment %s has no containers (%v)", name, err)
+	}
+	env, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "env")
+	var out []string
+	for _, e := range env {
+		m := e.(map[string]any)
+		if v, ok := m["value"].(string); ok {
+			out = append(out, m["name"].(string)+"="+v)
+		}
+	}
+	return out
+}
