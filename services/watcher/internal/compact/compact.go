@@ -13,16 +13,16 @@ import (
 	"github.com/opswire/opswire/shared/events"
 )
 
-// Pod is what the informer caches for a pod: just enough metadata for the
-// cache's keys and resourceVersion bookkeeping, plus the compact state.
+// Pod is what the informer caches for a pod: the compact state, which also
+// answers for the metadata the cache needs (meta.go).
 type Pod struct {
-	metav1.ObjectMeta
-	State events.PodState
+	absentMeta // zero-size, first: no padding
+	State      events.PodState
 }
 
 // Node is what the informer caches for a node.
 type Node struct {
-	metav1.ObjectMeta
+	absentMeta
 	State events.NodeState
 }
 
@@ -38,7 +38,7 @@ func PodTransform(messageLimit int) func(any) (any, error) {
 		if !ok {
 			return obj, nil
 		}
-		return &Pod{ObjectMeta: slimMeta(p.ObjectMeta), State: PodState(p, messageLimit)}, nil
+		return &Pod{State: PodState(p, messageLimit)}, nil
 	}
 }
 
@@ -48,11 +48,7 @@ func NodeTransform(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	return &Node{ObjectMeta: slimMeta(n.ObjectMeta), State: NodeState(n)}, nil
-}
-
-func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}
+	return &Node{State: NodeState(n)}, nil
 }
 
 // PodState extracts the compact state of a pod.

@@ -6,8 +6,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/opswire/opswire/shared/events"
 )
@@ -78,8 +80,17 @@ func TestPodState(t *testing.T) {
 				t.Fatal(err)
 			}
 			cp := obj.(*Pod)
-			if cp.Name != p.Name || cp.Namespace != "ns" || cp.ResourceVersion != "42" || cp.Annotations != nil || cp.Labels != nil {
-				t.Fatalf("cached metadata not slim: %+v", cp.ObjectMeta)
+			// What the informer's store reads through metav1.Object.
+			m, err := meta.Accessor(cp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.GetName() != p.Name || m.GetNamespace() != "ns" || m.GetResourceVersion() != "42" || m.GetUID() != p.UID ||
+				m.GetAnnotations() != nil || m.GetLabels() != nil {
+				t.Fatalf("cached metadata: name %q ns %q rv %q uid %q", m.GetName(), m.GetNamespace(), m.GetResourceVersion(), m.GetUID())
+			}
+			if key, err := cache.MetaNamespaceKeyFunc(cp); err != nil || key != "ns/"+p.Name {
+				t.Fatalf("store key %q, %v", key, err)
 			}
 			tc.check(t, cp.State)
 			again, _ := PodTransform(256)(obj) // transforms may run twice
@@ -122,5 +133,32 @@ func TestNodeState(t *testing.T) {
 	a.ResourceVersion, b.ResourceVersion = "", ""
 	if !equalJSON(t, a, b) {
 		t.Fatal("heartbeat changed the compact node state")
+	}
+}
+
+// TestCompactObjectsAreCacheable: compact nodes key like nodes, and a deep
+// copy shares nothing with the original.
+func TestCompactObjectsAreCacheable(t *testing.T) {
+	obj, _ := NodeTransform(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "nu", ResourceVersion: "7",
+		Labels: map[string]string{"pool": "a"}}})
+	n := obj.(*Node)
+	if key, err := cache.MetaNamespaceKeyFunc(n); err != nil || key != "n1" {
+		t.Fatalf("node store key %q, %v", key, err)
+	}
+	n.SetNamespace("ignored")
+	if n.GetNamespace() != "" || n.GetUID() != "nu" || n.GetResourceVersion() != "7" {
+		t.Fatalf("node metadata: ns %q uid %q rv %q", n.GetNamespace(), n.GetUID(), n.GetResourceVersion())
+	}
+	c := n.DeepCopyObject().(*Node)
+	c.State.Labels["pool"] = "b"
+	c.SetResourceVersion("8")
+	if n.State.Labels["pool"] != "a" || n.GetResourceVersion() != "7" || c.State.Name != "n1" {
+		t.Fatalf("deep copy shares state: original %+v copy %+v", n.State, c.State)
+	}
+	pobj, _ := PodTransform(0)(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "pu"},
+		Spec: corev1.PodSpec{NodeName: "n1"}})
+	p := pobj.(*Pod)
+	if pc := p.DeepCopyObject().(*Pod); pc.State.NodeName != "n1" || pc.GetUID() != "pu" || pc == p {
+		t.Fatalf("pod copy %+v", pc.State)
 	}
 }

@@ -131,14 +131,14 @@ func podKey(obj any) string {
 		return podPrefix + t.Key
 	}
 	p := obj.(*compact.Pod)
-	return podPrefix + p.Namespace + "/" + p.Name
+	return podPrefix + p.State.Namespace + "/" + p.State.Name
 }
 
 func nodeKey(obj any) string {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		return nodePrefix + t.Key
 	}
-	return nodePrefix + obj.(*compact.Node).Name
+	return nodePrefix + obj.(*compact.Node).State.Name
 }
 
 // handler only counts and enqueues; it never touches cached objects.
@@ -165,9 +165,9 @@ func (w *Watcher) handler(kind string, key func(any) string) cache.ResourceEvent
 func rv(obj any) string {
 	switch o := obj.(type) {
 	case *compact.Pod:
-		return o.ResourceVersion
+		return o.State.ResourceVersion
 	case *compact.Node:
-		return o.ResourceVersion
+		return o.State.ResourceVersion
 	}
 	return ""
 }
