@@ -7,6 +7,8 @@ import (
 	"os"
 	"sync"
 	"testing"
+
+	"github.com/opswire/opswire/test/harness"
 )
 
 // errFatal is what a failed harness call panics with (see Env.Fatalf).
@@ -42,6 +44,17 @@ func NewEnv(log io.Writer) (*Env, error) {
 
 // Root is the directory holding every temporary file of the demo.
 func (e *Env) Root() string { return e.root }
+
+var _ harness.LogDirer = (*Env)(nil)
+
+// LogDir is where the harness writes the logs of the demo's processes.
+func (e *Env) LogDir() string {
+	dir := e.root + "/logs"
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		e.Fatalf("log dir: %v", err)
+	}
+	return dir
+}
 
 func (e *Env) Helper()      {}
 func (e *Env) Name() string { return "opswire-demo" }

@@ -34,10 +34,19 @@ func LogsRoot() string {
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
+// LogDirer is a testing.TB that chooses where process logs go and owns
+// them (the demo's environment, which removes its whole directory at exit).
+type LogDirer interface {
+	LogDir() string
+}
+
 // logPath returns a path for one process's log in the test's log directory,
 // creating the directory (and its keep-or-remove cleanup) on first use.
 func logPath(t testing.TB, file string) string {
 	t.Helper()
+	if d, ok := t.(LogDirer); ok {
+		return filepath.Join(d.LogDir(), unsafeName.ReplaceAllString(file, "_"))
+	}
 	logDirsMu.Lock()
 	dir, ok := logDirs[t]
 	logDirsMu.Unlock()
@@ -61,6 +70,7 @@ func logPath(t testing.TB, file string) string {
 			logDirsMu.Unlock()
 			if !t.Failed() {
 				os.RemoveAll(dir)
+				os.Remove(root) // only if no other test's logs are kept there
 				return
 			}
 			t.Logf("process logs kept in %s (%s)", dir, strings.Join(listLogs(dir), ", "))
