@@ -94,9 +94,14 @@ type NodeState struct {
 	AllocatablePods int64             `json:"allocatablePods,omitempty"`
 	EphemeralBytes  int64             `json:"ephemeralStorageBytes,omitempty"` // capacity
 	// Pods is the number of non-terminated pods bound to the node, counted by the watcher.
-	Pods       int   `json:"pods"`
-	ImageBytes int64 `json:"imageBytes,omitempty"`
-	ImageCount int   `json:"imageCount,omitempty"`
+	Pods int `json:"pods"`
+	// PodsResourceVersion is the resourceVersion of the watcher's pod list
+	// when it counted Pods. An actor re-counting from the API asks for a list
+	// at least that new (resourceVersionMatch=NotOlderThan), which the API
+	// server answers from its watch cache instead of a consistent read.
+	PodsResourceVersion string `json:"podsResourceVersion,omitempty"`
+	ImageBytes          int64  `json:"imageBytes,omitempty"`
+	ImageCount          int    `json:"imageCount,omitempty"`
 	// ImagesTruncated is true when the kubelet's list may have been cut at its
 	// limit (50 images), so ImageBytes is a lower bound.
 	ImagesTruncated bool `json:"imagesTruncated,omitempty"`

@@ -10,9 +10,14 @@ import (
 	"github.com/rs/zerolog"
 )
 
+// TimeFormat stamps log lines to the millisecond: the services react within
+// tens of milliseconds, so whole seconds would hide the order of events.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
 // New returns a logger writing to w at the given level ("debug", "info",
 // "warn", "error") and format ("json" or "console").
 func New(w io.Writer, level, format, service string) (zerolog.Logger, error) {
+	zerolog.TimeFieldFormat = TimeFormat // process-wide; every service sets the same
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" {
 		return zerolog.Nop(), fmt.Errorf("log level %q: want debug, info, warn or error", level)

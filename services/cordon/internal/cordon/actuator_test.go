@@ -431,3 +431,42 @@ func TestActuatorRateLimit(t *testing.T) {
 		t.Fatalf("rate-limited = %v", got)
 	}
 }
+
+// TestActuatorRecountFreshness: the recount asks for a list at least as new
+// as the watcher's count (served from the API server's cache); without that
+// resourceVersion it is a consistent read.
+func TestActuatorRecountFreshness(t *testing.T) {
+	for _, tc := range []struct {
+		name, podsRV, wantRV string
+		wantMatch            metav1.ResourceVersionMatch
+	}{
+		{"watcher's resourceVersion known", "1234", "1234", metav1.ResourceVersionMatchNotOlderThan},
+		{"unknown: consistent read", "", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := apiNode("a")
+			h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, append([]runtime.Object{node}, pods("a", 100)...)...)
+			state := mirrorOf(node, 100)
+			state.PodsResourceVersion = tc.podsRV
+			if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err != nil {
+				t.Fatal(err)
+			}
+			var lists []metav1.ListOptions
+			for _, a := range h.client.Actions() {
+				if l, ok := a.(k8stesting.ListActionImpl); ok {
+					lists = append(lists, l.GetListOptions())
+				}
+			}
+			if len(lists) != 1 {
+				t.Fatalf("%d lists, want 1", len(lists))
+			}
+			o := lists[0]
+			if o.ResourceVersion != tc.wantRV || o.ResourceVersionMatch != tc.wantMatch || o.FieldSelector != "spec.nodeName=a" {
+				t.Fatalf("list options %+v", o)
+			}
+			if !h.node(t, "a").Spec.Unschedulable {
+				t.Fatal("not cordoned")
+			}
+		})
+	}
+}

@@ -317,6 +317,7 @@ func (w *Watcher) syncNode(key string) error {
 		return err
 	}
 	state.Pods = len(keys)
+	state.PodsResourceVersion = w.pods.LastSyncResourceVersion()
 	rec := record{hash: hashNode(state), uid: state.UID}
 	if had && prev.hash == rec.hash && prev.uid == rec.uid {
 		w.m.unchanged.WithLabelValues("node").Inc()
@@ -329,7 +330,7 @@ func (w *Watcher) syncNode(key string) error {
 	// resourceVersion the watcher has seen plus the state's hash: it never
 	// repeats for a new state (10 → 9 → 10 pods gets three ids) and repeats
 	// for the same state, which the server then deduplicates.
-	latest := maxRV(state.ResourceVersion, w.pods.LastSyncResourceVersion())
+	latest := maxRV(state.ResourceVersion, state.PodsResourceVersion)
 	id := "node/" + state.UID + "/" + latest + "/" + strconv.FormatUint(rec.hash&0xffffffff, 16)
 	return w.publish(key, "node", subject.Node(w.opts.Cluster, name), id, events.TypeNode, name, state, rec, events.OpUpsert)
 }
@@ -388,7 +389,7 @@ func hashPod(s events.PodState) uint64 {
 }
 
 func hashNode(s events.NodeState) uint64 {
-	s.ResourceVersion = ""
+	s.ResourceVersion, s.PodsResourceVersion = "", ""
 	return hashJSON(s)
 }
 

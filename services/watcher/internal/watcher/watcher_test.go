@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -121,6 +122,13 @@ func TestPublishesOnlyChangesAndCounts(t *testing.T) {
 	failed.ResourceVersion, failed.Status.Phase, failed.Status.Reason = f.src.nextRV(), corev1.PodFailed, "Evicted"
 	f.src.podW.Modify(failed)
 	f.eventually("count 1", func() bool { return f.nodePods("n1") == 1 })
+	// The count says which pod list it was taken from: at least the event
+	// that changed it, so an actor's recount can ask for nothing older.
+	var n1 events.NodeState
+	f.last(subject.Node("c", "n1"), &n1)
+	if counted, _ := strconv.Atoi(n1.PodsResourceVersion); counted < mustAtoi(t, failed.ResourceVersion) {
+		t.Fatalf("count taken at resourceVersion %q, before the change at %s", n1.PodsResourceVersion, failed.ResourceVersion)
+	}
 
 	// Deletion writes a tombstone.
 	f.src.podW.Delete(failed)
@@ -168,4 +176,13 @@ func TestSeedSkipsWhatIsStored(t *testing.T) {
 			t.Errorf("seed[%s] = %+v, watcher published %+v", k, r, f.w.published[k])
 		}
 	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
