@@ -14,17 +14,24 @@ import (
 	"github.com/opswire/opswire/shared/natstest"
 )
 
-func TestStreamsAndDedupPublish(t *testing.T) {
+// connectJS starts an embedded server and connects to it through Connect.
+func connectJS(t *testing.T) jetstream.JetStream {
+	t.Helper()
 	s := natstest.Start(t)
 	nc, err := Connect(Options{URL: s.ClientURL(), Name: "test"}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+func TestStreamsAndDedupPublish(t *testing.T) {
+	js := connectJS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cfg := config.Default().NATS
@@ -63,16 +70,7 @@ func TestStreamsAndDedupPublish(t *testing.T) {
 // TestWaitStreams: a service that does not manage the streams waits for
 // them, returns once another creates them, and gives up with its context.
 func TestWaitStreams(t *testing.T) {
-	s := natstest.Start(t)
-	nc, err := Connect(Options{URL: s.ClientURL(), Name: "test"}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := connectJS(t)
 
 	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
