@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
@@ -46,16 +45,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // returns a context cancelled when the test ends.
 func withStreams(t *testing.T) (context.Context, jetstream.JetStream) {
 	t.Helper()
-	s := natstest.Start(t)
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.Connect(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Start runs a JetStream-enabled server on a random loopback port.
@@ -44,4 +46,20 @@ func StartWithOptions(t testing.TB, o *server.Options) *server.Server {
 		s.WaitForShutdown()
 	})
 	return s
+}
+
+// Connect starts a server and returns a plain client connection to it and a
+// JetStream context built with opts; the connection closes when the test ends.
+func Connect(t testing.TB, opts ...jetstream.JetStreamOpt) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(Start(t).ClientURL())
+	if err != nil {
+		t.Fatalf("nats connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, opts...)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return nc, js
 }

@@ -59,16 +59,7 @@ func notifierConfig() config.Notifier {
 
 func newEnv(t *testing.T, n config.Notifier) *env {
 	t.Helper()
-	srv := natstest.Start(t)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.Connect(t)
 	ctx := context.Background()
 	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
 		t.Fatal(err)

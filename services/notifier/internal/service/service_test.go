@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/opswire/opswire/services/notifier/internal/feishu"
@@ -28,16 +27,7 @@ import (
 // 10× with fewer entries than maxDeliver (the server requires it). Every
 // configuration is also accepted by a real server.
 func TestConsumerConfig(t *testing.T) {
-	s := natstest.Start(t)
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.Connect(t)
 	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: subject.OpsStream, Subjects: []string{"ops.>"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -31,13 +30,7 @@ type fixture struct {
 
 func setup(t *testing.T, build func(s *source)) *fixture {
 	t.Helper()
-	srv := natstest.Start(t)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(5*time.Second))
+	_, js := natstest.Connect(t, jetstream.WithPublishAsyncTimeout(5*time.Second))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
