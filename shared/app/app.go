@@ -66,6 +66,9 @@ func Run(spec Spec, args []string, getenv func(string) string, stdout, stderr io
 		fmt.Fprintf(stderr, "%s: %v\n", spec.Binary(), err)
 		return ExitUsage
 	}
+	if opts.CheckConfig {
+		return checkConfig(spec, opts, stdout, stderr)
+	}
 	log, err := logging.New(stderr, opts.LogLevel, opts.LogFormat, spec.Service)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", spec.Binary(), err)

@@ -73,3 +73,60 @@ func TestRuntimeSeesOptions(t *testing.T) {
 		t.Fatalf("runtime = cluster %q dryRun %v id %q manageStreams %v", got.Cluster, got.Options.DryRun, got.Options.ID, got.Options.ManageStreams)
 	}
 }
+
+func TestCheckConfig(t *testing.T) {
+	dir := t.TempDir()
+	const hook = "https://open.feishu.cn/open-apis/bot/v2/hook/very-secret-token"
+	good := filepath.Join(dir, "good.yml")
+	bad := filepath.Join(dir, "bad.yml")
+	os.WriteFile(good, []byte("autoCordon:\n  maxPods: 5\n  minPods: 2\ndelException:\n  enable: true\n  apiurl: \""+hook+"\"\n"), 0o600)
+	os.WriteFile(bad, []byte("autoCordon:\n  maxPodz: 5\n  minPods: -1\nsendReport:\n  schedule: \"not cron\"\n"), 0o600)
+	spec := Spec{Service: "cleanup", Actor: true}
+	never := func(context.Context, *Runtime) error {
+		t.Error("--check-config must not run the service")
+		return nil
+	}
+	tests := []struct {
+		name       string
+		args       []string
+		code       int
+		inStdout   []string
+		inStderr   []string
+		notInOuput string
+	}{
+		{"valid prints the effective config", []string{"--check-config", "--config", good}, ExitOK,
+			[]string{"is valid", "maxPods: 5", "minPods: 2", "<redacted>"}, nil, "very-secret-token"},
+		{"defaults are filled in", []string{"--check-config", "--config", good}, ExitOK,
+			[]string{"cluster:", "name: default"}, nil, ""},
+		{"--cluster is applied", []string{"--check-config", "--config", good, "--cluster", "prod"}, ExitOK,
+			[]string{"name: prod"}, nil, ""},
+		{"invalid names the field", []string{"--check-config", "--config", bad}, ExitUsage,
+			nil, []string{"invalid configuration (3 problems)", "autoCordon.maxPodz", "autoCordon.minPods", "sendReport.schedule"}, ""},
+		{"invalid --cluster", []string{"--check-config", "--config", good, "--cluster", "a.b"}, ExitUsage,
+			nil, []string{"cluster.name"}, ""},
+		{"missing file", []string{"--check-config", "--config", filepath.Join(dir, "nope.yml")}, ExitUsage,
+			nil, []string{"nope.yml"}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := Run(spec, tc.args, func(string) string { return "" }, &stdout, &stderr, never)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d; stderr: %s", code, tc.code, stderr.String())
+			}
+			for _, s := range tc.inStdout {
+				if !strings.Contains(stdout.String(), s) {
+					t.Errorf("stdout lacks %q:\n%s", s, stdout.String())
+				}
+			}
+			for _, s := range tc.inStderr {
+				if !strings.Contains(stderr.String(), s) {
+					t.Errorf("stderr lacks %q:\n%s", s, stderr.String())
+				}
+			}
+			if tc.notInOuput != "" && strings.Contains(stdout.String()+stderr.String(), tc.notInOuput) {
+				t.Errorf("output leaks %q", tc.notInOuput)
+			}
+		})
+	}
+}

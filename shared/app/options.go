@@ -42,6 +42,9 @@ type Options struct {
 	// (the default), or only wait for them to exist, so that the NATS user
 	// needs no right to change them.
 	ManageStreams bool
+	// CheckConfig: load and validate the configuration, print the effective
+	// configuration (secrets redacted) and exit, without connecting anywhere.
+	CheckConfig bool
 }
 
 // Spec describes a binary.
@@ -111,6 +114,8 @@ func parse(spec Spec, args []string, getenv func(string) string, out io.Writer) 
 	}
 	boolean(&o.ManageStreams, "manage-streams", true,
 		"create or update the KUBE and OPS streams at start; false: wait for them to exist (their creator is the watcher)")
+	fs.BoolVar(&o.CheckConfig, "check-config", false,
+		"load and validate the configuration, print it with secrets redacted, and exit (0 valid, 2 invalid)")
 	version := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: %s [flags]\n\nFlags:\n", spec.Binary())

@@ -73,14 +73,23 @@ func Parse(data []byte) (*Config, error) {
 			}
 			var errs Errors
 			raw = canonicalize(raw, reflect.TypeOf(c).Elem(), "", &errs)
-			if len(errs) > 0 {
-				return nil, errs
-			}
 			canon, _ := json.Marshal(raw)
 			dec := json.NewDecoder(bytes.NewReader(canon))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(c); err != nil {
+				if len(errs) > 0 {
+					return nil, errs // the decoder tripped over a value already named
+				}
 				return nil, decodeError(err)
+			}
+			if len(errs) > 0 {
+				// Unknown keys were left out; report what is wrong with the
+				// rest too, so one run names every bad field.
+				var verrs Errors
+				if errors.As(c.Validate(), &verrs) {
+					errs = append(errs, verrs...)
+				}
+				return nil, errs
 			}
 		}
 	}
