@@ -32,12 +32,22 @@ type Owner struct {
 
 // Container is the per-container part of a pod's state.
 type Container struct {
-	Name         string     `json:"name"`
+	Name string `json:"name"`
+	// Kind is empty for an app container, ContainerInit for an init
+	// container and ContainerSidecar for an init container with
+	// restartPolicy Always.
+	Kind         string     `json:"kind,omitempty"`
 	Restarts     int32      `json:"restarts"`
 	LastReason   string     `json:"lastReason,omitempty"`   // e.g. OOMKilled
 	LastExitCode int32      `json:"lastExitCode,omitempty"` // of the last termination
 	LastFinished *time.Time `json:"lastFinished,omitempty"`
 }
+
+// Container kinds (Container.Kind); an app container has none.
+const (
+	ContainerInit    = "init"
+	ContainerSidecar = "sidecar"
+)
 
 // PodState is the compact state of one pod, published on kube.<cluster>.pod.<ns>.<pod>.
 type PodState struct {
@@ -60,7 +70,8 @@ type PodState struct {
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
-// Restarts is the sum of the restart counts of all containers.
+// Restarts is the sum of the restart counts of all containers, init and
+// sidecar containers included (as kubectl's RESTARTS column counts them).
 func (p *PodState) Restarts() int64 {
 	var n int64
 	for _, c := range p.Containers {

@@ -208,3 +208,69 @@ func TestWatcherSurvivesNATSOutage(t *testing.T) {
 		return httpStatus(w.HealthURL+"/readyz") == 200
 	})
 }
+
+// TestWatcherGhostPodAfterTimedOutPublishes is issue 19's ghost pod: with
+// NATS down, a pod is created and deleted while every publish of it times
+// out (nats.go keeps them buffered and stores them once it reconnects). After
+// NATS is back, KUBE must hold the pod's tombstone and the node's count must
+// match the API, whatever was stored in between.
+func TestWatcherGhostPodAfterTimedOutPublishes(t *testing.T) {
+	cp := harness.StartControlPlane(t)
+	n := harness.StartNATS(t)
+	ctx := context.Background()
+	node := harness.CreateNode(t, cp.Client, harness.Node("worker-1", nil))
+	harness.CreatePod(t, cp.Client, harness.Pod("default", "stays", node.Name))
+	w := startWatcher(t, cp, n, harness.WriteConfig(t, watcherConfig+`
+watcher:
+  publishTimeout: 1s
+`), "w1")
+	nodeSubj := subject.Node("e2e", node.Name)
+	harness.Eventually(t, 15*time.Second, "node with 1 pod in KUBE", func() bool {
+		s := lastNode(t, n.JS, nodeSubj)
+		return s != nil && s.Pods == 1
+	})
+
+	n.Stop()
+	errorsBefore := w.Metric(`opswire_watcher_publish_errors_total{kind="pod"}`)
+	harness.CreatePod(t, cp.Client, harness.Pod("default", "ghost", node.Name))
+	harness.Eventually(t, 20*time.Second, "the ghost's publish to time out", func() bool {
+		return w.Metric(`opswire_watcher_publish_errors_total{kind="pod"}`) > errorsBefore
+	})
+	if err := cp.Client.CoreV1().Pods("default").Delete(ctx, "ghost", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	forceGone(t, cp, "default", "ghost")
+	errorsAfterDelete := w.Metric(`opswire_watcher_publish_errors_total{kind="pod"}`)
+	harness.Eventually(t, 20*time.Second, "a publish after the deletion to time out too", func() bool {
+		return w.Metric(`opswire_watcher_publish_errors_total{kind="pod"}`) > errorsAfterDelete
+	})
+	n.Restart(t)
+
+	harness.Eventually(t, 30*time.Second, "the ghost's tombstone and the API's count in KUBE", func() bool {
+		ghost := lastPod(t, n.JS, subject.Pod("e2e", "default", "ghost"))
+		s := lastNode(t, n.JS, nodeSubj)
+		return ghost != nil && ghost.Op == events.OpDelete && ghost.UID != "" && s != nil && s.Pods == apiPodCount(t, cp, node.Name)
+	})
+	// Converged, and stays so: nothing still in flight overwrites it.
+	harness.Never(t, 3*time.Second, "KUBE to diverge again", func() bool {
+		ghost := lastPod(t, n.JS, subject.Pod("e2e", "default", "ghost"))
+		s := lastNode(t, n.JS, nodeSubj)
+		return ghost == nil || ghost.Op != events.OpDelete || s == nil || s.Pods != 1
+	})
+}
+
+// apiPodCount counts the pods bound to node that occupy it, from the API.
+func apiPodCount(t *testing.T, cp *harness.ControlPlane, node string) int {
+	t.Helper()
+	l, err := cp.Client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := 0
+	for _, p := range l.Items {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			c++
+		}
+	}
+	return c
+}

@@ -80,25 +80,57 @@ func PodState(p *corev1.Pod, messageLimit int) events.PodState {
 			s.Labels[k] = v
 		}
 	}
-	if n := len(p.Status.ContainerStatuses); n > 0 {
+	// Init and sidecar containers first, in the order the kubelet runs them:
+	// kubectl's RESTARTS counts them too, and a pod stuck in
+	// Init:CrashLoopBackOff restarts nothing but an init container.
+	if n := len(p.Status.InitContainerStatuses) + len(p.Status.ContainerStatuses); n > 0 {
 		s.Containers = make([]events.Container, 0, n)
-		for _, cs := range p.Status.ContainerStatuses {
-			c := events.Container{Name: cs.Name, Restarts: cs.RestartCount}
-			term := cs.LastTerminationState.Terminated
-			if term == nil {
-				term = cs.State.Terminated
+		sidecars := restartableInitContainers(p)
+		for i := range p.Status.InitContainerStatuses {
+			kind := events.ContainerInit
+			if sidecars[p.Status.InitContainerStatuses[i].Name] {
+				kind = events.ContainerSidecar
 			}
-			if term != nil {
-				c.LastReason, c.LastExitCode = term.Reason, term.ExitCode
-				if !term.FinishedAt.IsZero() {
-					t := term.FinishedAt.UTC()
-					c.LastFinished = &t
-				}
-			}
-			s.Containers = append(s.Containers, c)
+			s.Containers = append(s.Containers, container(&p.Status.InitContainerStatuses[i], kind))
+		}
+		for i := range p.Status.ContainerStatuses {
+			s.Containers = append(s.Containers, container(&p.Status.ContainerStatuses[i], ""))
 		}
 	}
 	return s
+}
+
+// container is the compact state of one container status; kind is "" for
+// an app container, events.ContainerInit or events.ContainerSidecar.
+func container(cs *corev1.ContainerStatus, kind string) events.Container {
+	c := events.Container{Name: cs.Name, Kind: kind, Restarts: cs.RestartCount}
+	term := cs.LastTerminationState.Terminated
+	if term == nil {
+		term = cs.State.Terminated
+	}
+	if term != nil {
+		c.LastReason, c.LastExitCode = term.Reason, term.ExitCode
+		if !term.FinishedAt.IsZero() {
+			t := term.FinishedAt.UTC()
+			c.LastFinished = &t
+		}
+	}
+	return c
+}
+
+// restartableInitContainers names the init containers with restartPolicy
+// Always: sidecars, which run for the pod's whole life.
+func restartableInitContainers(p *corev1.Pod) map[string]bool {
+	var out map[string]bool
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[c.Name] = true
+		}
+	}
+	return out
 }
 
 // owner resolves the pod's controller to its workload where that is cheap: a

@@ -49,6 +49,28 @@ func TestPodState(t *testing.T) {
 				t.Errorf("containers = %+v", s.Containers)
 			}
 		}},
+		{"init and sidecar restarts counted and named", func(p *corev1.Pod) {
+			always := corev1.ContainerRestartPolicyAlways
+			p.Spec.InitContainers = []corev1.Container{{Name: "migrate"}, {Name: "proxy", RestartPolicy: &always}}
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{
+				{Name: "migrate", RestartCount: 500, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1}}},
+				{Name: "proxy", RestartCount: 3},
+			}
+		}, func(t *testing.T, s events.PodState) {
+			if s.Restarts() != 510 || len(s.Containers) != 3 {
+				t.Fatalf("restarts %d containers %+v, want 500+3+7 over 3 containers", s.Restarts(), s.Containers)
+			}
+			init, side, app := s.Containers[0], s.Containers[1], s.Containers[2]
+			if init.Name != "migrate" || init.Kind != events.ContainerInit || init.Restarts != 500 || init.LastReason != "Error" || init.LastExitCode != 1 {
+				t.Errorf("init container %+v", init)
+			}
+			if side.Name != "proxy" || side.Kind != events.ContainerSidecar || side.Restarts != 3 {
+				t.Errorf("sidecar %+v", side)
+			}
+			if app.Name != "app" || app.Kind != "" || app.Restarts != 7 {
+				t.Errorf("app container %+v", app)
+			}
+		}},
 		{"replicaset without template hash stays a ReplicaSet", func(p *corev1.Pod) { delete(p.Labels, "pod-template-hash") }, func(t *testing.T, s events.PodState) {
 			if s.Owner.Kind != "ReplicaSet" || s.Owner.Name != "web-7d9f" {
 				t.Errorf("owner = %+v", s.Owner)

@@ -7,6 +7,7 @@ type metrics struct {
 	published *prometheus.CounterVec
 	unchanged *prometheus.CounterVec
 	errors    *prometheus.CounterVec
+	oversized *prometheus.CounterVec
 	latency   prometheus.Histogram
 	depth     prometheus.GaugeFunc
 }
@@ -25,6 +26,9 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) *metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opswire_watcher_publish_errors_total", Help: "Failed publishes (each is retried).",
 		}, []string{"kind"}),
+		oversized: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_watcher_oversized_total", Help: "States not published because they exceed the NATS max payload (not retried until the object changes).",
+		}, []string{"kind"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "opswire_watcher_publish_latency_seconds", Help: "Time from publish to JetStream acknowledgement.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
@@ -34,7 +38,7 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) *metrics {
 		}, depth),
 	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.published, m.unchanged, m.errors, m.latency, m.depth)
+		reg.MustRegister(m.received, m.published, m.unchanged, m.errors, m.oversized, m.latency, m.depth)
 	}
 	return m
 }

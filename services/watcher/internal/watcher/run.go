@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -56,7 +58,8 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 
 	w, err := New(pods, nodes, js, Options{
 		Cluster: rt.Cluster, Workers: wc.Workers, TombstoneTTL: rt.Config.NATS.TombstoneTTL.Duration,
-		StallWait: wc.PublishTimeout.Duration,
+		StallWait: wc.PublishTimeout.Duration, MaxPayload: int(nc.MaxPayload()),
+		KeepNodeLabel: nodeSelectorKeys(rt.Config.AutoCordon.Selector()),
 	}, rt.Log, rt.Server.Registry)
 	if err != nil {
 		return err
@@ -79,4 +82,16 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		rt.Log.Info().Int("objects", len(seed)).Dur("took", time.Since(seedStart)).Msg("loaded stored state from KUBE")
 		return w.Run(ctx, seed)
 	})
+}
+
+// nodeSelectorKeys selects the label keys the cordon actor's nodeSelector reads.
+func nodeSelectorKeys(sel labels.Selector) func(string) bool {
+	keys := map[string]bool{}
+	if sel != nil {
+		reqs, _ := sel.Requirements()
+		for _, r := range reqs {
+			keys[r.Key()] = true
+		}
+	}
+	return func(k string) bool { return keys[k] }
 }

@@ -11,6 +11,7 @@ package watcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -43,7 +44,17 @@ type Options struct {
 	TombstoneTTL time.Duration
 	// StallWait is how long a publish waits for room in the async window.
 	StallWait time.Duration
+	// MaxPayload is the server's message size limit (0: 1 MiB). A node state
+	// over it keeps only the labels KeepNodeLabel selects; a state still over
+	// it is reported (metric, log) and not retried until the object changes.
+	MaxPayload int
+	// KeepNodeLabel selects the node labels an oversized node state keeps
+	// (the ones opswire reads); nil keeps only opswire's own keys.
+	KeepNodeLabel func(key string) bool
 }
+
+// headerRoom is left in a message for the CloudEvents headers.
+const headerRoom = 2 << 10
 
 // Queue keys: "p/<namespace>/<name>" for pods, "n/<name>" for nodes.
 const (
@@ -59,6 +70,10 @@ type record struct {
 	hash uint64
 	uid  string
 	node string // pods: the node this pod counts on ("" if none)
+	// doubt: a publish of this key failed or timed out, so KUBE may hold
+	// the state it carried, or not. The next sync of the key publishes
+	// whatever is current, a tombstone if the object is gone.
+	doubt bool
 }
 
 // Watcher turns informer events into KUBE messages.
@@ -221,6 +236,17 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 		return true
 	}
 	if err := w.sync(key); err != nil {
+		if errors.Is(err, errOversized) || errors.Is(err, nats.ErrMaxPayload) {
+			// No retry can make it fit: report it once per change of the
+			// object instead of retrying blind. Its next change (or its
+			// node's next recount) tries again.
+			w.m.oversized.WithLabelValues(kindOf(key)).Inc()
+			w.log.Error().Err(err).Str("key", key).Int("maxPayload", w.maxPayload()).
+				Msg("state too large for one NATS message; KUBE keeps the previous state of this object until it changes")
+			w.queue.Forget(key)
+			w.queue.Done(key)
+			return true
+		}
 		w.m.errors.WithLabelValues(kindOf(key)).Inc()
 		w.log.Debug().Err(err).Str("key", key).Msg("publish failed; will retry")
 		w.queue.Done(key)
@@ -282,7 +308,7 @@ func (w *Watcher) syncPod(key string) error {
 		}
 	}
 	rec := record{hash: hashPod(state), uid: state.UID, node: contrib}
-	if had && prev.hash == rec.hash && prev.uid == rec.uid {
+	if had && !prev.doubt && prev.hash == rec.hash && prev.uid == rec.uid {
 		w.m.unchanged.WithLabelValues("pod").Inc()
 		w.queue.Forget(key)
 		w.queue.Done(key)
@@ -318,8 +344,14 @@ func (w *Watcher) syncNode(key string) error {
 	}
 	state.Pods = len(keys)
 	state.PodsResourceVersion = w.pods.LastSyncResourceVersion()
+	if size := jsonSize(state); size > w.maxPayload()-headerRoom {
+		// Thousands of labels: keep those opswire reads.
+		state.Labels = keepLabels(state.Labels, w.opts.KeepNodeLabel)
+		w.log.Warn().Str("node", name).Int("bytes", size).Int("labelsKept", len(state.Labels)).
+			Msg("node state over the NATS message size: publishing only the labels opswire reads")
+	}
 	rec := record{hash: hashNode(state), uid: state.UID}
-	if had && prev.hash == rec.hash && prev.uid == rec.uid {
+	if had && !prev.doubt && prev.hash == rec.hash && prev.uid == rec.uid {
 		w.m.unchanged.WithLabelValues("node").Inc()
 		w.queue.Forget(key)
 		w.queue.Done(key)
@@ -339,6 +371,9 @@ func (w *Watcher) publish(key, kind, subj, id, typ, ceSubject string, payload an
 	ev, err := envelope.New(id, w.source, typ, ceSubject, payload, time.Now())
 	if err != nil {
 		return err
+	}
+	if len(ev.Data) > w.maxPayload()-headerRoom {
+		return fmt.Errorf("%w: %d bytes", errOversized, len(ev.Data))
 	}
 	// With the async window full, wait for room instead of failing: a
 	// failure would only requeue the key with a backoff (seen in benchmarks).
@@ -375,10 +410,75 @@ func (w *Watcher) collectAcks() {
 		case err := <-p.future.Err():
 			w.m.errors.WithLabelValues(p.kind).Inc()
 			w.log.Debug().Err(err).Str("key", p.key).Msg("publish not acknowledged; will retry")
+			w.markDoubt(p.key, p.rec, p.op)
 			w.queue.Done(p.key)
 			w.queue.AddRateLimited(p.key)
 		}
 	}
+}
+
+// errOversized: a state that cannot fit in one NATS message.
+var errOversized = errors.New("state larger than the NATS max payload")
+
+func (w *Watcher) maxPayload() int {
+	if w.opts.MaxPayload > 0 {
+		return w.opts.MaxPayload
+	}
+	return 1 << 20
+}
+
+func jsonSize(v any) int {
+	b, _ := json.Marshal(v)
+	return len(b)
+}
+
+// keepLabels returns the labels keep selects, plus opswire's own keys.
+func keepLabels(labels map[string]string, keep func(string) bool) map[string]string {
+	var out map[string]string
+	for k, v := range labels {
+		if strings.HasPrefix(k, "opswire.io/") || knownNodeLabels[k] || (keep != nil && keep(k)) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// knownNodeLabels are the node labels the actors read whatever the configuration.
+var knownNodeLabels = map[string]bool{
+	events.LabelAutoCordon: true, events.LabelDoNotCordon: true,
+	events.LabelControlPlane: true, events.LabelMaster: true,
+}
+
+// markDoubt records that a publish of key may or may not have been stored
+// (a timed-out publish may still be stored, even after a reconnect). Without
+// this, a pod created and deleted while its publishes time out would leave
+// the watcher with no record of it, hence no tombstone and no recount of its
+// node, and KUBE with a ghost if the first publish was stored after all.
+// With it, KUBE converges to the API's state whatever the outcome was: the
+// key is published again (its hash can no longer match), a deleted object
+// gets its tombstone (with the uid the lost publish carried), and a pod's
+// node is recounted.
+func (w *Watcher) markDoubt(key string, rec record, op events.Op) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	prev, had := w.published[key]
+	if op == events.OpDelete {
+		// The tombstone may not be stored: keep what was there, retried as is.
+		if had {
+			prev.doubt = true
+			w.published[key] = prev
+		}
+		return
+	}
+	d := rec
+	d.doubt = true
+	if had && d.node == "" {
+		d.node = prev.node // still recount the node the pod counted on before
+	}
+	w.published[key] = d
 }
 
 // hashPod hashes the state without its resourceVersion, which changes on

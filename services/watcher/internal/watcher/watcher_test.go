@@ -30,6 +30,13 @@ type fixture struct {
 
 func setup(t *testing.T, build func(s *source)) *fixture {
 	t.Helper()
+	return setupWith(t, build, nil, nil)
+}
+
+// setupWith is setup with the publisher wrapped (nil: the JetStream context
+// itself) and the options edited.
+func setupWith(t *testing.T, build func(s *source), wrap func(jetstream.JetStream) AsyncPublisher, edit func(*Options)) *fixture {
+	t.Helper()
 	_, js := natstest.Connect(t, jetstream.WithPublishAsyncTimeout(5*time.Second))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -39,7 +46,15 @@ func setup(t *testing.T, build func(s *source)) *fixture {
 	src := newSource()
 	build(src)
 	pods, nodes := src.informers()
-	w, err := New(pods, nodes, js, Options{Cluster: "c", Workers: 2, TombstoneTTL: time.Hour}, zerolog.Nop(), prometheus.NewRegistry())
+	opts := Options{Cluster: "c", Workers: 2, TombstoneTTL: time.Hour}
+	if edit != nil {
+		edit(&opts)
+	}
+	var pub AsyncPublisher = js
+	if wrap != nil {
+		pub = wrap(js)
+	}
+	w, err := New(pods, nodes, pub, opts, zerolog.Nop(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

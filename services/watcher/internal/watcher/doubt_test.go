@@ -1,0 +1,124 @@
+package watcher
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// timingOut stores every message but, while lying is set, reports each
+// publish as timed out: the worst case of an outage, where the watcher
+// cannot know what KUBE holds.
+type timingOut struct {
+	js    jetstream.JetStream
+	lying atomic.Bool
+}
+
+func (p *timingOut) PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	fut, err := p.js.PublishMsgAsync(msg, opts...)
+	if err != nil || !p.lying.Load() {
+		return fut, err
+	}
+	<-fut.Ok() // stored
+	f := &failedFuture{msg: msg, err: make(chan error, 1)}
+	f.err <- jetstream.ErrAsyncPublishTimeout
+	return f, nil
+}
+
+type failedFuture struct {
+	msg *nats.Msg
+	err chan error
+}
+
+func (f *failedFuture) Ok() <-chan *jetstream.PubAck { return nil }
+func (f *failedFuture) Err() <-chan error            { return f.err }
+func (f *failedFuture) Msg() *nats.Msg               { return f.msg }
+
+// TestGhostPodConverges is issue 19's ghost pod: a pod created and deleted
+// while every publish times out (but is stored) must end as a tombstone in
+// KUBE, and its node's count must come back to what the cache says.
+func TestGhostPodConverges(t *testing.T) {
+	pub := &timingOut{}
+	f := setupWith(t, func(s *source) { s.nodes = append(s.nodes, s.node("n1")) },
+		func(js jetstream.JetStream) AsyncPublisher { pub.js = js; return pub }, nil)
+	f.eventually("node with 0 pods", func() bool { return f.nodePods("n1") == 0 })
+
+	pub.lying.Store(true)
+	p := f.src.pod("ns", "ghost", "n1")
+	f.src.podW.Add(p)
+	// The upsert and the node's count of 1 are stored, but not acknowledged.
+	f.eventually("the pod stored with its node counting it", func() bool {
+		var s events.PodState
+		return f.last(subject.Pod("c", "ns", "ghost"), &s) && s.Op == events.OpUpsert && f.nodePods("n1") == 1
+	})
+	gone := p.DeepCopy()
+	gone.ResourceVersion = f.src.nextRV()
+	f.src.podW.Delete(gone)
+	f.eventually("the tombstone attempted", func() bool {
+		var s events.PodState
+		return f.last(subject.Pod("c", "ns", "ghost"), &s) && s.Op == events.OpDelete
+	})
+	pub.lying.Store(false) // NATS is back
+
+	f.eventually("tombstone with the uid and node recounted", func() bool {
+		var s events.PodState
+		return f.last(subject.Pod("c", "ns", "ghost"), &s) && s.Op == events.OpDelete && s.UID == "uid-ns-ghost" &&
+			f.nodePods("n1") == 0
+	})
+	f.eventually("the watcher forgets the pod once the tombstone is acknowledged", func() bool {
+		f.w.mu.Lock()
+		defer f.w.mu.Unlock()
+		_, had := f.w.published[podPrefix+"ns/ghost"]
+		return !had && !f.w.published[nodePrefix+"n1"].doubt
+	})
+}
+
+// TestOversizedNodeKeepsWhatOpswireReads: a node with thousands of labels is
+// published with only the labels opswire reads; a state that cannot fit even
+// then is counted and not retried blind.
+func TestOversizedNodeKeepsWhatOpswireReads(t *testing.T) {
+	big := func(s *source, name string, labels int) *corev1.Node {
+		n := s.node(name)
+		n.Labels = map[string]string{"pool": "a", events.LabelDoNotCordon: "true"}
+		for i := 0; i < labels; i++ {
+			n.Labels[fmt.Sprintf("example.com/label-%05d", i)] = strings.Repeat("v", 40)
+		}
+		return n
+	}
+	f := setupWith(t, func(s *source) {
+		s.nodes = append(s.nodes, big(s, "n1", 2000), s.node("n2"))
+	}, nil, func(o *Options) {
+		o.MaxPayload = 64 << 10 // 2,000 labels of ~70 bytes do not fit
+		o.KeepNodeLabel = func(k string) bool { return k == "pool" }
+	})
+	f.eventually("n1 in KUBE", func() bool { return f.nodePods("n1") == 0 })
+	var s events.NodeState
+	f.last(subject.Node("c", "n1"), &s)
+	if len(s.Labels) != 2 || s.Labels["pool"] != "a" || s.Labels[events.LabelDoNotCordon] != "true" {
+		t.Fatalf("labels %v, want pool and donotcordon only", s.Labels)
+	}
+
+	// A pod whose state cannot fit: counted once, not retried.
+	p := f.src.pod("ns", "huge", "n2")
+	p.Labels = map[string]string{"opswire.io/ignore": strings.Repeat("x", 70<<10)}
+	f.src.podW.Add(p)
+	f.eventually("oversized pod counted", func() bool {
+		return testutil.ToFloat64(f.w.m.oversized.WithLabelValues("pod")) == 1
+	})
+	f.eventually("n2 counts it", func() bool { return f.nodePods("n2") == 1 })
+	if v := testutil.ToFloat64(f.w.m.oversized.WithLabelValues("pod")); v != 1 {
+		t.Fatalf("oversized pod tried %v times, want 1 (no blind retries)", v)
+	}
+	if v := testutil.ToFloat64(f.w.m.errors.WithLabelValues("pod")); v != 0 {
+		t.Fatalf("%v publish errors for an oversized state, want none", v)
+	}
+}
