@@ -68,7 +68,19 @@ type PodState struct {
 	Containers                 []Container `json:"containers,omitempty"`
 	// Labels holds only the labels opswire acts on (opt-outs); never the full set.
 	Labels map[string]string `json:"labels,omitempty"`
+	// DisruptionReason is the reason of the pod's DisruptionTarget condition
+	// while it is True (e.g. EvictionByEvictionAPI, PreemptionByScheduler,
+	// DeletionByTaintManager): why the pod is about to be terminated.
+	DisruptionReason string `json:"disruptionReason,omitempty"`
 }
+
+// DisruptionEvictionByEvictionAPI is the DisruptionTarget reason the API
+// server sets on a pod evicted through the Eviction API (kubectl drain, the
+// descheduler, cluster-autoscaler).
+const DisruptionEvictionByEvictionAPI = "EvictionByEvictionAPI"
+
+// EvictedByAPI reports a pod being evicted through the Eviction API.
+func (p *PodState) EvictedByAPI() bool { return p.DisruptionReason == DisruptionEvictionByEvictionAPI }
 
 // Restarts is the sum of the restart counts of all containers, init and
 // sidecar containers included (as kubectl's RESTARTS column counts them).
@@ -106,6 +118,10 @@ type NodeState struct {
 	EphemeralBytes  int64             `json:"ephemeralStorageBytes,omitempty"` // capacity
 	// Pods is the number of non-terminated pods bound to the node, counted by the watcher.
 	Pods int `json:"pods"`
+	// Evicting is how many of those Pods are being evicted through the
+	// Eviction API (PodState.EvictedByAPI): a kubectl drain shows as most of
+	// the node's pods evicting at once.
+	Evicting int `json:"evicting,omitempty"`
 	// PodsResourceVersion is the resourceVersion of the watcher's pod list
 	// when it counted Pods. An actor re-counting from the API asks for a list
 	// at least that new (resourceVersionMatch=NotOlderThan), which the API

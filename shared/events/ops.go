@@ -21,8 +21,8 @@ const (
 
 // CordonDecision is published on ops.<cluster>.cordon.<verb>.<node>.
 type CordonDecision struct {
-	Verb     string    `json:"verb"`             // cordoned, uncordoned, skipped, dryrun, failed
-	Action   string    `json:"action,omitempty"` // cordon or uncordon, what was wanted
+	Verb     string    `json:"verb"`             // cordoned, uncordoned, handedover, skipped, dryrun, failed
+	Action   string    `json:"action,omitempty"` // cordon, uncordon or handover, what was wanted
 	Mode     string    `json:"mode,omitempty"`   // cordon or taint
 	Node     string    `json:"node"`
 	NodeUID  string    `json:"nodeUID,omitempty"`

@@ -80,6 +80,11 @@ func PodState(p *corev1.Pod, messageLimit int) events.PodState {
 			s.Labels[k] = v
 		}
 	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			s.DisruptionReason = c.Reason
+		}
+	}
 	// Init and sidecar containers first, in the order the kubelet runs them:
 	// kubectl's RESTARTS counts them too, and a pod stuck in
 	// Init:CrashLoopBackOff restarts nothing but an init container.

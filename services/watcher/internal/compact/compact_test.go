@@ -83,6 +83,21 @@ func TestPodState(t *testing.T) {
 				t.Errorf("state = phase %q reason %q message len %d", s.Phase, s.Reason, len(s.Message))
 			}
 		}},
+		{"evicted through the Eviction API", func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+				{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI", Message: "Eviction API: evicting"}}
+		}, func(t *testing.T, s events.PodState) {
+			if !s.EvictedByAPI() || s.DisruptionReason != "EvictionByEvictionAPI" {
+				t.Errorf("disruption reason = %q", s.DisruptionReason)
+			}
+		}},
+		{"disruption condition not true", func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionFalse, Reason: "EvictionByEvictionAPI"}}
+		}, func(t *testing.T, s events.PodState) {
+			if s.EvictedByAPI() || s.DisruptionReason != "" {
+				t.Errorf("disruption reason = %q", s.DisruptionReason)
+			}
+		}},
 		{"terminating with finalizers", func(p *corev1.Pod) {
 			p.DeletionTimestamp, p.DeletionGracePeriodSeconds, p.Finalizers = &deleted, ptr(int64(30)), []string{"a", "b"}
 		}, func(t *testing.T, s events.PodState) {

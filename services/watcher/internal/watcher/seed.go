@@ -72,7 +72,7 @@ func addSeed(seed map[string]record, msg jetstream.Msg) {
 		if s.NodeName != "" && !s.Terminated() {
 			node = s.NodeName
 		}
-		seed[podPrefix+ref.Namespace+"/"+ref.Name] = record{hash: hashPod(s), uid: s.UID, node: node}
+		seed[podPrefix+ref.Namespace+"/"+ref.Name] = record{hash: hashPod(s), uid: s.UID, node: node, evicting: node != "" && s.EvictedByAPI()}
 	case subject.KindNode:
 		var s events.NodeState
 		if e.Type != events.TypeNode || json.Unmarshal(msg.Data(), &s) != nil || s.Op == events.OpDelete {

@@ -62,6 +62,9 @@ const (
 	nodePrefix = "n/"
 	// byNode indexes counted (non-terminated, bound) pods by node name.
 	byNode = "byNode"
+	// evictingOnNode indexes the counted pods being evicted through the
+	// Eviction API by node name (NodeState.Evicting).
+	evictingOnNode = "evictingOnNode"
 )
 
 // record is what was last stored for a key: enough to detect change and to
@@ -74,6 +77,9 @@ type record struct {
 	// the state it carried, or not. The next sync of the key publishes
 	// whatever is current, a tombstone if the object is gone.
 	doubt bool
+	// evicting: the pod counts on node and is being evicted through the
+	// Eviction API (it then also counts in the node's Evicting).
+	evicting bool
 }
 
 // Watcher turns informer events into KUBE messages.
@@ -120,7 +126,7 @@ func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options
 		acks:      make(chan pending, 8192),
 	}
 	w.m = newMetrics(reg, func() float64 { return float64(w.queue.Len()) })
-	if err := pods.AddIndexers(cache.Indexers{byNode: countedOnNode}); err != nil {
+	if err := pods.AddIndexers(cache.Indexers{byNode: countedOnNode, evictingOnNode: evictingOn}); err != nil {
 		return nil, fmt.Errorf("pod index: %w", err)
 	}
 	if _, err := pods.AddEventHandler(w.handler("pod", podKey)); err != nil {
@@ -139,6 +145,16 @@ func countedOnNode(obj any) ([]string, error) {
 		return nil, nil
 	}
 	return []string{p.State.NodeName}, nil
+}
+
+// evictingOn indexes a counted pod under its node while it is being evicted
+// through the Eviction API.
+func evictingOn(obj any) ([]string, error) {
+	p, ok := obj.(*compact.Pod)
+	if !ok || !p.State.EvictedByAPI() {
+		return nil, nil
+	}
+	return countedOnNode(obj)
 }
 
 func podKey(obj any) string {
@@ -300,14 +316,15 @@ func (w *Watcher) syncPod(key string) error {
 	if state.NodeName != "" && !state.Terminated() {
 		contrib = state.NodeName
 	}
-	if contrib != prev.node {
+	evicting := contrib != "" && state.EvictedByAPI()
+	if contrib != prev.node || evicting != prev.evicting {
 		for _, n := range []string{prev.node, contrib} {
 			if n != "" {
 				w.queue.Add(nodePrefix + n)
 			}
 		}
 	}
-	rec := record{hash: hashPod(state), uid: state.UID, node: contrib}
+	rec := record{hash: hashPod(state), uid: state.UID, node: contrib, evicting: evicting}
 	if had && !prev.doubt && prev.hash == rec.hash && prev.uid == rec.uid {
 		w.m.unchanged.WithLabelValues("pod").Inc()
 		w.queue.Forget(key)
@@ -343,6 +360,10 @@ func (w *Watcher) syncNode(key string) error {
 		return err
 	}
 	state.Pods = len(keys)
+	if keys, err = w.pods.GetIndexer().IndexKeys(evictingOnNode, name); err != nil {
+		return err
+	}
+	state.Evicting = len(keys)
 	state.PodsResourceVersion = w.pods.LastSyncResourceVersion()
 	if size := jsonSize(state); size > w.maxPayload()-headerRoom {
 		// Thousands of labels: keep those opswire reads.
