@@ -138,6 +138,7 @@ func (c *Config) Validate() error {
 	c.AutoCordon.validate("autoCordon", &errs)
 	c.DelException.validate("delException", &errs)
 	c.SendReport.validate("sendReport", &errs)
+	c.SendReport.validateWindows("sendReport", c.NATS, &errs)
 	c.ImageAlert.validate("imageAlert", &errs)
 	c.Notifier.validate("notifier", &errs, c.implicitReceiverNames()...)
 	if len(errs) > 0 {

@@ -33,10 +33,57 @@ type SendReport struct {
 	GroupBy    string     `json:"groupBy"`
 	Top        int        `json:"top"` // 0 = all rows
 	Namespaces Namespaces `json:"namespaces"`
-	// CatchUp: a new leader sends the most recent scheduled report that no
-	// replica recorded as sent if its tick is at most this old (a leader that
-	// died just before a weekly tick must not skip a week); 0 disables.
+	// CatchUp bounds how late a scheduled report may still be stored: a
+	// leader retries a tick it could not store (a NATS outage) until
+	// tick+catchUp (or the next tick), and a new leader sends the most recent
+	// tick no replica recorded as sent if it is at most this old (a leader
+	// that died just before a weekly tick must not skip a week). It must stay
+	// within the OPS dedup window (nats.duplicates) so every resend of a tick
+	// is dropped by JetStream; 0 disables catch-up (a tick is then retried for
+	// scheduledRetry).
 	CatchUp Duration `json:"catchUp"`
+	// RequestEvery and RequestBurst rate-limit on-demand reports
+	// (ctl.<cluster>.report.run): a burst of RequestBurst, then one per
+	// RequestEvery. Every request builds and stores a full report in OPS.
+	RequestEvery Duration `json:"requestEvery"`
+	RequestBurst int      `json:"requestBurst"`
+}
+
+// scheduledRetry is how long a scheduled report is retried when catch-up is
+// disabled.
+const scheduledRetry = 2 * time.Minute
+
+// dedupMargin is kept between the last resend of a tick and the end of the
+// OPS dedup window: one publish attempt plus clock skew between replicas.
+const dedupMargin = 30 * time.Second
+
+// RetryWindow is how long after its tick a scheduled report may still be
+// stored: catchUp, or scheduledRetry when catch-up is disabled.
+func (s *SendReport) RetryWindow() time.Duration {
+	if s.CatchUp.Duration > 0 {
+		return s.CatchUp.Duration
+	}
+	return scheduledRetry
+}
+
+// validateWindows keeps every store of one tick's report within one dedup
+// window: the first store is at or after the tick, the last attempt starts
+// before tick+RetryWindow, so RetryWindow+dedupMargin must not exceed
+// nats.duplicates. Otherwise a report sent but not recorded (a crash between
+// publish and record, a lost ack) could be stored a second time by a new
+// leader, built from another mirror, under the same id.
+func (s *SendReport) validateWindows(p string, n NATS, errs *Errors) {
+	if !s.Enable {
+		return
+	}
+	if w := s.RetryWindow(); w+dedupMargin > n.Duplicates.Duration {
+		field, what := join(p, "catchUp"), "catchUp "+s.CatchUp.Duration.String()
+		if s.CatchUp.Duration == 0 {
+			what = "the retry of a tick without catch-up (" + scheduledRetry.String() + ")"
+		}
+		errs.add(field, "%s plus %s must not exceed nats.duplicates (%s): a tick resent after the dedup window "+
+			"would be stored twice; lower catchUp or raise nats.duplicates", what, dedupMargin, n.Duplicates.Duration)
+	}
 }
 
 func (s *SendReport) setDefaults() {
@@ -46,7 +93,10 @@ func (s *SendReport) setDefaults() {
 	s.MsgTitle = "Pods restarting too often"
 	s.Mode = ReportModeTotal
 	s.GroupBy = GroupByPod
-	s.CatchUp = D(15 * time.Minute)
+	// Within the default dedup window of 10m (see validateWindows).
+	s.CatchUp = D(9 * time.Minute)
+	s.RequestEvery = D(time.Minute)
+	s.RequestBurst = 3
 }
 
 func (s *SendReport) validate(p string, errs *Errors) {
@@ -73,6 +123,12 @@ func (s *SendReport) validate(p string, errs *Errors) {
 	if s.CatchUp.Duration < 0 {
 		errs.add(join(p, "catchUp"), "must not be negative")
 	}
+	if s.RequestEvery.Duration <= 0 {
+		errs.add(join(p, "requestEvery"), "must be positive")
+	}
+	if s.RequestBurst < 1 {
+		errs.add(join(p, "requestBurst"), "must be at least 1")
+	}
 }
 
 // ImageAlert configures the node image-storage alert (seed 003).
@@ -86,6 +142,12 @@ type ImageAlert struct {
 	GrowthBytes int64    `json:"growthBytes"`
 	Cooldown    Duration `json:"cooldown"`
 	MsgTitle    string   `json:"msgtitle"`
+	// TruncatedPercent: when the kubelet's image list is cut at its limit
+	// (50 images unless --node-status-max-images), the listed sum is only a
+	// lower bound; such a node alerts (reason truncated) once that lower
+	// bound reaches this percentage of a threshold. 100 applies the
+	// thresholds to the lower bound only.
+	TruncatedPercent float64 `json:"truncatedPercent"`
 }
 
 func (i *ImageAlert) setDefaults() {
@@ -95,6 +157,7 @@ func (i *ImageAlert) setDefaults() {
 	i.GrowthBytes = 5 << 30
 	i.Cooldown = D(time.Hour)
 	i.MsgTitle = "Node image storage"
+	i.TruncatedPercent = 80
 }
 
 func (i *ImageAlert) validate(p string, errs *Errors) {
@@ -112,6 +175,9 @@ func (i *ImageAlert) validate(p string, errs *Errors) {
 	}
 	if i.Cooldown.Duration < 0 {
 		errs.add(join(p, "cooldown"), "must not be negative")
+	}
+	if i.TruncatedPercent <= 0 || i.TruncatedPercent > 100 {
+		errs.add(join(p, "truncatedPercent"), "must be in (0, 100], got %v", i.TruncatedPercent)
 	}
 }
 

@@ -22,7 +22,10 @@ func TestReportSectionsDefaultsWithTheSeed(t *testing.T) {
 		{"sendReport.groupBy", s.GroupBy, GroupByPod},
 		{"sendReport.top", s.Top, 0},
 		{"sendReport.timezone", s.Timezone, ""},
-		{"sendReport.catchUp", s.CatchUp.Duration, 15 * time.Minute},
+		{"sendReport.catchUp", s.CatchUp.Duration, 9 * time.Minute},
+		{"sendReport.requestEvery", s.RequestEvery.Duration, time.Minute},
+		{"sendReport.requestBurst", s.RequestBurst, 3},
+		{"imageAlert.truncatedPercent", i.TruncatedPercent, 80.0},
 		{"sendReport.namespaces", len(s.Namespaces.Include) + len(s.Namespaces.Exclude), 0},
 		{"imageAlert.enable", i.Enable, true},
 		{"imageAlert.maxBytes", i.MaxBytes, int64(50 << 30)},
@@ -82,6 +85,12 @@ func TestReportSectionsInvalid(t *testing.T) {
 		{"no threshold when enabled", "imageAlert:\n  maxBytes: 0\n  maxPercent: 0\n", "imageAlert.maxBytes"},
 		{"negative growth", "imageAlert:\n  growthBytes: -1\n", "imageAlert.growthBytes"},
 		{"negative cooldown", "imageAlert:\n  cooldown: -1s\n", "imageAlert.cooldown"},
+		{"catchUp outlasts the dedup window", "sendReport:\n  catchUp: 15m\n", "sendReport.catchUp"},
+		{"dedup window shorter than the default catchUp", "nats:\n  duplicates: 5m\n", "sendReport.catchUp"},
+		{"dedup window shorter than the retry without catchUp", "sendReport:\n  catchUp: 0\nnats:\n  duplicates: 1m\n", "sendReport.catchUp"},
+		{"zero requestEvery", "sendReport:\n  requestEvery: 0s\n", "sendReport.requestEvery"},
+		{"zero requestBurst", "sendReport:\n  requestBurst: 0\n", "sendReport.requestBurst"},
+		{"truncatedPercent over 100", "imageAlert:\n  truncatedPercent: 120\n", "imageAlert.truncatedPercent"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,6 +111,13 @@ func TestReportSectionsInvalid(t *testing.T) {
 	// Disabled image alerts need no threshold.
 	if _, err := Parse([]byte("imageAlert:\n  enable: false\n  maxBytes: 0\n  maxPercent: 0\n")); err != nil {
 		t.Fatalf("disabled imageAlert without thresholds: %v", err)
+	}
+	// A short catch-up fits a short dedup window; a disabled report is not checked.
+	if _, err := Parse([]byte("sendReport:\n  catchUp: 20s\nnats:\n  duplicates: 1m\n")); err != nil {
+		t.Fatalf("catchUp 20s with duplicates 1m: %v", err)
+	}
+	if _, err := Parse([]byte("sendReport:\n  enable: false\nnats:\n  duplicates: 1m\n")); err != nil {
+		t.Fatalf("disabled report with duplicates 1m: %v", err)
 	}
 	if _, err := Parse([]byte("sendReport:\n  schedule: \"CRON_TZ=Asia/Shanghai 00 00 10 * * 1\"\n")); err != nil {
 		t.Fatalf("CRON_TZ prefix: %v", err)

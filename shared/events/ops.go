@@ -108,7 +108,7 @@ type RestartReport struct {
 // ImageAlert is published on ops.<cluster>.report.images.<node>.
 type ImageAlert struct {
 	Node            string    `json:"node"`
-	Reason          string    `json:"reason"` // maxBytes, maxPercent, growth
+	Reason          string    `json:"reason"` // maxBytes, maxPercent, growth, truncated
 	ImageBytes      int64     `json:"imageBytes"`
 	ImageCount      int       `json:"imageCount"`
 	CapacityBytes   int64     `json:"capacityBytes,omitempty"`
@@ -124,4 +124,7 @@ type ImageAlert struct {
 	MaxBytes    int64   `json:"maxBytes,omitempty"`
 	MaxPercent  float64 `json:"maxPercent,omitempty"`
 	GrowthBytes int64   `json:"growthBytes,omitempty"`
+	// Note explains a figure that is only a lower bound ("at least 46.6 GiB:
+	// the kubelet lists only its 50 largest images ...") when ImagesTruncated.
+	Note string `json:"note,omitempty"`
 }

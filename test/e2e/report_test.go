@@ -260,3 +260,76 @@ imageAlert:
 		t.Fatalf("growth alerts metric %v, want 1", v)
 	}
 }
+
+// TestReportTickAcrossNATSOutage is issue 19's lost report: NATS is down
+// across a scheduled tick and the leader stays leader. Once NATS is back the
+// tick's report is stored, exactly once, counted at the source (the report's
+// own log lines and metrics, which JetStream's deduplication cannot hide).
+func TestReportTickAcrossNATSOutage(t *testing.T) {
+	cp := harness.StartControlPlane(t)
+	n := harness.StartNATS(t)
+	kubeconfig := reportKubeconfig(t, cp, "default")
+	node := harness.CreateNode(t, cp.Client, harness.Node("worker-1", nil))
+	restartingPod(t, cp, "default", "crashy", node.Name, 150)
+	restartingPod(t, cp, "default", "calm", node.Name, 5)
+	const every = 15 * time.Second
+	cfg := harness.WriteConfig(t, reportConfig(`
+sendReport:
+  total: 100
+  schedule: "*/15 * * * * *"
+imageAlert:
+  enable: false
+`))
+	startWatcher(t, cp, n, cfg, "w1")
+	waitRestarts(t, n, "e2e", "default", "crashy", 150)
+	waitRestarts(t, n, "e2e", "default", "calm", 5)
+	p := startReport(t, n, cfg, kubeconfig, "r1")
+	reportLeader(t, cp, "default", "opswire-report", map[string]*harness.Process{"r1": p})
+
+	// The tick: the first one at least 5 s away, so NATS goes down before it.
+	tick := time.Now().Add(5 * time.Second).Truncate(every).Add(every)
+	id := "report/restarts/" + tick.UTC().Format(time.RFC3339)
+	time.Sleep(time.Until(tick.Add(-2 * time.Second))) // wall-clock schedule: wait for the moment, not a condition
+	n.Stop()
+	time.Sleep(time.Until(tick.Add(4 * time.Second))) // the outage spans the tick by 4 s
+	if p.Exited() {
+		t.Fatalf("report exited during the NATS outage:\n%s", p.Logs())
+	}
+	if strings.Contains(p.Logs(), `"id":"`+id+`"`) {
+		t.Fatalf("report %s logged as stored while NATS was down", id)
+	}
+	n.Restart(t)
+
+	ops := harness.CollectOps(t, n, subject.Ops("e2e", "report", "restarts"))
+	m := ops.WaitFor(t, 15*time.Second, "the report of the tick during the outage", func(m harness.Msg) bool { return m.ID == id })
+	r := restartReport(t, m)
+	if !r.Tick.Equal(tick) || r.OnDemand {
+		t.Fatalf("report %+v, want the scheduled tick %s", r, tick)
+	}
+	checkOnlyCrashy(t, r, 150)
+	// The next tick is stored too: the schedule goes on after the outage.
+	nextID := "report/restarts/" + tick.Add(every).UTC().Format(time.RFC3339)
+	ops.WaitFor(t, every+10*time.Second, "the next tick's report", func(m harness.Msg) bool { return m.ID == nextID })
+
+	if c := ops.Count(func(m harness.Msg) bool { return m.ID == id }); c != 1 {
+		t.Fatalf("report %s stored %d times", id, c)
+	}
+	stored := 0
+	for _, line := range strings.Split(p.Logs(), "\n") {
+		if strings.Contains(line, "restart report stored in OPS") && strings.Contains(line, `"id":"`+id+`"`) {
+			stored++
+			if !strings.Contains(line, `"outcome":"sent"`) {
+				t.Fatalf("the tick's report was not stored by this run: %s", line)
+			}
+		}
+	}
+	if stored != 1 {
+		t.Fatalf("the report of %s was published %d times by the leader, want exactly 1:\n%s", id, stored, p.Logs())
+	}
+	if v := p.Metric(`opswire_report_reports_total{outcome="duplicate",trigger="schedule"}`); v > 0 { // -1: no such series
+		t.Fatalf("%v scheduled reports were duplicates of a stored one", v)
+	}
+	if v := p.Metric(`opswire_report_ticks_missed_total`); v != 0 {
+		t.Fatalf("%v ticks missed", v)
+	}
+}

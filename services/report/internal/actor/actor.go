@@ -142,15 +142,17 @@ func (a *Actor) Lead(ctx context.Context) error {
 	defer nodes.ShutDown()
 	alertsOn := a.cfg.ImageAlert.Enable
 	mirror := kubestate.New(a.js, a.cluster, a.log, a.reg, kubestate.Handlers{
-		OnNode: func(_, cur *events.NodeState) {
-			if alertsOn {
-				// Only the name is queued: the worker reads the latest state.
-				name := ""
-				if cur != nil {
-					name = cur.Name
-				}
-				if name != "" {
-					nodes.Add(name)
+		OnNode: func(old, cur *events.NodeState) {
+			if !alertsOn {
+				return
+			}
+			// Only the name is queued: the worker reads the latest state.
+			// A tombstone (cur nil) queues the old name, so the worker
+			// drops the deleted node's memory.
+			for _, s := range []*events.NodeState{cur, old} {
+				if s != nil && s.Name != "" {
+					nodes.Add(s.Name)
+					return
 				}
 			}
 		},
@@ -186,9 +188,10 @@ func (a *Actor) Lead(ctx context.Context) error {
 			return fmt.Errorf("load image alert memory: %w", err)
 		}
 		al := &alerter{a: a, q: nodes, mirror: mirror, st: st, mem: mem}
-		// Deleted nodes are no longer in the mirror: let the worker forget them.
-		for name := range mem {
-			nodes.Add(name)
+		// Nodes deleted (or re-created) while no replica led: let the worker
+		// compare each remembered UID with the mirror and forget the gone.
+		for _, m := range mem {
+			nodes.Add(m.Node)
 		}
 		wg.Add(1)
 		go func() { defer wg.Done(); al.run(ctx) }()

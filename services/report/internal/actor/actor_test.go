@@ -67,9 +67,11 @@ func (e *env) pod(ns, name string, restarts int32) {
 	})
 }
 
-func (e *env) node(name string, imageBytes int64) {
+func (e *env) node(name string, imageBytes int64) { e.nodeUID(name, name+"-uid", imageBytes) }
+
+func (e *env) nodeUID(name, uid string, imageBytes int64) {
 	e.publish(subject.Node(cluster, name), events.TypeNode, events.NodeState{
-		Op: events.OpUpsert, UID: name + "-uid", Name: name, ResourceVersion: strconv.Itoa(e.rv + 1),
+		Op: events.OpUpsert, UID: uid, Name: name, ResourceVersion: strconv.Itoa(e.rv + 1),
 		ImageBytes: imageBytes, ImageCount: 50, ImagesTruncated: true, EphemeralBytes: 1 << 40,
 	})
 }
@@ -289,7 +291,7 @@ func TestCatchUpSendsTheMissedTickOnce(t *testing.T) {
 	ops := e.collect("ops.*.report.restarts")
 	// A schedule that fires every hour: no tick will happen during the test,
 	// so any scheduled report is a catch-up.
-	cfg := testConfig(t, "sendReport:\n  schedule: \"@hourly\"\n  catchUp: 2h\nimageAlert:\n  enable: false\n")
+	cfg := testConfig(t, "sendReport:\n  schedule: \"@hourly\"\n  catchUp: 2h\nnats:\n  duplicates: 3h\nimageAlert:\n  enable: false\n")
 	a, _, stop := e.lead(cfg)
 	e.request() // answered only after the catch-up check
 	stop()

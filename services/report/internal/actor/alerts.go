@@ -21,12 +21,17 @@ const alertPublishTimeout = 30 * time.Second
 // alerter decides image-storage alerts, one node at a time. Node snapshots
 // only queue the node's name (deduplicated by the workqueue); the worker
 // reads the latest state, so a burst of updates costs one decision.
+//
+// The memory is keyed by node UID: a node deleted and re-created under the
+// same name is a new node and starts afresh. A node's memory is dropped when
+// its tombstone arrives (the mirror no longer holds it, or holds another UID
+// under the name).
 type alerter struct {
 	a      *Actor
 	q      workqueue.TypedRateLimitingInterface[string]
 	mirror *kubestate.Mirror
 	st     *store.Store
-	mem    map[string]images.Memory // owned by the worker goroutine
+	mem    map[string]images.Memory // by node UID; owned by the worker goroutine
 }
 
 func (al *alerter) run(ctx context.Context) {
@@ -44,18 +49,16 @@ func (al *alerter) run(ctx context.Context) {
 func (al *alerter) process(ctx context.Context, name string) {
 	a := al.a
 	n, ok := al.mirror.Node(name)
+	uid := ""
+	if ok {
+		uid = n.UID
+	}
+	al.forgetOthers(ctx, name, uid)
 	if !ok {
-		if _, had := al.mem[name]; had {
-			delete(al.mem, name)
-			if err := al.st.DeleteImageMemory(ctx, name); err != nil {
-				a.m.storeErrors.WithLabelValues("images").Inc()
-				a.log.Warn().Err(err).Str("node", name).Msg("cannot forget a deleted node")
-			}
-		}
 		al.q.Forget(name)
 		return
 	}
-	prev := al.mem[name]
+	prev := al.mem[uid]
 	now := a.now()
 	d := images.Decide(n, prev, a.thresholds, now)
 	if d.Reason != "" {
@@ -69,8 +72,9 @@ func (al *alerter) process(ctx context.Context, name string) {
 		}
 	}
 	if d.Changed {
-		al.mem[name] = d.Memory
-		if err := al.st.SaveImageMemory(ctx, name, d.Memory); err != nil {
+		d.Memory.Node, d.Memory.UID = n.Name, uid
+		al.mem[uid] = d.Memory
+		if err := al.st.SaveImageMemory(ctx, uid, d.Memory); err != nil {
 			a.m.storeErrors.WithLabelValues("images").Inc()
 			a.log.Warn().Err(err).Str("node", name).Msg("cannot store image alert memory; a restart may alert again")
 		}
@@ -78,6 +82,21 @@ func (al *alerter) process(ctx context.Context, name string) {
 	al.q.Forget(name)
 	if d.RecheckAfter > 0 {
 		al.q.AddAfter(name, d.RecheckAfter)
+	}
+}
+
+// forgetOthers drops the memory of every node once named name that is not
+// the node uid (the deleted one, or the one a re-created node replaced).
+func (al *alerter) forgetOthers(ctx context.Context, name, uid string) {
+	for id, m := range al.mem {
+		if m.Node != name || id == uid {
+			continue
+		}
+		delete(al.mem, id)
+		if err := al.st.DeleteImageMemory(ctx, id); err != nil {
+			al.a.m.storeErrors.WithLabelValues("images").Inc()
+			al.a.log.Warn().Err(err).Str("node", name).Str("uid", id).Msg("cannot forget a deleted node")
+		}
 	}
 }
 

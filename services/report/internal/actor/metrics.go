@@ -8,6 +8,8 @@ type metrics struct {
 	rows          prometheus.Histogram
 	offenders     prometheus.Gauge
 	lastTick      prometheus.Gauge
+	missed        prometheus.Counter
+	requests      *prometheus.CounterVec // outcome
 	alerts        *prometheus.CounterVec // reason
 	alertFailures prometheus.Counter
 	storeErrors   *prometheus.CounterVec // op
@@ -32,6 +34,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "opswire_report_last_tick_timestamp_seconds",
 			Help: "Schedule tick of the last scheduled report sent.",
 		}),
+		missed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_report_ticks_missed_total",
+			Help: "Scheduled ticks whose report could not be stored by their deadline (tick+catchUp or the next tick).",
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_report_requests_total",
+			Help: "On-demand report requests by outcome (run, limited: over requestEvery/requestBurst, noreply: no reply subject).",
+		}, []string{"outcome"}),
 		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opswire_report_image_alerts_total",
 			Help: "Node image-storage alerts sent, by reason (maxBytes, maxPercent, growth).",
@@ -46,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"op"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.reports, m.rows, m.offenders, m.lastTick, m.alerts, m.alertFailures, m.storeErrors)
+		reg.MustRegister(m.reports, m.rows, m.offenders, m.lastTick, m.missed, m.requests, m.alerts, m.alertFailures, m.storeErrors)
 	}
 	return m
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/opswire/opswire/services/report/internal/restarts"
@@ -86,13 +88,17 @@ func (r *reporter) run(ctx context.Context, tick time.Time, onDemand bool) (resu
 		ID: id, Source: envelope.Source(a.cluster, Service), Type: events.TypeRestartReport,
 		Subject: "restarts", Time: a.now(), Data: data,
 	}
-	ack, err := natsx.PublishEvent(ctx, a.js, subject.Ops(a.cluster, Service, "restarts"), ev, publishAttempt)
+	pub := &connectedPublisher{js: a.js}
+	ack, err := natsx.PublishEvent(ctx, pub, subject.Ops(a.cluster, Service, "restarts"), ev, publishAttempt)
 	if err != nil {
 		a.m.reports.WithLabelValues(trigger, "failed").Inc()
 		return result{}, fmt.Errorf("publish report %s: %w", id, err)
 	}
 	outcome := "sent"
-	if ack.Duplicate {
+	if ack.Duplicate && pub.attempts == 1 {
+		// Stored before by someone else: another replica, or an earlier run.
+		// After a retry, the duplicate is most likely this run's own earlier
+		// attempt, stored although its ack was lost: still this run's store.
 		outcome = "duplicate"
 	}
 	a.m.reports.WithLabelValues(trigger, outcome).Inc()
@@ -117,6 +123,33 @@ func (r *reporter) run(ctx context.Context, tick time.Time, onDemand bool) (resu
 	}
 	a.m.lastTick.Set(float64(tick.Unix()))
 	return result{Report: rep, Duplicate: ack.Duplicate}, nil
+}
+
+// connectedPublisher publishes only while connected, and counts attempts.
+// A publish made while disconnected is buffered by nats.go and sent on
+// reconnect: each timed-out attempt would add one more copy to the buffer.
+// They are all dropped as duplicates, but the ack of the attempt that
+// finally succeeds then says "duplicate" for the report this run stored.
+type connectedPublisher struct {
+	js       jetstream.JetStream
+	attempts int
+}
+
+func (p *connectedPublisher) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if nc := p.js.Conn(); nc != nil {
+		for !nc.IsConnected() {
+			if nc.IsClosed() {
+				return nil, nats.ErrConnectionClosed
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("waiting for NATS: %w", nats.ErrConnectionReconnecting)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	p.attempts++
+	return p.js.PublishMsg(ctx, msg, opts...)
 }
 
 // fitPayload encodes the report, cutting rows (the least restarting first)

@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// scheduledRunTimeout bounds one scheduled report (publish retries included).
-const scheduledRunTimeout = 2 * time.Minute
-
-// runSchedule sends one report per tick until ctx ends.
+// runSchedule sends one report per tick until ctx ends. A tick that cannot
+// be stored (NATS down) is retried until its deadline (tick+catchUp, or the
+// next tick if that comes first), so a leader that stays leader through an
+// outage still stores it once NATS is back.
 func (r *reporter) runSchedule(ctx context.Context) {
 	a := r.a
 	next := a.sched.Next(a.now())
@@ -30,10 +30,22 @@ func (r *reporter) runSchedule(ctx context.Context) {
 	}
 }
 
+// deadline is when the report of tick is given up: tick+RetryWindow (within
+// the dedup window, see config validateWindows), or the next tick if that is
+// sooner, since only the latest tick is ever sent late, never a backlog.
+func (r *reporter) deadline(tick time.Time) time.Time {
+	d := tick.Add(r.a.cfg.SendReport.RetryWindow())
+	if following := r.a.sched.Next(tick); !following.IsZero() && following.Before(d) {
+		d = following
+	}
+	return d
+}
+
 // catchUp sends the latest tick no replica recorded as sent, if it is at
 // most sendReport.catchUp old: a leader lost just before the weekly tick must
 // not make the cluster skip a week. If the old leader did send it but died
-// before recording it, the report has the same id and JetStream drops it.
+// before recording it, the report has the same id and JetStream drops it:
+// catchUp is validated to stay within the dedup window (nats.duplicates).
 func (r *reporter) catchUp(ctx context.Context) {
 	a := r.a
 	window := a.cfg.SendReport.CatchUp.Duration
@@ -60,11 +72,15 @@ func (r *reporter) catchUp(ctx context.Context) {
 	}
 }
 
+// tick stores the report of one tick, retrying until its deadline.
 func (r *reporter) tick(ctx context.Context, tick time.Time) {
-	tctx, cancel := context.WithTimeout(ctx, scheduledRunTimeout)
+	deadline := r.deadline(tick)
+	tctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	if _, err := r.run(tctx, tick, false); err != nil && ctx.Err() == nil {
-		r.a.log.Error().Err(err).Time("tick", tick).Msg("scheduled restart report failed")
+		r.a.m.missed.Inc()
+		r.a.log.Error().Err(err).Time("tick", tick).Time("deadline", deadline).
+			Msg("scheduled restart report not stored by its deadline: this tick has no report")
 	}
 }
 

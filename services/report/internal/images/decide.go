@@ -11,6 +11,7 @@
 package images
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/opswire/opswire/shared/config"
@@ -22,6 +23,9 @@ const (
 	ReasonMaxBytes   = "maxBytes"
 	ReasonMaxPercent = "maxPercent"
 	ReasonGrowth     = "growth"
+	// ReasonTruncated: the kubelet's image list was cut at its limit and the
+	// listed sum, a lower bound, is close to a threshold (TruncatedPercent).
+	ReasonTruncated = "truncated"
 )
 
 // Thresholds are the imageAlert settings.
@@ -30,11 +34,16 @@ type Thresholds struct {
 	MaxPercent  float64 // of ephemeral-storage capacity; 0 disables
 	GrowthBytes int64
 	Cooldown    time.Duration
+	// TruncatedPercent: a truncated list alerts once its lower bound reaches
+	// this percentage of a threshold; 0 turns the rule off (the thresholds
+	// then apply to the lower bound only).
+	TruncatedPercent float64
 }
 
 // ThresholdsFrom reads the thresholds from the configuration section.
 func ThresholdsFrom(c config.ImageAlert) Thresholds {
-	return Thresholds{MaxBytes: c.MaxBytes, MaxPercent: c.MaxPercent, GrowthBytes: c.GrowthBytes, Cooldown: c.Cooldown.Duration}
+	return Thresholds{MaxBytes: c.MaxBytes, MaxPercent: c.MaxPercent, GrowthBytes: c.GrowthBytes,
+		Cooldown: c.Cooldown.Duration, TruncatedPercent: c.TruncatedPercent}
 }
 
 // Memory is what is remembered of one node between decisions.
@@ -46,6 +55,13 @@ type Memory struct {
 	// growth is then measured from AlertedBytes. Dropping under the
 	// thresholds clears it, so the next crossing alerts again.
 	Active bool `json:"active"`
+	// Reason of the alert that made the node active: a node active for a
+	// truncated list still alerts when it crosses a threshold for real.
+	Reason string `json:"reason,omitempty"`
+	// Node and UID name the node the memory is of: it is kept per node UID,
+	// so a node re-created under the same name starts afresh.
+	Node string `json:"node,omitempty"`
+	UID  string `json:"uid,omitempty"`
 }
 
 // Decision is the outcome for one node snapshot.
@@ -64,29 +80,34 @@ type Decision struct {
 }
 
 // Decide applies the thresholds to one node.
+//
+// The kubelet lists at most 50 images per node (--node-status-max-images),
+// the largest first, so on a node with more the sum is a lower bound and a
+// node with 50 images of 1 GB (46.6 GiB listed) would never cross 50 GiB. A
+// truncated list therefore alerts with reason truncated once its lower bound
+// reaches TruncatedPercent of a threshold, and alerts again (maxBytes or
+// maxPercent) if the lower bound then crosses the threshold itself.
 func Decide(n *events.NodeState, mem Memory, t Thresholds, now time.Time) Decision {
 	d := Decision{Memory: mem}
 	if n.EphemeralBytes > 0 {
 		d.Percent = float64(n.ImageBytes) * 100 / float64(n.EphemeralBytes)
 	}
-	overBytes := t.MaxBytes > 0 && n.ImageBytes > t.MaxBytes
-	overPercent := t.MaxPercent > 0 && n.EphemeralBytes > 0 && d.Percent > t.MaxPercent
-	if !overBytes && !overPercent {
+	reason := level(n, d.Percent, t)
+	if reason == "" {
 		if mem.Active {
 			d.Memory.Active = false
 			d.Changed = true
 		}
 		return d
 	}
-	reason := ReasonMaxPercent
-	if overBytes {
-		reason = ReasonMaxBytes
-	}
 	if mem.Active {
-		if n.ImageBytes-mem.AlertedBytes <= t.GrowthBytes {
-			return d // already alerted for about this much
+		escalated := mem.Reason == ReasonTruncated && reason != ReasonTruncated
+		if !escalated {
+			if n.ImageBytes-mem.AlertedBytes <= t.GrowthBytes {
+				return d // already alerted for about this much
+			}
+			reason = ReasonGrowth
 		}
-		reason = ReasonGrowth
 	}
 	if !mem.AlertedAt.IsZero() {
 		if wait := mem.AlertedAt.Add(t.Cooldown).Sub(now); wait > 0 {
@@ -95,9 +116,32 @@ func Decide(n *events.NodeState, mem Memory, t Thresholds, now time.Time) Decisi
 		}
 	}
 	d.Reason = reason
-	d.Memory = Memory{AlertedAt: now, AlertedBytes: n.ImageBytes, Active: true}
+	d.Memory = Memory{AlertedAt: now, AlertedBytes: n.ImageBytes, Active: true, Reason: reason, Node: n.Name, UID: n.UID}
+	if reason == ReasonGrowth {
+		d.Memory.Reason = mem.Reason // what the node is over stays what it was
+	}
 	d.Changed = true
 	return d
+}
+
+// level is the alert a node's figures call for, ignoring memory: maxBytes or
+// maxPercent over a threshold, truncated near one with a cut list, or none.
+func level(n *events.NodeState, percent float64, t Thresholds) string {
+	overBytes := t.MaxBytes > 0 && n.ImageBytes > t.MaxBytes
+	overPercent := t.MaxPercent > 0 && n.EphemeralBytes > 0 && percent > t.MaxPercent
+	switch {
+	case overBytes:
+		return ReasonMaxBytes
+	case overPercent:
+		return ReasonMaxPercent
+	case n.ImagesTruncated && t.TruncatedPercent > 0:
+		f := t.TruncatedPercent / 100
+		if (t.MaxBytes > 0 && float64(n.ImageBytes) >= f*float64(t.MaxBytes)) ||
+			(t.MaxPercent > 0 && n.EphemeralBytes > 0 && percent >= f*t.MaxPercent) {
+			return ReasonTruncated
+		}
+	}
+	return ""
 }
 
 // Alert renders the alert payload of a decision.
@@ -111,6 +155,10 @@ func Alert(n *events.NodeState, d Decision, prev Memory, t Thresholds, title str
 	if d.Reason == ReasonGrowth {
 		a.PreviousBytes = prev.AlertedBytes
 	}
+	if n.ImagesTruncated {
+		a.Note = fmt.Sprintf("at least %s: the kubelet lists only its %d largest images (--node-status-max-images); "+
+			"raise that limit for the full figure", humanBytes(n.ImageBytes), n.ImageCount)
+	}
 	return a
 }
 
@@ -123,4 +171,18 @@ func AlertID(n *events.NodeState, reason string, now time.Time) string {
 		version = "t" + now.UTC().Format("20060102T150405Z")
 	}
 	return "report/images/" + n.UID + "/" + reason + "/" + version
+}
+
+// humanBytes writes b in binary units with one decimal (46.6 GiB).
+func humanBytes(b int64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	div, exp := int64(unit), 0
+	for n := b / unit; n >= unit && exp < 4; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTP"[exp])
 }

@@ -1,6 +1,7 @@
 package images
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -110,5 +111,57 @@ func TestAlertPayloadAndID(t *testing.T) {
 	n.ResourceVersion = ""
 	if id := AlertID(n, d.Reason, now); id != "report/images/u1/growth/t20250101T000000Z" {
 		t.Fatalf("id without resourceVersion %s", id)
+	}
+}
+
+// TestDecideTruncatedList: the kubelet's 50-image cap must not keep a node
+// silent. 50 images of 1 GB list 46.6 GiB, under 50 GiB: with the default
+// truncatedPercent (80) that alerts as truncated, says "at least", and a real
+// crossing later still alerts.
+func TestDecideTruncatedList(t *testing.T) {
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	th := Thresholds{MaxBytes: 50 * gib, MaxPercent: 50, GrowthBytes: 5 * gib, Cooldown: time.Hour, TruncatedPercent: 80}
+	listed := int64(50 * 1_000_000_000) // 46.6 GiB
+	n := &events.NodeState{Name: "n1", UID: "u1", ResourceVersion: "7", ImageBytes: listed, ImageCount: 50,
+		ImagesTruncated: true, EphemeralBytes: 500 * gib}
+	d := Decide(n, Memory{}, th, now)
+	if d.Reason != ReasonTruncated || !d.Memory.Active || d.Memory.Reason != ReasonTruncated || d.Memory.UID != "u1" {
+		t.Fatalf("truncated list at 46.6 GiB: decision %+v, want a truncated alert", d)
+	}
+	a := Alert(n, d, Memory{}, th, "t", now)
+	if !a.ImagesTruncated || !strings.Contains(a.Note, "at least 46.6 GiB") || !strings.Contains(a.Note, "--node-status-max-images") {
+		t.Fatalf("alert note %q", a.Note)
+	}
+
+	// The same figure, complete (not truncated), is simply under the threshold.
+	full := *n
+	full.ImagesTruncated = false
+	if d := Decide(&full, Memory{}, th, now); d.Reason != "" {
+		t.Fatalf("an exact 46.6 GiB alerted: %+v", d)
+	}
+	// Far below the threshold, a truncated list stays quiet.
+	small := *n
+	small.ImageBytes = 10 * gib
+	if d := Decide(&small, Memory{}, th, now); d.Reason != "" {
+		t.Fatalf("a truncated list at 10 GiB alerted: %+v", d)
+	}
+	// Still near: no repeat. Then the lower bound crosses 50 GiB (growth
+	// under growthBytes): that escalates to maxBytes after the cooldown.
+	mem := Decide(n, Memory{AlertedAt: now, AlertedBytes: listed, Active: true, Reason: ReasonTruncated}, th, now.Add(time.Minute)).Memory
+	if mem.Reason != ReasonTruncated {
+		t.Fatalf("memory %+v", mem)
+	}
+	over := *n
+	over.ImageBytes = 51 * gib
+	if d := Decide(&over, mem, th, now.Add(10*time.Minute)); d.Reason != "" || d.RecheckAfter != 50*time.Minute {
+		t.Fatalf("escalation within the cooldown: %+v, want held back 50m", d)
+	}
+	if d := Decide(&over, mem, th, now.Add(2*time.Hour)); d.Reason != ReasonMaxBytes || d.Memory.Reason != ReasonMaxBytes {
+		t.Fatalf("crossing after a truncated alert: %+v, want maxBytes", d)
+	}
+	// truncatedPercent 0: the thresholds apply to the lower bound only.
+	th.TruncatedPercent = 0
+	if d := Decide(n, Memory{}, th, now); d.Reason != "" {
+		t.Fatalf("rule off, 46.6 GiB alerted: %+v", d)
 	}
 }

@@ -260,3 +260,22 @@ func TestSnapshotAndDiff(t *testing.T) {
 		t.Fatalf("diff against nothing: put %v remove %v", put, remove)
 	}
 }
+
+// TestBuildCountsInitContainers: a pod in Init:CrashLoopBackOff restarts only
+// its init container; it is reported, and the row says which container.
+func TestBuildCountsInitContainers(t *testing.T) {
+	initC := ctr("migrate", 500, "Error", 1, at(1))
+	initC.Kind = events.ContainerInit
+	sidecar := ctr("proxy", 2, "", 0, nil)
+	sidecar.Kind = events.ContainerSidecar
+	pods := []*events.PodState{pod("shop", "stuck", "n1", deploy("shop"), initC, sidecar, ctr("app", 0, "", 0, nil))}
+	rep := Build(pods, nil, Options{Threshold: 100, Mode: config.ReportModeTotal, GroupBy: config.GroupByPod}, tick)
+	if len(rep.Rows) != 1 || rep.Rows[0].Restarts != 502 {
+		t.Fatalf("rows %+v, want the pod with 502 restarts", rep.Rows)
+	}
+	cs := rep.Rows[0].Containers
+	if len(cs) != 2 || cs[0].Name != "migrate" || cs[0].Kind != events.ContainerInit || cs[0].Restarts != 500 ||
+		cs[1].Name != "proxy" || cs[1].Kind != events.ContainerSidecar || rep.Reasons["Error"] != 1 {
+		t.Fatalf("containers %+v reasons %v, want migrate (init, 500) and proxy (sidecar, 2)", cs, rep.Reasons)
+	}
+}

@@ -152,3 +152,71 @@ func TestLatest(t *testing.T) {
 		})
 	}
 }
+
+// TestDaylightSaving: one tick per intended local time across both changes
+// of America/New_York in 2025 (March 9 skips 02:00–03:00, November 2 repeats
+// 01:00–02:00). robfig/cron alone fires twice at 01:30 in November and
+// never at 02:30 in March.
+func TestDaylightSaving(t *testing.T) {
+	ny := mustLoc(t, "America/New_York")
+	ticks := func(spec string, from, to time.Time) []time.Time {
+		s, err := Parse(spec, ny)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []time.Time
+		for at := s.Next(from); !at.IsZero() && at.Before(to); at = s.Next(at) {
+			out = append(out, at)
+		}
+		return out
+	}
+	day := func(m time.Month, d int) (time.Time, time.Time) {
+		return time.Date(2025, m, d, 0, 0, 0, 0, ny), time.Date(2025, m, d, 23, 59, 0, 0, ny)
+	}
+
+	from, to := day(time.November, 2)
+	got := ticks("30 1 * * *", from, to)
+	if len(got) != 1 || !got[0].Equal(time.Date(2025, 11, 2, 5, 30, 0, 0, time.UTC)) {
+		t.Fatalf("repeated hour: ticks %v, want once at 01:30 EDT (05:30Z)", got)
+	}
+	from, to = day(time.March, 9)
+	got = ticks("30 2 * * *", from, to)
+	if len(got) != 1 || !got[0].Equal(time.Date(2025, 3, 9, 7, 30, 0, 0, time.UTC)) {
+		t.Fatalf("skipped hour: ticks %v, want once at 03:30 EDT (07:30Z)", got)
+	}
+	// Hourly on the day of the repeat: one tick per wall hour (23 wall hours
+	// from 01:00 to 23:00), none in the second 01:xx.
+	from, to = day(time.November, 2)
+	got = ticks("0 * * * *", from.Add(time.Second), to)
+	if len(got) != 23 {
+		t.Fatalf("hourly on the repeat day: %d ticks %v, want 23", len(got), got)
+	}
+	seen := map[string]bool{}
+	for _, at := range got {
+		wall := at.In(ny).Format("15:04")
+		if seen[wall] {
+			t.Fatalf("local time %s ticked twice", wall)
+		}
+		seen[wall] = true
+	}
+	// Replicas agree wherever they start, also inside the repeated hour.
+	s, _ := Parse("30 1 * * *", ny)
+	inSecond := time.Date(2025, 11, 2, 6, 10, 0, 0, time.UTC) // 01:10 EST, after 01:30 EDT fired
+	if next := s.Next(inSecond); !next.Equal(time.Date(2025, 11, 3, 6, 30, 0, 0, time.UTC)) {
+		t.Fatalf("Next from the second 01:10 = %s, want the next day's 01:30 EST", next)
+	}
+}
+
+// TestLocationFollowsCRONTZ: the zone logged is the one the schedule uses.
+func TestLocationFollowsCRONTZ(t *testing.T) {
+	s, err := Parse("CRON_TZ=Asia/Shanghai 0 0 10 * * *", time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Location().String(); got != "Asia/Shanghai" {
+		t.Fatalf("Location() = %s, want Asia/Shanghai (the CRON_TZ prefix)", got)
+	}
+	if s, _ := Parse("0 0 10 * * *", mustLoc(t, "Europe/Berlin")); s.Location().String() != "Europe/Berlin" {
+		t.Fatalf("Location() = %s, want Europe/Berlin", s.Location())
+	}
+}

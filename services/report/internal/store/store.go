@@ -9,7 +9,7 @@
 //	<cluster>.tick.last              RFC 3339 time of the last scheduled report sent
 //	<cluster>.baseline.time          RFC 3339 time the baseline was taken
 //	<cluster>.baseline.pod.<uid>     {"<container>": restarts, ...}
-//	<cluster>.images.<node>          images.Memory as JSON ('.' in names → '_')
+//	<cluster>.images.<node uid>      images.Memory as JSON (with the node's name)
 package store
 
 import (
@@ -158,35 +158,48 @@ func (s *Store) SaveBaseline(ctx context.Context, next, old *restarts.Baseline) 
 	return s.putTime(ctx, s.key("baseline", "time"), next.Time)
 }
 
-// LoadImageMemory returns what was last alerted, by node name.
+// LoadImageMemory returns what was last alerted, by node UID. Entries
+// written before the memory was keyed by UID (keyed by name, without a uid
+// field) are purged: at worst such a node alerts once more.
 func (s *Store) LoadImageMemory(ctx context.Context) (map[string]images.Memory, error) {
 	out := map[string]images.Memory{}
 	prefix := s.key("images") + "."
+	var stale []string
 	err := s.each(ctx, prefix+"*", func(e jetstream.KeyValueEntry) error {
 		var m images.Memory
-		if err := json.Unmarshal(e.Value(), &m); err != nil {
-			return nil // forget a bad entry: worst case one early re-alert
+		key := strings.TrimPrefix(e.Key(), prefix)
+		if err := json.Unmarshal(e.Value(), &m); err != nil || m.UID == "" || subject.Encode(m.UID) != key || m.Node == "" {
+			stale = append(stale, key) // forget a bad entry: worst case one early re-alert
+			return nil
 		}
-		out[subject.Decode(strings.TrimPrefix(e.Key(), prefix))] = m
+		out[m.UID] = m
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	for _, key := range stale {
+		if err := s.kv.Purge(ctx, prefix+key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("KV purge stale image memory %s: %w", key, err)
+		}
+	}
+	return out, nil
 }
 
-// SaveImageMemory stores one node's memory.
-func (s *Store) SaveImageMemory(ctx context.Context, node string, m images.Memory) error {
+// SaveImageMemory stores the memory of the node uid.
+func (s *Store) SaveImageMemory(ctx context.Context, uid string, m images.Memory) error {
 	data, _ := json.Marshal(m)
-	if _, err := s.kv.Put(ctx, s.key("images", subject.Encode(node)), data); err != nil {
-		return fmt.Errorf("KV put image memory of node %s: %w", node, err)
+	if _, err := s.kv.Put(ctx, s.key("images", subject.Encode(uid)), data); err != nil {
+		return fmt.Errorf("KV put image memory of node %s (%s): %w", m.Node, uid, err)
 	}
 	return nil
 }
 
-// DeleteImageMemory forgets a node that was deleted.
-func (s *Store) DeleteImageMemory(ctx context.Context, node string) error {
-	err := s.kv.Purge(ctx, s.key("images", subject.Encode(node)))
+// DeleteImageMemory forgets the node uid (deleted or replaced).
+func (s *Store) DeleteImageMemory(ctx context.Context, uid string) error {
+	err := s.kv.Purge(ctx, s.key("images", subject.Encode(uid)))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("KV purge image memory of node %s: %w", node, err)
+		return fmt.Errorf("KV purge image memory of node %s: %w", uid, err)
 	}
 	return nil
 }

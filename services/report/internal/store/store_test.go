@@ -81,26 +81,33 @@ func TestImageMemory(t *testing.T) {
 	s := New(kv, "prod")
 	at := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	mems := map[string]images.Memory{
-		"node.with.dots": {AlertedAt: at, AlertedBytes: 10, Active: true},
-		"plain":          {AlertedAt: at.Add(time.Minute), AlertedBytes: 20},
+		"uid-a": {AlertedAt: at, AlertedBytes: 10, Active: true, Reason: "truncated", Node: "node.with.dots", UID: "uid-a"},
+		"uid-b": {AlertedAt: at.Add(time.Minute), AlertedBytes: 20, Node: "plain", UID: "uid-b"},
 	}
-	for n, m := range mems {
-		if err := s.SaveImageMemory(ctx, n, m); err != nil {
+	for uid, m := range mems {
+		if err := s.SaveImageMemory(ctx, uid, m); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// An entry of the old format, keyed by node name without a uid, is purged.
+	if _, err := kv.Put(ctx, "prod.images.old-node", []byte(`{"alertedBytes":5,"active":true}`)); err != nil {
+		t.Fatal(err)
 	}
 	got, err := s.LoadImageMemory(ctx)
 	if err != nil || !reflect.DeepEqual(got, mems) {
 		t.Fatalf("loaded %+v (%v), want %+v", got, err, mems)
 	}
-	if err := s.DeleteImageMemory(ctx, "plain"); err != nil {
+	if _, err := kv.Get(ctx, "prod.images.old-node"); err == nil {
+		t.Fatal("the old-format entry was not purged")
+	}
+	if err := s.DeleteImageMemory(ctx, "uid-b"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteImageMemory(ctx, "never-stored"); err != nil {
 		t.Fatalf("deleting an unknown node: %v", err)
 	}
 	got, err = s.LoadImageMemory(ctx)
-	if err != nil || len(got) != 1 || got["node.with.dots"] != mems["node.with.dots"] {
+	if err != nil || len(got) != 1 || got["uid-a"] != mems["uid-a"] {
 		t.Fatalf("after delete %+v (%v)", got, err)
 	}
 	if other, err := New(kv, "staging").LoadImageMemory(ctx); err != nil || len(other) != 0 {
