@@ -66,6 +66,12 @@ type PodState struct {
 	Finalizers                 int         `json:"finalizers,omitempty"`
 	Owner                      *Owner      `json:"owner,omitempty"`
 	Containers                 []Container `json:"containers,omitempty"`
+	// FailedAt is when a Failed pod failed (kube.PodFailedAt); nil otherwise
+	// or when the status carries no time.
+	FailedAt *time.Time `json:"failedAt,omitempty"`
+	// PVC is true when the pod mounts a PersistentVolumeClaim (or a generic
+	// ephemeral volume, which is one): its storage may still be in use.
+	PVC bool `json:"pvc,omitempty"`
 	// Labels holds only the labels opswire acts on (opt-outs); never the full set.
 	Labels map[string]string `json:"labels,omitempty"`
 	// DisruptionReason is the reason of the pod's DisruptionTarget condition
@@ -114,8 +120,10 @@ type NodeState struct {
 	Unschedulable   bool              `json:"unschedulable,omitempty"`
 	Taints          []Taint           `json:"taints,omitempty"`
 	Ready           string            `json:"ready,omitempty"` // True, False, Unknown or empty
-	AllocatablePods int64             `json:"allocatablePods,omitempty"`
-	EphemeralBytes  int64             `json:"ephemeralStorageBytes,omitempty"` // capacity
+	// ReadySince is the Ready condition's lastTransitionTime.
+	ReadySince      *time.Time `json:"readySince,omitempty"`
+	AllocatablePods int64      `json:"allocatablePods,omitempty"`
+	EphemeralBytes  int64      `json:"ephemeralStorageBytes,omitempty"` // capacity
 	// Pods is the number of non-terminated pods bound to the node, counted by the watcher.
 	Pods int `json:"pods"`
 	// Evicting is how many of those Pods are being evicted through the
@@ -147,4 +155,17 @@ const (
 	LabelMaster          = "node-role.kubernetes.io/master"
 	// LabelOptOut on a pod keeps every opswire actor away from it.
 	LabelOptOut = "opswire.io/ignore"
+	// TaintOutOfService is Kubernetes' non-graceful node shutdown signal: a
+	// person (or a fencing controller) asserts that the node is down.
+	TaintOutOfService = "node.kubernetes.io/out-of-service"
 )
+
+// HasTaint reports whether the node carries a taint with this key (any value or effect).
+func (n *NodeState) HasTaint(key string) bool {
+	for _, t := range n.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}

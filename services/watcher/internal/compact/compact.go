@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/kube"
 )
 
 // Pod is what the informer caches for a pod: the compact state, which also
@@ -67,6 +68,8 @@ func PodState(p *corev1.Pod, messageLimit int) events.PodState {
 		DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds,
 		Finalizers:                 len(p.Finalizers),
 		Owner:                      owner(p),
+		FailedAt:                   kube.PodFailedAt(p),
+		PVC:                        kube.PodMountsPVC(p),
 	}
 	if p.DeletionTimestamp != nil {
 		t := p.DeletionTimestamp.UTC()
@@ -183,11 +186,7 @@ func NodeState(n *corev1.Node) events.NodeState {
 	for _, t := range n.Spec.Taints {
 		s.Taints = append(s.Taints, events.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
 	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			s.Ready = string(c.Status)
-		}
-	}
+	s.Ready, s.ReadySince = kube.NodeReady(n)
 	for _, img := range n.Status.Images {
 		s.ImageBytes += img.SizeBytes
 	}

@@ -98,6 +98,20 @@ func TestPodState(t *testing.T) {
 				t.Errorf("disruption reason = %q", s.DisruptionReason)
 			}
 		}},
+		{"failure time and claim", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodFailed
+			p.Status.ContainerStatuses[0].State.Terminated = &corev1.ContainerStateTerminated{FinishedAt: deleted}
+			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+		}, func(t *testing.T, s events.PodState) {
+			if s.FailedAt == nil || !s.FailedAt.Equal(deleted.Time) || !s.PVC {
+				t.Errorf("failedAt %v pvc %v", s.FailedAt, s.PVC)
+			}
+		}},
+		{"running: no failure time, no claim", nil, func(t *testing.T, s events.PodState) {
+			if s.FailedAt != nil || s.PVC {
+				t.Errorf("failedAt %v pvc %v", s.FailedAt, s.PVC)
+			}
+		}},
 		{"terminating with finalizers", func(p *corev1.Pod) {
 			p.DeletionTimestamp, p.DeletionGracePeriodSeconds, p.Finalizers = &deleted, ptr(int64(30)), []string{"a", "b"}
 		}, func(t *testing.T, s events.PodState) {
@@ -146,13 +160,17 @@ func TestNodeState(t *testing.T) {
 		Status: corev1.NodeStatus{
 			Capacity:    corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("100Gi")},
 			Allocatable: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110")},
-			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, LastHeartbeatTime: metav1.Now()}},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, LastHeartbeatTime: metav1.Now(),
+				LastTransitionTime: metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}},
 		},
 	}
 	for i := 0; i < events.KubeletImageListLimit; i++ {
 		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{SizeBytes: 1 << 20})
 	}
 	s := NodeState(n)
+	if s.ReadySince == nil || !s.ReadySince.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Fatalf("readySince = %v", s.ReadySince)
+	}
 	if !s.Unschedulable || len(s.Taints) != 1 || s.Ready != "False" || s.AllocatablePods != 110 || s.EphemeralBytes != 100<<30 {
 		t.Fatalf("state = %+v", s)
 	}
