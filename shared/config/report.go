@@ -47,7 +47,16 @@ type SendReport struct {
 	// RequestEvery. Every request builds and stores a full report in OPS.
 	RequestEvery Duration `json:"requestEvery"`
 	RequestBurst int      `json:"requestBurst"`
+	// OpsBudgetBytes is the share of the OPS stream restart reports may take
+	// (they age out with nats.opsMaxAge, or as OPS discards its oldest
+	// messages), so reports cannot push the cordon and cleanup audit out of
+	// OPS. On-demand reports are refused while it is used up; scheduled
+	// reports are always stored, their rows cut to what is left.
+	OpsBudgetBytes int64 `json:"opsBudgetBytes"`
 }
+
+// minOpsBudget is the smallest report budget: a few summaries.
+const minOpsBudget = 64 << 10
 
 // scheduledRetry is how long a scheduled report is retried when catch-up is
 // disabled.
@@ -72,7 +81,15 @@ func (s *SendReport) RetryWindow() time.Duration {
 // nats.duplicates. Otherwise a report sent but not recorded (a crash between
 // publish and record, a lost ack) could be stored a second time by a new
 // leader, built from another mirror, under the same id.
+//
+// The report budget must leave at least half of OPS to the other actors.
 func (s *SendReport) validateWindows(p string, n NATS, errs *Errors) {
+	if s.OpsBudgetBytes < minOpsBudget {
+		errs.add(join(p, "opsBudgetBytes"), "must be at least %d (64 KiB)", minOpsBudget)
+	} else if s.OpsBudgetBytes > n.OpsMaxBytes/2 {
+		errs.add(join(p, "opsBudgetBytes"), "%d is more than half of nats.opsMaxBytes (%d): reports would crowd the cordon and cleanup audit out of OPS",
+			s.OpsBudgetBytes, n.OpsMaxBytes)
+	}
 	if !s.Enable {
 		return
 	}
@@ -97,6 +114,7 @@ func (s *SendReport) setDefaults() {
 	s.CatchUp = D(9 * time.Minute)
 	s.RequestEvery = D(time.Minute)
 	s.RequestBurst = 3
+	s.OpsBudgetBytes = 100 << 20 // a tenth of the default nats.opsMaxBytes
 }
 
 func (s *SendReport) validate(p string, errs *Errors) {

@@ -25,6 +25,7 @@ func TestReportSectionsDefaultsWithTheSeed(t *testing.T) {
 		{"sendReport.catchUp", s.CatchUp.Duration, 9 * time.Minute},
 		{"sendReport.requestEvery", s.RequestEvery.Duration, time.Minute},
 		{"sendReport.requestBurst", s.RequestBurst, 3},
+		{"sendReport.opsBudgetBytes", s.OpsBudgetBytes, int64(100 << 20)},
 		{"imageAlert.truncatedPercent", i.TruncatedPercent, 80.0},
 		{"sendReport.namespaces", len(s.Namespaces.Include) + len(s.Namespaces.Exclude), 0},
 		{"imageAlert.enable", i.Enable, true},
@@ -90,6 +91,8 @@ func TestReportSectionsInvalid(t *testing.T) {
 		{"dedup window shorter than the retry without catchUp", "sendReport:\n  catchUp: 0\nnats:\n  duplicates: 1m\n", "sendReport.catchUp"},
 		{"zero requestEvery", "sendReport:\n  requestEvery: 0s\n", "sendReport.requestEvery"},
 		{"zero requestBurst", "sendReport:\n  requestBurst: 0\n", "sendReport.requestBurst"},
+		{"tiny report budget", "sendReport:\n  opsBudgetBytes: 1000\n", "sendReport.opsBudgetBytes"},
+		{"report budget over half of OPS", "sendReport:\n  opsBudgetBytes: 600000000\nnats:\n  opsMaxBytes: 1000000000\n", "sendReport.opsBudgetBytes"},
 		{"truncatedPercent over 100", "imageAlert:\n  truncatedPercent: 120\n", "imageAlert.truncatedPercent"},
 	}
 	for _, tc := range tests {

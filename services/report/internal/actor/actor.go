@@ -197,7 +197,12 @@ func (a *Actor) Lead(ctx context.Context) error {
 		go func() { defer wg.Done(); al.run(ctx) }()
 	}
 
-	rep := &reporter{a: a, mirror: mirror, st: st}
+	sizes, err := st.LoadReportSizes(ctx)
+	if err != nil {
+		a.m.storeErrors.WithLabelValues("budget").Inc()
+		a.log.Warn().Err(err).Msg("cannot load the report sizes; the budget counts every stored report as a full message")
+	}
+	rep := &reporter{a: a, mirror: mirror, st: st, sizes: sizes}
 	if a.cfg.SendReport.Enable {
 		// Before answering requests, so a request answered proves it is done.
 		rep.catchUp(ctx)

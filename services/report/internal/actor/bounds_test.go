@@ -1,6 +1,7 @@
 package actor
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -115,4 +116,59 @@ func TestTickDeadline(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReportBudget: restart reports keep to sendReport.opsBudgetBytes of OPS.
+// On-demand reports are refused once it is used up; scheduled reports are
+// still stored, cut to the summary; a new leader counts what is stored.
+func TestReportBudget(t *testing.T) {
+	e := newEnv(t)
+	for i := 0; i < 150; i++ {
+		e.pod("shop", fmt.Sprintf("crashy-%03d", i), 150)
+	}
+	ops := e.collect("ops.*.report.restarts")
+	// About 25 KB per full report: two fit in 64 KiB, a third does not.
+	cfg := testConfig(t, "sendReport:\n  schedule: \"@yearly\"\n  requestEvery: 1ms\n  requestBurst: 100\n  opsBudgetBytes: 65536\nimageAlert:\n  enable: false\n")
+	a, _, stop := e.lead(cfg)
+	var refused RunReply
+	for i := 0; i < 5; i++ {
+		if r := e.request(); r.Error != "" {
+			refused = r
+			break
+		}
+	}
+	if !strings.Contains(refused.Error, "report budget used up") {
+		t.Fatalf("requests never refused by the budget (last reply %+v)", refused)
+	}
+	sent := testutil.ToFloat64(a.m.reports.WithLabelValues(triggerRequest, "sent"))
+	if sent < 1 || sent > 3 || testutil.ToFloat64(a.m.reports.WithLabelValues(triggerRequest, "overbudget")) != 1 {
+		t.Fatalf("%v on-demand reports sent before the budget refused one", sent)
+	}
+	if used := testutil.ToFloat64(a.m.budgetUsed); used <= 0 || used > 65536 {
+		t.Fatalf("budget used %v, want within (0, 65536]", used)
+	}
+
+	stop()
+
+	// A new leader counts what OPS holds (the sizes come from KV): its
+	// request is refused too. The tick it catches up is scheduled: never
+	// refused, its rows cut to what is left.
+	cfg = testConfig(t, "sendReport:\n  schedule: \"@hourly\"\n  opsBudgetBytes: 65536\n  catchUp: 2h\nnats:\n  duplicates: 3h\nimageAlert:\n  enable: false\n")
+	prevTick := time.Now().Truncate(time.Hour).Add(-time.Hour) // the tick before the last one
+	if err := kvStore(t, e).SetLastTick(e.ctx, prevTick); err != nil {
+		t.Fatal(err)
+	}
+	b, _, stop := e.lead(cfg)
+	if r := e.request(); !strings.Contains(r.Error, "report budget used up") {
+		t.Fatalf("request to the new leader: %+v, want refused by the budget", r)
+	}
+	eventually(t, 10*time.Second, "the caught-up scheduled report", func() bool { return len(scheduledOnly(ops.reports(t))) == 1 })
+	sched := scheduledOnly(ops.reports(t))[0]
+	if sched.Offenders != 150 || len(sched.Rows) >= 150 || len(sched.Rows)+sched.Truncated != 150 {
+		t.Fatalf("scheduled report: %d offenders, %d rows, %d truncated; want the rows cut to the budget", sched.Offenders, len(sched.Rows), sched.Truncated)
+	}
+	if v := testutil.ToFloat64(b.m.reports.WithLabelValues(triggerSchedule, "sent")); v != 1 {
+		t.Fatalf("scheduled reports sent %v, want 1", v)
+	}
+	stop()
 }

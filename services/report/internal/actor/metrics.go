@@ -9,6 +9,7 @@ type metrics struct {
 	offenders     prometheus.Gauge
 	lastTick      prometheus.Gauge
 	missed        prometheus.Counter
+	budgetUsed    prometheus.Gauge
 	requests      *prometheus.CounterVec // outcome
 	alerts        *prometheus.CounterVec // reason
 	alertFailures prometheus.Counter
@@ -19,7 +20,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opswire_report_reports_total",
-			Help: "Restart reports by trigger (schedule, request) and outcome (sent, duplicate: another replica already stored it, failed).",
+			Help: "Restart reports by trigger (schedule, request) and outcome (sent, duplicate: another replica already stored it, overbudget: refused by sendReport.opsBudgetBytes, failed).",
 		}, []string{"trigger", "outcome"}),
 		rows: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "opswire_report_rows",
@@ -37,6 +38,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		missed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "opswire_report_ticks_missed_total",
 			Help: "Scheduled ticks whose report could not be stored by their deadline (tick+catchUp or the next tick).",
+		}),
+		budgetUsed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "opswire_report_ops_budget_used_bytes",
+			Help: "Bytes the restart reports take in OPS at the last check, against sendReport.opsBudgetBytes.",
 		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opswire_report_requests_total",
@@ -56,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"op"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.reports, m.rows, m.offenders, m.lastTick, m.missed, m.requests, m.alerts, m.alertFailures, m.storeErrors)
+		reg.MustRegister(m.reports, m.rows, m.offenders, m.lastTick, m.missed, m.budgetUsed, m.requests, m.alerts, m.alertFailures, m.storeErrors)
 	}
 	return m
 }

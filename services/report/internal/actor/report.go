@@ -49,6 +49,9 @@ type reporter struct {
 	a      *Actor
 	mirror *kubestate.Mirror
 	st     *store.Store
+	// sizes of the reports stored in OPS, oldest first (the budget ledger);
+	// guarded by Actor.runMu.
+	sizes []int
 }
 
 // result of one report run.
@@ -80,8 +83,15 @@ func (r *reporter) run(ctx context.Context, tick time.Time, onDemand bool) (resu
 	rep := restarts.Build(pods, a.baseline, a.opts, tick)
 	rep.ID, rep.OnDemand = id, onDemand
 	data, err := fitPayload(&rep, a.maxPayload-headerRoom)
+	if err == nil {
+		data, err = r.fitBudget(ctx, &rep, data, onDemand)
+	}
 	if err != nil {
-		a.m.reports.WithLabelValues(trigger, "failed").Inc()
+		outcome := "failed"
+		if errors.As(err, new(errOverBudget)) {
+			outcome = "overbudget"
+		}
+		a.m.reports.WithLabelValues(trigger, outcome).Inc()
 		return result{}, err
 	}
 	ev := envelope.Event{
@@ -102,6 +112,9 @@ func (r *reporter) run(ctx context.Context, tick time.Time, onDemand bool) (resu
 		outcome = "duplicate"
 	}
 	a.m.reports.WithLabelValues(trigger, outcome).Inc()
+	if outcome == "sent" {
+		r.recordSize(ctx, len(data))
+	}
 	a.m.rows.Observe(float64(len(rep.Rows)))
 	a.m.offenders.Set(float64(rep.Offenders))
 	a.log.Info().Str("id", id).Str("outcome", outcome).Int("rows", len(rep.Rows)).Int("offenders", rep.Offenders).

@@ -10,6 +10,7 @@
 //	<cluster>.baseline.time          RFC 3339 time the baseline was taken
 //	<cluster>.baseline.pod.<uid>     {"<container>": restarts, ...}
 //	<cluster>.images.<node uid>      images.Memory as JSON (with the node's name)
+//	<cluster>.reports.sizes          sizes in bytes of the restart reports stored in OPS, oldest first
 package store
 
 import (
@@ -200,6 +201,38 @@ func (s *Store) DeleteImageMemory(ctx context.Context, uid string) error {
 	err := s.kv.Purge(ctx, s.key("images", subject.Encode(uid)))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("KV purge image memory of node %s: %w", uid, err)
+	}
+	return nil
+}
+
+// maxSizes bounds the report-size ledger (about 8 bytes per entry).
+const maxSizes = 20000
+
+// LoadReportSizes returns the sizes of the restart reports stored in OPS,
+// oldest first, as recorded by SaveReportSizes (nil when never saved).
+func (s *Store) LoadReportSizes(ctx context.Context) ([]int, error) {
+	e, err := s.kv.Get(ctx, s.key("reports", "sizes"))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("KV get report sizes: %w", err)
+	}
+	var sizes []int
+	if err := json.Unmarshal(e.Value(), &sizes); err != nil {
+		return nil, nil // unknown sizes count as the maximum: safe
+	}
+	return sizes, nil
+}
+
+// SaveReportSizes records the sizes, keeping the newest maxSizes.
+func (s *Store) SaveReportSizes(ctx context.Context, sizes []int) error {
+	if len(sizes) > maxSizes {
+		sizes = sizes[len(sizes)-maxSizes:]
+	}
+	data, _ := json.Marshal(sizes)
+	if _, err := s.kv.Put(ctx, s.key("reports", "sizes"), data); err != nil {
+		return fmt.Errorf("KV put report sizes: %w", err)
 	}
 	return nil
 }
