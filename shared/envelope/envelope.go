@@ -5,6 +5,7 @@
 package envelope
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,13 +43,28 @@ type Event struct {
 // Source returns the ce-source of a service in a cluster.
 func Source(cluster, service string) string { return "opswire/" + cluster + "/" + service }
 
-// New builds an event with a JSON payload.
+// New builds an event with a JSON payload (see Marshal).
 func New(id, source, typ, subject string, payload any, now time.Time) (Event, error) {
-	data, err := json.Marshal(payload)
+	data, err := Marshal(payload)
 	if err != nil {
 		return Event{}, fmt.Errorf("encode %s payload: %w", typ, err)
 	}
 	return Event{ID: id, Source: source, Type: typ, Time: now, Subject: subject, Data: data}, nil
+}
+
+// Marshal encodes a payload as json.Marshal does but without HTML escaping,
+// so an auditor reading `nats sub 'ops.>'` sees "pods >= maxPods" rather
+// than "pods \u003e= maxPods". The output is as deterministic as
+// json.Marshal's (same bytes for the same value); nothing here is embedded
+// in HTML.
+func Marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // Msg renders the event as a NATS message on the given subject.

@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -58,5 +59,28 @@ func TestDecodeRejects(t *testing.T) {
 				t.Fatalf("Decode error = %v, want ErrMalformed", err)
 			}
 		})
+	}
+}
+
+// TestPayloadWithoutHTMLEscaping: OPS and KUBE payloads read as written
+// (`>=`, `<`, `&`), and the same value always gives the same bytes (the
+// watcher's ids and hashes depend on it).
+func TestPayloadWithoutHTMLEscaping(t *testing.T) {
+	payload := map[string]any{"reason": "6 non-terminated pods >= maxPods 6", "note": "a < b && c"}
+	e, err := New("id", "src", "type", "", payload, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"note":"a < b && c","reason":"6 non-terminated pods >= maxPods 6"}`
+	if string(e.Data) != want {
+		t.Fatalf("payload = %s, want %s", e.Data, want)
+	}
+	again, _ := Marshal(payload)
+	if string(again) != want {
+		t.Fatalf("Marshal is not deterministic: %s", again)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(e.Data, &back); err != nil || back["reason"] != payload["reason"] {
+		t.Fatalf("round trip: %v %v", back, err)
 	}
 }

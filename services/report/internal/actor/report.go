@@ -2,7 +2,6 @@ package actor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -170,7 +169,7 @@ func (p *connectedPublisher) PublishMsg(ctx context.Context, msg *nats.Msg, opts
 // report and Truncated says how many rows were left out.
 func fitPayload(rep *events.RestartReport, limit int) ([]byte, error) {
 	for {
-		data, err := json.Marshal(rep)
+		data, err := envelope.Marshal(rep)
 		if err != nil {
 			return nil, fmt.Errorf("encode report: %w", err)
 		}
