@@ -16,6 +16,12 @@ type DelException struct {
 	// MsgTitle and APIURL become a Feishu receiver and route for cleanup results.
 	MsgTitle string `json:"msgtitle"`
 	APIURL   Secret `json:"apiurl"`
+	// Secret/SecretFile/SecretEnv and Keyword sign the apiurl's receiver
+	// (see SeedReceiver in notifier.go).
+	Secret     Secret `json:"secret"`
+	SecretFile string `json:"secretFile"`
+	SecretEnv  string `json:"secretEnv"`
+	Keyword    string `json:"keyword"`
 	// Reasons are the status.reason values of Failed pods that are deleted.
 	Reasons []string `json:"reasons"`
 	// MinAge is how long a Failed pod is kept before deletion.

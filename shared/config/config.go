@@ -141,6 +141,7 @@ func (c *Config) Validate() error {
 	c.SendReport.validateWindows("sendReport", c.NATS, &errs)
 	c.ImageAlert.validate("imageAlert", &errs)
 	c.Notifier.validate("notifier", &errs, c.implicitReceiverNames()...)
+	c.validateSeedReceivers(&errs)
 	if len(errs) > 0 {
 		return errs
 	}

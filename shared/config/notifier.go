@@ -124,11 +124,13 @@ func (n *Notifier) setDefaults() {
 // defaulted and rates filled with Feishu's limits.
 func (c *Config) NotifierReceivers() []Receiver {
 	var out []Receiver
-	if c.SendReport.APIURL.IsSet() {
-		out = append(out, Receiver{Name: ImplicitReportReceiver, Type: ReceiverFeishu, URL: c.SendReport.APIURL})
+	if s := c.SendReport; s.APIURL.IsSet() {
+		out = append(out, Receiver{Name: ImplicitReportReceiver, Type: ReceiverFeishu, URL: s.APIURL,
+			Secret: s.Secret, SecretFile: s.SecretFile, SecretEnv: s.SecretEnv, Keyword: s.Keyword})
 	}
-	if c.DelException.APIURL.IsSet() {
-		out = append(out, Receiver{Name: ImplicitCleanupReceiver, Type: ReceiverFeishu, URL: c.DelException.APIURL})
+	if d := c.DelException; d.APIURL.IsSet() {
+		out = append(out, Receiver{Name: ImplicitCleanupReceiver, Type: ReceiverFeishu, URL: d.APIURL,
+			Secret: d.Secret, SecretFile: d.SecretFile, SecretEnv: d.SecretEnv, Keyword: d.Keyword})
 	}
 	out = append(out, c.Notifier.Receivers...)
 	for i := range out {
@@ -179,6 +181,29 @@ func (c *Config) NotifierRoutes() []Route {
 		}
 	}
 	return out
+}
+
+// validateSeedReceivers checks the signing settings the seed sections
+// (sendReport, delException) give their implicit receivers: a seed user with
+// a signed bot or keyword security needs no notifier section.
+func (c *Config) validateSeedReceivers(errs *Errors) {
+	for _, s := range []struct {
+		p                           string
+		url                         Secret
+		secret                      Secret
+		secretFile, secretEnv, word string
+	}{
+		{"sendReport", c.SendReport.APIURL, c.SendReport.Secret, c.SendReport.SecretFile, c.SendReport.SecretEnv, c.SendReport.Keyword},
+		{"delException", c.DelException.APIURL, c.DelException.Secret, c.DelException.SecretFile, c.DelException.SecretEnv, c.DelException.Keyword},
+	} {
+		set := countSet(s.secret.IsSet(), s.secretFile != "", s.secretEnv != "")
+		if set > 1 {
+			errs.add(join(s.p, "secret"), "at most one of secret, secretFile or secretEnv may be set")
+		}
+		if !s.url.IsSet() && (set > 0 || s.word != "") {
+			errs.add(join(s.p, "apiurl"), "must be set when secret or keyword is (they sign the apiurl's receiver)")
+		}
+	}
 }
 
 // implicitReceiverNames are the receivers the seed keys create.

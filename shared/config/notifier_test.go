@@ -41,6 +41,33 @@ func TestSeedAPIURLsBecomeReceiversAndRoutes(t *testing.T) {
 	}
 }
 
+// TestSeedReceiversCanBeSigned: the seed sections carry the signing secret
+// (inline, file or environment) and keyword of their implicit receivers.
+func TestSeedReceiversCanBeSigned(t *testing.T) {
+	c, err := Parse([]byte("sendReport:\n  apiurl: https://x/hook/a\n  secretEnv: REPORT_SECRET\n  keyword: ALERT\n" +
+		"delException:\n  apiurl: https://x/hook/b\n  SecretFile: /etc/opswire/cleanup-secret\n  Keyword: ops\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := c.NotifierReceivers()
+	if len(recv) != 2 {
+		t.Fatalf("receivers = %+v", recv)
+	}
+	if r := recv[0]; r.Name != ImplicitReportReceiver || r.SecretEnv != "REPORT_SECRET" || r.Keyword != "ALERT" || r.Secret.IsSet() {
+		t.Errorf("sendReport receiver = %+v", r)
+	}
+	if r := recv[1]; r.Name != ImplicitCleanupReceiver || r.SecretFile != "/etc/opswire/cleanup-secret" || r.Keyword != "ops" {
+		t.Errorf("delException receiver = %+v", r)
+	}
+	c, err = Parse([]byte("delException:\n  apiurl: https://x/hook/b\n  secret: inline-s3cret\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.NotifierReceivers()[0]; r.Secret.Value() != "inline-s3cret" {
+		t.Errorf("inline secret = %q", r.Secret.Value())
+	}
+}
+
 func TestNotifierDefaultsWithoutSeedKeys(t *testing.T) {
 	c, err := Parse([]byte("notifier:\n  receivers:\n  - name: ops\n    urlEnv: HOOK\n  routes:\n  - receivers: [ops]\n    groupWait: 1s\n"))
 	if err != nil {
@@ -75,6 +102,8 @@ func TestNotifierValidation(t *testing.T) {
 		{"no url", "notifier:\n  receivers:\n  - name: a\n", []string{"notifier.receivers[0].url"}},
 		{"two urls", "notifier:\n  receivers:\n  - name: a\n    url: u\n    urlEnv: X\n", []string{"notifier.receivers[0].url"}},
 		{"two secrets", "notifier:\n  receivers:\n  - name: a\n    url: u\n    secret: s\n    secretFile: /f\n", []string{"notifier.receivers[0].secret"}},
+		{"seed secrets", "sendReport:\n  apiurl: https://x/hook/a\n  secret: s\n  secretEnv: E\n", []string{"sendReport.secret"}},
+		{"seed secret without apiurl", "delException:\n  secretFile: /f\n  keyword: k\n", []string{"delException.apiurl"}},
 		{"bad type", "notifier:\n  receivers:\n  - name: a\n    type: slack\n    url: u\n", []string{"notifier.receivers[0].type"}},
 		{"keyword on webhook", "notifier:\n  receivers:\n  - name: a\n    type: webhook\n    url: u\n    keyword: k\n", []string{"notifier.receivers[0].keyword"}},
 		{"negative rate", "notifier:\n  receivers:\n  - name: a\n    url: u\n    ratePerMinute: -1\n", []string{"notifier.receivers[0].ratePerMinute"}},

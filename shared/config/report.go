@@ -26,9 +26,15 @@ type SendReport struct {
 	Total    int64  `json:"total"`
 	Schedule string `json:"schedule"`
 	// Timezone of the schedule; empty uses $TZ, then UTC.
-	Timezone   string     `json:"timezone"`
-	MsgTitle   string     `json:"msgtitle"`
-	APIURL     Secret     `json:"apiurl"`
+	Timezone string `json:"timezone"`
+	MsgTitle string `json:"msgtitle"`
+	APIURL   Secret `json:"apiurl"`
+	// Secret/SecretFile/SecretEnv and Keyword sign the apiurl's receiver
+	// (see SeedReceiver in notifier.go).
+	Secret     Secret     `json:"secret"`
+	SecretFile string     `json:"secretFile"`
+	SecretEnv  string     `json:"secretEnv"`
+	Keyword    string     `json:"keyword"`
 	Mode       string     `json:"mode"`
 	GroupBy    string     `json:"groupBy"`
 	Top        int        `json:"top"` // 0 = all rows
