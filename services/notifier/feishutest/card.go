@@ -96,6 +96,16 @@ func ParseCard(raw json.RawMessage) (*Card, error) {
 	return &c, nil
 }
 
+// BodyText is the text of the card's elements, without the header: where
+// the keyword check of this server looks. Feishu does not document which
+// card fields its check scans, so the server takes the strictest reading and
+// a title-only keyword is refused.
+func (c *Card) BodyText() string {
+	t := c.Text()
+	_, body, _ := strings.Cut(t, "\n")
+	return body
+}
+
 // Title is the header title.
 func (c *Card) Title() string { return c.Header.Title.Content }
 

@@ -4,7 +4,8 @@
 //   - signature check as Feishu documents it (HMAC-SHA256 keyed with
 //     "<timestamp>\n<secret>" over an empty message, Base64), timestamp within
 //     one hour, otherwise code 19021;
-//   - keyword check (19024), unknown token (19001);
+//   - keyword check (19024) on the card's elements, not its header title
+//     (the strictest reading of an undocumented rule), unknown token (19001);
 //   - at most 5 requests per second (9499 "too many request") and 100 per
 //     minute (11232) per bot, counted over sliding windows of arrival times;
 //   - bodies over 20 KB rejected (9499 "Bad Request"), cards validated
@@ -82,6 +83,8 @@ type Server struct {
 	requests []Request
 	down     bool
 	failNext []failure
+	latency  time.Duration
+	inFlight int
 }
 
 type botState struct {
@@ -116,6 +119,21 @@ func (s *Server) SetDown(down bool) {
 	s.mu.Lock()
 	s.down = down
 	s.mu.Unlock()
+}
+
+// SetLatency makes every request wait d before it is judged and answered
+// (a slow receiver; tests use it to stop a notifier mid-request).
+func (s *Server) SetLatency(d time.Duration) {
+	s.mu.Lock()
+	s.latency = d
+	s.mu.Unlock()
+}
+
+// InFlight returns how many requests are being held by SetLatency now.
+func (s *Server) InFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight
 }
 
 // FailNext makes the next n requests answer with the given HTTP status and
@@ -194,8 +212,25 @@ type answer struct {
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
-	now := s.Now()
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	s.mu.Lock()
+	latency := s.latency
+	s.inFlight++
+	s.mu.Unlock()
+	if latency > 0 {
+		t := time.NewTimer(latency)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+		}
+	}
+	s.mu.Lock()
+	s.inFlight--
+	s.mu.Unlock()
+	// Judged when the latency is over, even if the client went away
+	// meanwhile: a real server may still post a card whose answer was lost.
+	now := s.Now()
 	token := strings.TrimPrefix(r.URL.Path, HookPrefix)
 	rec := Request{Token: token, Time: now, Size: len(body), Body: body}
 
@@ -278,7 +313,7 @@ func (s *Server) judge(r *http.Request, token string, body []byte, now time.Time
 		if err != nil {
 			return CodeBadRequest, msgBad + ": " + err.Error(), nil, signed
 		}
-		card, text = c, c.Text()
+		card, text = c, c.BodyText()
 	case "text", "post":
 		text = string(m.Content)
 	default:

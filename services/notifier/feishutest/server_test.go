@@ -28,6 +28,13 @@ func post(t *testing.T, url string, body any) (code int, msg string) {
 func card(title string) map[string]any {
 	return map[string]any{"msg_type": "interactive", "card": map[string]any{
 		"header":   map[string]any{"title": map[string]any{"tag": "plain_text", "content": title}, "template": "red"},
+		"elements": []any{map[string]any{"tag": "markdown", "content": "hello " + title}}}}
+}
+
+// titleOnly is a card whose only text outside the header has no keyword.
+func titleOnly(title string) map[string]any {
+	return map[string]any{"msg_type": "interactive", "card": map[string]any{
+		"header":   map[string]any{"title": map[string]any{"tag": "plain_text", "content": title}, "template": "red"},
 		"elements": []any{map[string]any{"tag": "markdown", "content": "hello"}}}}
 }
 
@@ -52,6 +59,7 @@ func TestServerChecks(t *testing.T) {
 		{"numeric timestamp", signed, withSign(1599360473, "l1N0gAcBjdwBvGm1xMjOF0XSyaLRpR7tuO5dHfhAYc8=", card("alert: x")), CodeOK},
 		{"missing sign", signed, card("alert: x"), CodeSignMismatch},
 		{"timestamp over an hour old", signed, withSign("1599356000", ExpectedSign("demo", 1599356000), card("alert")), CodeSignMismatch},
+		{"keyword only in the title", signed, withSign("1599360473", "l1N0gAcBjdwBvGm1xMjOF0XSyaLRpR7tuO5dHfhAYc8=", titleOnly("alert: x")), CodeKeyword},
 		{"keyword absent", signed, withSign("1599360473", "l1N0gAcBjdwBvGm1xMjOF0XSyaLRpR7tuO5dHfhAYc8=", card("x")), CodeKeyword},
 		{"unknown token", s.URL + HookPrefix + "nope", card("x"), CodeTokenInvalid},
 		{"card 2.0 rejected", open, map[string]any{"msg_type": "interactive", "card": map[string]any{"schema": "2.0"}}, CodeBadRequest},

@@ -61,7 +61,11 @@ func Template(s events.Severity) string {
 	return "blue"
 }
 
-// BuildCard renders a notification with its first rows rows. Card JSON 1.0
+// BuildCard renders a notification with its first rows rows. A keyword
+// (keyword security) goes into the header title and into the footer note's
+// text: Feishu documents that the check applies to "text, title" values and
+// does not say which card fields it scans (feishu-webhook.md §2.2), so the
+// keyword is in a text element as well as in the title. Card JSON 1.0
 // markdown has no tables, so the table is one line per row with the cells
 // separated by " · " under a bold header line, which reads as a table in the
 // client and survives narrow (mobile) screens.
@@ -90,7 +94,10 @@ func BuildCard(n *notify.Notification, keyword string, rows int) *Card {
 		}
 		c.Elements = append(c.Elements, Element{Tag: "hr"}, Element{Tag: "markdown", Content: b.String()})
 	}
-	c.Elements = append(c.Elements, Element{Tag: "note", Elements: []Text{{Tag: "plain_text",
-		Content: fmt.Sprintf("opswire · cluster %s · %s · %s", n.Cluster, n.Time.UTC().Format("2006-01-02 15:04:05 UTC"), n.Severity)}}})
+	footer := fmt.Sprintf("opswire · cluster %s · %s · %s", n.Cluster, n.Time.UTC().Format("2006-01-02 15:04:05 UTC"), n.Severity)
+	if keyword != "" {
+		footer += " · " + keyword
+	}
+	c.Elements = append(c.Elements, Element{Tag: "note", Elements: []Text{{Tag: "plain_text", Content: footer}}})
 	return c
 }

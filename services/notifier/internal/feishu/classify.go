@@ -2,6 +2,7 @@ package feishu
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 
 	"github.com/opswire/opswire/services/notifier/internal/notify"
@@ -27,45 +28,58 @@ const (
 	CodeKeywordAbsent = 19024
 )
 
-// Classify judges one HTTP answer. Success needs a 2xx status, a body that
-// parses and code 0 (StatusCode 0 only when code is absent). Transport-like
-// failures and throttling are retryable; everything the sender cannot fix by
-// waiting (signature, keyword, IP list, token, bad body) is permanent.
+// Classify judges one HTTP answer. The body's code comes first, whatever the
+// HTTP status: Feishu answers most errors with HTTP 200, but throttling has
+// also been seen with HTTP 400 (code 11232 or 9499 "too many request"), and
+// that must be retried, not dead-lettered. Without a code the status
+// decides: 429 and 5xx are retryable, other non-2xx statuses permanent.
+// Success needs a 2xx status, a body that parses and code 0 (StatusCode 0
+// only when code is absent).
 func Classify(status int, body []byte) (retryable bool, err error) {
 	var r Response
-	parseErr := json.Unmarshal(body, &r)
+	parsed := json.Unmarshal(body, &r) == nil
+	code, hasCode := -1, false
+	if parsed {
+		switch {
+		case r.Code != nil:
+			code, hasCode = *r.Code, true
+		case r.StatusCode != nil:
+			code, hasCode = *r.StatusCode, true
+		}
+	}
+	ok2xx := status >= 200 && status < 300
+	if hasCode && code != CodeOK {
+		return classifyCode(status, code, r.Msg)
+	}
 	switch {
 	case status == 429:
 		return true, &notify.SendError{Reason: notify.ReasonRateLimited, Status: status}
 	case status >= 500:
 		return true, &notify.SendError{Reason: notify.ReasonServer, Status: status}
-	case status < 200 || status >= 300:
-		se := &notify.SendError{Reason: notify.ReasonBadRequest, Status: status}
-		if parseErr == nil && r.Code != nil {
-			se.Code, se.Msg = *r.Code, r.Msg
-		}
-		return false, se
-	case parseErr != nil:
+	case status >= 300 && status < 400:
+		return false, &notify.SendError{Reason: notify.ReasonRedirect, Status: status}
+	case !ok2xx:
+		return false, &notify.SendError{Reason: notify.ReasonBadRequest, Status: status}
+	case !parsed:
 		// A 2xx we cannot read may be a proxy page; it did not say "ok".
-		return true, &notify.SendError{Reason: notify.ReasonBadResponse, Status: status, Err: parseErr}
+		return true, &notify.SendError{Reason: notify.ReasonBadResponse, Status: status, Err: errors.New("answer is not JSON")}
+	case !hasCode:
+		return true, &notify.SendError{Reason: notify.ReasonBadResponse, Status: status, Code: -1}
 	}
-	code := -1
-	switch {
-	case r.Code != nil:
-		code = *r.Code
-	case r.StatusCode != nil:
-		code = *r.StatusCode
-	}
-	if code == CodeOK {
-		return false, nil
-	}
-	se := &notify.SendError{Status: status, Code: code, Msg: r.Msg}
+	return false, nil
+}
+
+// classifyCode judges a non-zero Feishu code. Codes that mean "wait" are
+// retryable at any HTTP status; unknown codes are permanent unless the status
+// says the server failed (5xx) or throttled (429).
+func classifyCode(status, code int, msg string) (bool, error) {
+	se := &notify.SendError{Status: status, Code: code, Msg: msg}
 	switch code {
 	case CodeFrequency:
 		se.Reason = notify.ReasonRateLimited
 		return true, se
 	case CodeBadRequest:
-		m := strings.ToLower(r.Msg)
+		m := strings.ToLower(msg)
 		if strings.Contains(m, "too many") || strings.Contains(m, "frequency") {
 			se.Reason = notify.ReasonRateLimited
 			return true, se
@@ -79,10 +93,15 @@ func Classify(status int, body []byte) (retryable bool, err error) {
 		se.Reason = notify.ReasonKeyword
 	case CodeTokenInvalid, CodeBotDisabled:
 		se.Reason = notify.ReasonToken
-	case -1:
-		se.Reason = notify.ReasonBadResponse
-		return true, se
 	default:
+		switch {
+		case status == 429:
+			se.Reason = notify.ReasonRateLimited
+			return true, se
+		case status >= 500:
+			se.Reason = notify.ReasonServer
+			return true, se
+		}
 		se.Reason = notify.ReasonBadRequest
 	}
 	return false, se

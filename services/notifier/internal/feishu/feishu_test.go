@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,17 @@ func TestClassify(t *testing.T) {
 		{"503 json", 503, `{"code":0}`, true, notify.ReasonServer},
 		{"429", 429, ``, true, notify.ReasonRateLimited},
 		{"404", 404, `not found`, false, notify.ReasonBadRequest},
+		// The body's code comes first, whatever the status.
+		{"400 with 11232", 400, `{"code":11232,"msg":"frequency limited psm[lark.oapi.app_platform_runtime]appID[1500]"}`, true, notify.ReasonRateLimited},
+		{"400 with 9499 too many", 400, `{"code":9499,"msg":"too many request"}`, true, notify.ReasonRateLimited},
+		{"400 with 9499 bad request", 400, `{"code":9499,"msg":"Bad Request"}`, false, notify.ReasonBadRequest},
+		{"403 with 19021", 403, `{"code":19021,"msg":"sign match fail or timestamp is not within one hour from current time"}`, false, notify.ReasonSignature},
+		{"500 with 11232", 500, `{"code":11232,"msg":"frequency limited"}`, true, notify.ReasonRateLimited},
+		{"500 with 19024", 500, `{"code":19024,"msg":"Key Words Not Found"}`, false, notify.ReasonKeyword},
+		{"502 with an unknown code", 502, `{"code":12345,"msg":"?"}`, true, notify.ReasonServer},
+		{"429 with an unknown code", 429, `{"code":12345,"msg":"?"}`, true, notify.ReasonRateLimited},
+		{"400 with code 0", 400, `{"code":0,"msg":"success"}`, false, notify.ReasonBadRequest},
+		{"302", 302, ``, false, notify.ReasonRedirect},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,5 +210,47 @@ func TestTransportErrorsDoNotLeakTheURL(t *testing.T) {
 	var se *notify.SendError
 	if !errors.As(err, &se) {
 		t.Fatalf("want *notify.SendError")
+	}
+}
+
+// TestKeywordInTheCardText: the keyword is in a text element of the card,
+// not only in the header title (feishutest refuses a title-only keyword).
+func TestKeywordInTheCardText(t *testing.T) {
+	c := BuildCard(bigNotification(2), "ALERTBOT", 2)
+	if !strings.HasPrefix(c.Header.Title.Content, "[ALERTBOT] ") {
+		t.Errorf("title %q lacks the keyword", c.Header.Title.Content)
+	}
+	note := c.Elements[len(c.Elements)-1]
+	if note.Tag != "note" || !strings.Contains(note.Elements[0].Content, "ALERTBOT") {
+		t.Errorf("footer note %+v lacks the keyword", note)
+	}
+	if c := BuildCard(bigNotification(1), "", 1); strings.Contains(c.Elements[len(c.Elements)-1].Elements[0].Content, "·  ") {
+		t.Errorf("footer without keyword: %+v", c.Elements)
+	}
+}
+
+// TestRedirectIsNotFollowed: a 302 to another address is a permanent
+// failure, never a GET of the new location.
+func TestRedirectIsNotFollowed(t *testing.T) {
+	srv := feishutest.NewServer()
+	t.Cleanup(srv.Close)
+	target := srv.AddBot("moved-here", feishutest.Bot{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, target, http.StatusFound) })
+	front := httptest.NewServer(mux)
+	t.Cleanup(front.Close)
+	s, err := New(Options{URL: config.Secret(front.URL + feishutest.HookPrefix + "old-token-77")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry, err := s.Send(context.Background(), bigNotification(1))
+	if retry || notify.ReasonOf(err) != notify.ReasonRedirect {
+		t.Fatalf("Send = %v, %v; want a permanent redirect failure", retry, err)
+	}
+	if n := len(srv.Requests()); n != 0 {
+		t.Errorf("the redirect was followed: %d requests at its target", n)
+	}
+	if strings.Contains(err.Error(), "old-token-77") || strings.Contains(err.Error(), "moved-here") {
+		t.Errorf("error leaks a URL: %v", err)
 	}
 }

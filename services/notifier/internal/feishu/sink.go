@@ -54,10 +54,7 @@ func New(o Options) (*Sink, error) {
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return nil, errors.New("webhook URL is not an absolute http(s) URL")
 	}
-	s := &Sink{url: o.URL, secret: o.Secret, keyword: o.Keyword, client: o.Client, bodyLimit: o.BodyLimit, maxRows: o.MaxRows, now: o.Now}
-	if s.client == nil {
-		s.client = &http.Client{}
-	}
+	s := &Sink{url: o.URL, secret: o.Secret, keyword: o.Keyword, client: httpx.NoRedirects(o.Client), bodyLimit: o.BodyLimit, maxRows: o.MaxRows, now: o.Now}
 	if s.bodyLimit <= 0 {
 		s.bodyLimit = DefaultBodyLimit
 	}

@@ -40,6 +40,19 @@ func PostJSON(ctx context.Context, client *http.Client, rawURL string, body []by
 	return resp.StatusCode, b, nil
 }
 
+// NoRedirects returns a copy of client (nil: a new one) that never follows
+// redirects: net/http would turn a POST answered with 301/302/303 into a
+// GET to the new location, whose 2xx would then count as delivered. The 3xx
+// itself comes back to the sink, which treats it as a permanent failure.
+func NoRedirects(client *http.Client) *http.Client {
+	c := &http.Client{}
+	if client != nil {
+		*c = *client
+	}
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return c
+}
+
 // RedactURL strips the request URL from an HTTP client error.
 func RedactURL(err error) error {
 	var ue *url.Error

@@ -61,6 +61,7 @@ const (
 	ReasonToken       Reason = "token"        // Feishu 19001, bot deleted or disabled
 	ReasonBadRequest  Reason = "bad_request"  // malformed body, 4xx, other codes
 	ReasonTooLarge    Reason = "too_large"    // body over the limit even with no rows
+	ReasonRedirect    Reason = "redirect"     // HTTP 3xx: never followed (a 302 turns the POST into a GET)
 )
 
 // SendError is a failed send with its classification. Its text never contains

@@ -7,6 +7,7 @@ package render
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -202,10 +203,15 @@ func dry(verb string, dryRun bool) string {
 }
 
 // Clean makes user-supplied text safe inside a one-line markdown cell: no
-// line breaks, no markup that could mention people (<at>) or break bold
-// text, and at most 160 characters.
+// line breaks, no markup that could mention people (<at>), break bold text
+// or hide a link target, and at most 160 characters. Comparisons stay
+// readable: ">=" becomes "≥", "<=" "≤", and a lone "<" or ">" its fullwidth
+// form (＜ ＞), which no markdown or tag parser reads as markup. A markdown
+// link "[text](url)" from cluster data (a pod status reason, an admission
+// message) is shown as "text (url)", so the target is visible and not a link.
 func Clean(s string) string {
-	s = strings.NewReplacer("\r", " ", "\n", " ", "\t", " ", "<", "‹", ">", "›", "*", "∗", "|", "¦", "`", "'").Replace(s)
+	s = cleaner.Replace(s)
+	s = mdLink.ReplaceAllString(s, "$1 ($2)")
 	const max = 160
 	if utf8.RuneCountInString(s) > max {
 		r := []rune(s)
@@ -213,6 +219,12 @@ func Clean(s string) string {
 	}
 	return s
 }
+
+var (
+	cleaner = strings.NewReplacer("\r", " ", "\n", " ", "\t", " ", ">=", "≥", "<=", "≤", "<", "＜", ">", "＞",
+		"*", "∗", "|", "¦", "`", "'")
+	mdLink = regexp.MustCompile(`\[([^\[\]]*)\]\(([^()]*)\)`)
+)
 
 // Bytes formats a byte count for people.
 func Bytes(n int64) string {

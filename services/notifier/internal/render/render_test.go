@@ -355,7 +355,11 @@ func TestClean(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"plain text", "plain text"},
 		{"line1\nline2\r\tx", "line1 line2  x"},
-		{`<at user_id="all">everyone</at>`, `‹at user_id="all"›everyone‹/at›`},
+		{`<at user_id="all">everyone</at>`, `＜at user_id="all"＞everyone＜/at＞`},
+		{"6 non-terminated pods >= maxPods 6", "6 non-terminated pods ≥ maxPods 6"},
+		{"free <= 10%, a < b > c", "free ≤ 10%, a ＜ b ＞ c"},
+		{"denied: see [the runbook](https://evil.example/x) now", "denied: see the runbook (https://evil.example/x) now"},
+		{"[a](b)[c](d) and [plain] (text)", "a (b)c (d) and [plain] (text)"},
 		{"**bold** | pipe `code`", "∗∗bold∗∗ ¦ pipe 'code'"},
 		{long, strings.Repeat("é", 159) + "…"},
 		{strings.Repeat("x", 160), strings.Repeat("x", 160)},

@@ -2,7 +2,8 @@
 // as a versioned JSON document that lists every event it accounts for (ids,
 // subjects and the original payloads), for programs rather than people.
 // Classification follows Alertmanager's webhook: 2xx delivered, 429 and 5xx
-// retried, other statuses permanent.
+// retried, other statuses permanent. Redirects are never followed: a 3xx is
+// a permanent failure (following it would turn the POST into a GET).
 package webhook
 
 import (
@@ -61,10 +62,7 @@ func New(u config.Secret, client *http.Client) (*Sink, error) {
 	if err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" {
 		return nil, errors.New("webhook URL is not an absolute http(s) URL")
 	}
-	if client == nil {
-		client = &http.Client{}
-	}
-	return &Sink{url: u, client: client}, nil
+	return &Sink{url: u, client: httpx.NoRedirects(client)}, nil
 }
 
 // Build renders the payload of a notification.
@@ -94,6 +92,8 @@ func (s *Sink) Send(ctx context.Context, n *notify.Notification) (bool, error) {
 		return true, &notify.SendError{Reason: notify.ReasonRateLimited, Status: status}
 	case status >= 500:
 		return true, &notify.SendError{Reason: notify.ReasonServer, Status: status}
+	case status >= 300 && status < 400:
+		return false, &notify.SendError{Reason: notify.ReasonRedirect, Status: status}
 	}
 	return false, &notify.SendError{Reason: notify.ReasonBadRequest, Status: status}
 }

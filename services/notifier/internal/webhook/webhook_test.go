@@ -45,6 +45,10 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.ctype = req.Header.Get("Content-Type")
 	status := r.status
 	r.mu.Unlock()
+	if status >= 300 && status < 400 {
+		// Following this would be a second request (a GET) to this server.
+		w.Header().Set("Location", "/landing/secret-token-123")
+	}
 	w.WriteHeader(status)
 }
 
@@ -123,7 +127,10 @@ func TestSendClassification(t *testing.T) {
 		{401, false, notify.ReasonBadRequest},
 		{404, false, notify.ReasonBadRequest},
 		{413, false, notify.ReasonBadRequest},
-		{304, false, notify.ReasonBadRequest},
+		{304, false, notify.ReasonRedirect},
+		{301, false, notify.ReasonRedirect},
+		{302, false, notify.ReasonRedirect},
+		{307, false, notify.ReasonRedirect},
 	}
 	for _, tc := range tests {
 		t.Run(http.StatusText(tc.status), func(t *testing.T) {
