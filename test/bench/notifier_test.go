@@ -169,7 +169,7 @@ func startBareConsumer(b *testing.B, ctx context.Context, js jetstream.JetStream
 
 // settled is true when the notifier's consumer has nothing pending or unacked.
 func settled(ctx context.Context, js jetstream.JetStream) bool {
-	c, err := js.Consumer(ctx, "OPS", "opswire-notifier-"+burstCluster)
+	c, err := js.Consumer(ctx, "OPS", "opswire-notifier-"+burstCluster+"-ops-feishu")
 	if err != nil {
 		return false
 	}

@@ -170,17 +170,33 @@ func publishCleanups(t *testing.T, js jetstream.JetStream, from, n int) {
 	}
 }
 
-// waitSettled waits until the notifier's consumer has nothing pending or unacked.
+// waitSettled waits until every notifier consumer (one per receiver) has
+// nothing pending or unacked.
 func waitSettled(t *testing.T, js jetstream.JetStream, timeout time.Duration) {
-	harness.Eventually(t, timeout, "notifier consumer to ack everything", func() bool {
+	harness.Eventually(t, timeout, "notifier consumers to ack everything", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		c, err := js.Consumer(ctx, "OPS", "opswire-notifier-"+notifierCluster)
+		st, err := js.Stream(ctx, "OPS")
 		if err != nil {
 			return false
 		}
-		info, err := c.Info(ctx)
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+		names := st.ConsumerNames(ctx)
+		n := 0
+		for name := range names.Name() {
+			if !strings.HasPrefix(name, "opswire-notifier-"+notifierCluster+"-") {
+				continue
+			}
+			c, err := js.Consumer(ctx, "OPS", name)
+			if err != nil {
+				return false
+			}
+			info, err := c.Info(ctx)
+			if err != nil || info.NumPending != 0 || info.NumAckPending != 0 {
+				return false
+			}
+			n++
+		}
+		return names.Err() == nil && n > 0
 	})
 }
 

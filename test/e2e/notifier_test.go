@@ -88,14 +88,16 @@ func TestNotifierReceiverOutage(t *testing.T) {
 	assertNoSecrets(t, p.Logs(), s.botURL, "e2e-bot-token-5f1d", s.secret, s.hookURL, "e2e-hook-token-77aa")
 }
 
-// TestNotifierSIGKILLMidBurst: the notifier is killed while it holds part of
-// a burst; after a restart nothing is lost and nothing is duplicated.
+// TestNotifierSIGKILLMidBurst: two replicas; the active one is killed while
+// it holds part of a burst. The standby takes over when the lease expires
+// and gets the held messages after AckWait: nothing is lost, nothing is
+// duplicated, and the bot's rate limits hold across the failover.
 func TestNotifierSIGKILLMidBurst(t *testing.T) {
-	s := newNotifierSetup(t, "bot-secret-4d0a", "bot-secret-4d0a", "")
+	s := newNotifierSetup(t, "bot-secret-4d0a", "bot-secret-4d0a", notifierLease)
 	// A long group interval keeps the second half held when the kill comes.
 	s.cfg = strings.Replace(readFile(t, s.cfg), "groupInterval: 1s", "groupInterval: 5s", 1)
 	s.cfg = harness.WriteConfig(t, s.cfg)
-	p := s.start(t)
+	p, standby := s.startReplicas(t)
 	delivered := make(chan string, 16)
 	sub, err := s.n.Conn.Subscribe("notify."+notifierCluster+".*.delivered", func(m *nats.Msg) {
 		var o struct {
@@ -129,20 +131,17 @@ func TestNotifierSIGKILLMidBurst(t *testing.T) {
 		t.Fatalf("the whole burst was delivered before the kill; the test proves nothing")
 	}
 
-	p2 := harness.StartService(t, "notifier", harness.ServiceOptions{Config: s.cfg, NATSURL: s.n.URL, ID: "notifier-b", Env: s.env})
-	p2.WaitReady(t, 30*time.Second)
-	harness.Eventually(t, 60*time.Second, "all 500 events after the restart", func() bool {
+	harness.Eventually(t, 30*time.Second, "the standby active", func() bool { return standby.Metric("opswire_notifier_active") == 1 })
+	harness.Eventually(t, 60*time.Second, "all 500 events after the failover", func() bool {
 		d, _ := s.hook.counts()
 		return d == 500 && cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d")) >= 500
 	})
 	waitSettled(t, s.n.JS, 30*time.Second)
-	if d, dup := s.hook.counts(); d != 500 || dup != 0 {
-		t.Errorf("webhook: %d distinct events, %d duplicates; want 500, 0", d, dup)
+	assertExactlyOnce(t, s, 500)
+	if v := s.feishu.RateViolations(); v != 0 {
+		t.Errorf("%d rate-limit answers across the failover", v)
 	}
-	if got := cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d")); got != 500 {
-		t.Errorf("cards account for %d events, want exactly 500", got)
-	}
-	assertNoSecrets(t, p2.Logs(), s.botURL, "e2e-bot-token-5f1d", s.secret, s.hookURL, "e2e-hook-token-77aa")
+	assertNoSecrets(t, standby.Logs(), s.botURL, "e2e-bot-token-5f1d", s.secret, s.hookURL, "e2e-hook-token-77aa")
 }
 
 // TestNotifierWrongSecret: a bot whose secret does not match answers 19021.

@@ -47,12 +47,24 @@ type Receiver struct {
 	Name    string
 	Sink    notify.Sink
 	Limiter *ratelimit.Limiter
+	// Budget names the limiter (receivers with the same URL share one) in
+	// the rate log.
+	Budget  string
 	Timeout time.Duration
+}
+
+// RateLog keeps the send times of each rate budget where the next active
+// replica finds them, so a failover does not start with a fresh budget.
+type RateLog interface {
+	Save(ctx context.Context, budget string, times []time.Time) error
 }
 
 // Settings are the engine's knobs (see config.Notifier).
 type Settings struct {
-	Cluster      string
+	Cluster string
+	// Consumer labels the messages metric: the service runs one consumer
+	// (and one dispatcher) per receiver.
+	Consumer     string
 	RetryInitial time.Duration
 	RetryMax     time.Duration
 	GiveUpAfter  time.Duration
@@ -70,6 +82,8 @@ type Deps struct {
 	Metrics   *Metrics
 	Log       zerolog.Logger
 	Now       func() time.Time
+	// RateLog is optional.
+	RateLog RateLog
 }
 
 // Dispatcher routes, groups and tracks messages until they are settled.
@@ -190,44 +204,53 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 	it, err := notify.Decode(msg.Subject(), msg.Headers(), msg.Data())
 	if err != nil {
 		x.d.Log.Warn().Err(err).Str("subject", msg.Subject()).Uint64("seq", seq).Msg("malformed OPS message terminated")
-		x.d.Metrics.Messages.WithLabelValues("malformed").Inc()
+		x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "malformed").Inc()
 		_ = msg.Term()
 		return
 	}
 	routes := x.d.Routes.Match(it)
-	if len(routes) == 0 {
-		x.d.Metrics.Messages.WithLabelValues("unrouted").Inc()
+	if !x.routesMine(routes) {
+		x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "unrouted").Inc()
 		_ = msg.Ack()
 		return
 	}
 	p := &pending{msg: msg, item: it, seq: seq}
 	if x.s.MaxDeliver > 0 && delivered >= uint64(x.s.MaxDeliver) && delivered > 1 {
 		// Delivered MaxDeliver times without being settled: something
-		// (perhaps this message) keeps killing notifiers. Park it.
-		x.d.Metrics.Messages.WithLabelValues("max_deliver").Inc()
-		x.d.Log.Error().Str("subject", it.Subject).Str("id", it.ID).Uint64("deliveries", delivered).Msg("message redelivered too often; dead-lettered")
+		// (perhaps this message) keeps killing notifiers. Park it, and ack
+		// only if every dead letter was stored; otherwise it comes back
+		// (the consumer itself has no MaxDeliver, so it always does).
+		x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "max_deliver").Inc()
+		x.d.Log.Error().Str("subject", it.Subject).Str("id", it.ID).Uint64("deliveries", delivered).Msg("message redelivered too often; dead-lettering")
 		for _, r := range routes {
-			for _, recv := range r.Receivers {
-				x.deadLetter(ctx, r.Name, recv, p, "max_deliver", errors.New("redelivered too often without being settled"))
+			for _, recv := range x.mine(r) {
+				if err := x.deadLetter(ctx, r.Name, recv, p, "max_deliver", errors.New("redelivered too often without being settled")); err != nil {
+					x.deadLetterFailed(recv, 1, err)
+					return
+				}
 			}
 		}
 		_ = msg.Ack()
 		return
 	}
-	// Only a redelivered message can have been settled for some receivers.
-	if delivered > 1 {
-		p.skip = map[string]bool{}
-		for _, r := range routes {
-			for _, recv := range r.Receivers {
-				seen, err := x.d.Delivered.Seen(ctx, DeliveredKey(x.s.Cluster, r.Name, recv, it.ID))
-				if err != nil {
-					x.d.Log.Warn().Err(err).Str("receiver", recv).Msg("cannot read delivered records; delivering again")
+	// Every delivery consults the records, not only redeliveries: a
+	// re-created consumer, or an id stored again after the stream's
+	// duplicate window, arrives with NumDelivered 1.
+	p.skip = map[string]bool{}
+	for _, r := range routes {
+		for _, recv := range x.mine(r) {
+			rec, err := x.d.Delivered.State(ctx, DeliveredKey(x.s.Cluster, r.Name, recv, it.ID))
+			if err != nil {
+				x.d.Log.Warn().Err(err).Str("receiver", recv).Msg("cannot read delivered records; delivering again")
+			}
+			if rec != RecordNone {
+				p.skip[r.Name+"\x00"+recv] = true
+				reason := "already_delivered"
+				if rec == RecordDeadLettered {
+					reason = "already_dead_lettered"
 				}
-				if seen {
-					p.skip[r.Name+"\x00"+recv] = true
-					_ = publishOutcome(x.d.Core, subject.Notify(x.s.Cluster, recv, OutcomeDropped),
-						Outcome{Receiver: recv, Route: r.Name, Outcome: OutcomeDropped, Reason: "already_delivered", Events: 1, IDs: []string{it.ID}, Time: x.now()})
-				}
+				_ = publishOutcome(x.d.Core, subject.Notify(x.s.Cluster, recv, OutcomeDropped),
+					Outcome{Receiver: recv, Route: r.Name, Outcome: OutcomeDropped, Reason: reason, Events: 1, IDs: []string{it.ID}, Time: x.now()})
 			}
 		}
 	}
@@ -235,7 +258,7 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 	defer x.mu.Unlock()
 	for _, r := range routes {
 		n := 0
-		for _, recv := range r.Receivers {
+		for _, recv := range x.mine(r) {
 			if !p.skip[r.Name+"\x00"+recv] {
 				n++
 			}
@@ -247,11 +270,15 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 		x.addToGroup(r, p)
 	}
 	if p.remaining == 0 {
-		x.d.Metrics.Messages.WithLabelValues("duplicate").Inc()
+		if len(p.skip) > 0 {
+			x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "duplicate").Inc()
+		} else {
+			x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "unrouted").Inc()
+		}
 		_ = msg.Ack()
 		return
 	}
-	x.d.Metrics.Messages.WithLabelValues("routed").Inc()
+	x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "routed").Inc()
 	x.pending[p] = struct{}{}
 	x.d.Metrics.Pending.Set(float64(len(x.pending)))
 }
@@ -290,7 +317,7 @@ func (x *Dispatcher) flush(g *group) {
 	x.mu.Unlock()
 
 	now := x.now()
-	for _, recv := range g.route.Receivers {
+	for _, recv := range x.mine(g.route) {
 		var mine []*pending
 		var its []*notify.Item
 		for _, p := range items {
@@ -352,8 +379,51 @@ func (x *Dispatcher) settle(entries []*pending) {
 	}
 }
 
-// deadLetter stores one event for one receiver on the DLQ stream.
-func (x *Dispatcher) deadLetter(ctx context.Context, routeName, recv string, p *pending, reason string, cause error) {
+// mine returns the receivers of r this dispatcher delivers to. The service
+// runs one dispatcher (and one consumer) per receiver, so a receiver that is
+// down holds only its own consumer's messages.
+func (x *Dispatcher) mine(r *config.Route) []string {
+	out := make([]string, 0, len(r.Receivers))
+	for _, recv := range r.Receivers {
+		if x.workers[recv] != nil {
+			out = append(out, recv)
+		}
+	}
+	return out
+}
+
+func (x *Dispatcher) routesMine(routes []*config.Route) bool {
+	for _, r := range routes {
+		if len(x.mine(r)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// release stops holding messages whose dead letters could not be stored:
+// no ack, no more progress acks, so JetStream redelivers them after
+// AckWait/BackOff. Parts of them that other groups still deliver are
+// recorded as delivered and skipped on the redelivery.
+func (x *Dispatcher) release(entries []*pending) {
+	x.mu.Lock()
+	for _, p := range entries {
+		delete(x.pending, p)
+	}
+	x.d.Metrics.Pending.Set(float64(len(x.pending)))
+	x.mu.Unlock()
+}
+
+// deadLetterFailed says loudly that events stay unacknowledged.
+func (x *Dispatcher) deadLetterFailed(recv string, events int, err error) {
+	x.d.Metrics.DeadLetterErrors.WithLabelValues(recv).Inc()
+	x.d.Log.Error().Err(err).Str("receiver", recv).Int("events", events).Str("stream", DeadLetterStream).
+		Msg("CANNOT STORE DEAD LETTERS: not acknowledging; the OPS messages stay pending and are redelivered until the DLQ stream accepts them")
+}
+
+// deadLetter stores one event for one receiver on the DLQ stream. Only a nil
+// error means it is stored.
+func (x *Dispatcher) deadLetter(ctx context.Context, routeName, recv string, p *pending, reason string, cause error) error {
 	m := nats.NewMsg(DeadLetterSubject(x.clusterTk, recv))
 	for k, v := range p.msg.Headers() {
 		m.Header[k] = append([]string(nil), v...)
@@ -370,12 +440,30 @@ func (x *Dispatcher) deadLetter(ctx context.Context, routeName, recv string, p *
 		m.Header.Set(HeaderOrigSeq, uitoa(p.seq))
 	}
 	m.Data = p.msg.Data()
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadLetterBudget)
 	defer cancel()
 	if err := publishRetry(pctx, x.d.DeadJS, m); err != nil {
-		x.d.Log.Error().Err(err).Str("receiver", recv).Str("id", p.item.ID).Msg("cannot store dead letter")
+		return err
 	}
 	x.d.Metrics.DeadLetters.WithLabelValues(recv, reason).Inc()
+	return nil
+}
+
+// deadLetterBudget bounds the retries of one dead-letter write; the receiver's
+// queue waits meanwhile, and a failure leaves the messages for redelivery.
+const deadLetterBudget = 5 * time.Second
+
+// saveRate records the receiver's budget after a send was admitted, before
+// it is made.
+func (x *Dispatcher) saveRate(ctx context.Context, r Receiver) {
+	if x.d.RateLog == nil || r.Budget == "" {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := x.d.RateLog.Save(sctx, r.Budget, r.Limiter.Times()); err != nil {
+		x.d.Log.Debug().Err(err).Str("receiver", r.Name).Msg("cannot save the rate log")
+	}
 }
 
 func uitoa(v uint64) string {

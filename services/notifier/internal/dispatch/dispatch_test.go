@@ -152,10 +152,10 @@ func TestMalformedCountedAndTerminated(t *testing.T) {
 			ci := e.waitSettled("both messages settled")
 
 			eventually(t, 5*time.Second, "the termination advisory", func() bool { return terminated.Load() == 1 })
-			if v := value(eng.metrics.Messages.WithLabelValues("malformed")); v != 1 {
+			if v := value(eng.metrics.Messages.WithLabelValues("", "malformed")); v != 1 {
 				t.Errorf("malformed count %v, want 1", v)
 			}
-			if v := value(eng.metrics.Messages.WithLabelValues("routed")); v != 1 {
+			if v := value(eng.metrics.Messages.WithLabelValues("", "routed")); v != 1 {
 				t.Errorf("routed count %v, want 1 (the sentinel)", v)
 			}
 			if ci.Delivered.Consumer != 2 {
@@ -194,7 +194,7 @@ func TestRedeliveredAlreadyDeliveredIsSkipped(t *testing.T) {
 			hooks := map[string]*hook{"a": newHook(t), "b": newHook(t)}
 			p := e.publishCleanup(1, events.SeverityWarning)
 			for recv, rt := range tc.recorded {
-				if err := (&dispatch.KVDelivered{KV: e.kv}).Mark(context.Background(), []string{dispatch.DeliveredKey(cluster, rt, recv, p.id)}); err != nil {
+				if err := (&dispatch.KVDelivered{KV: e.kv}).Mark(context.Background(), []string{dispatch.DeliveredKey(cluster, rt, recv, p.id)}, dispatch.RecordDelivered); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -235,10 +235,10 @@ func TestRedeliveredAlreadyDeliveredIsSkipped(t *testing.T) {
 			if tc.duplicate {
 				wantDup, wantRouted = 1, 0
 			}
-			if v := value(eng.metrics.Messages.WithLabelValues("duplicate")); v != wantDup {
+			if v := value(eng.metrics.Messages.WithLabelValues("", "duplicate")); v != wantDup {
 				t.Errorf("duplicate count %v, want %v", v, wantDup)
 			}
-			if v := value(eng.metrics.Messages.WithLabelValues("routed")); v != wantRouted {
+			if v := value(eng.metrics.Messages.WithLabelValues("", "routed")); v != wantRouted {
 				t.Errorf("routed count %v, want %v", v, wantRouted)
 			}
 			for _, recv := range []string{"a", "b"} {
@@ -282,7 +282,7 @@ func TestLostAckIsNotSentTwice(t *testing.T) {
 				ps = append(ps, e.publishCleanup(i, events.SeverityInfo))
 			}
 			eventually(t, 10*time.Second, "5 redeliveries skipped as duplicates", func() bool {
-				return value(eng.metrics.Messages.WithLabelValues("duplicate")) == 5
+				return value(eng.metrics.Messages.WithLabelValues("", "duplicate")) == 5
 			})
 			ci := e.waitSettled("every message acked")
 			if lost.Load() != 5 || ci.Delivered.Consumer != 10 {
@@ -375,7 +375,7 @@ func TestPermanentFailureDeadLetters(t *testing.T) {
 				ps = append(ps, e.publishCleanup(i, events.SeverityCritical))
 			}
 			eventually(t, 10*time.Second, "3 redeliveries skipped", func() bool {
-				return value(eng.metrics.Messages.WithLabelValues("duplicate")) == 3
+				return value(eng.metrics.Messages.WithLabelValues("", "duplicate")) == 3
 			})
 			e.waitSettled("every message acked")
 
@@ -477,7 +477,7 @@ func TestMaxDeliverDeadLetters(t *testing.T) {
 	if n, _ := h.got(); n != 0 {
 		t.Errorf("%d requests, want none", n)
 	}
-	if v := value(eng.metrics.Messages.WithLabelValues("max_deliver")); v != 1 {
+	if v := value(eng.metrics.Messages.WithLabelValues("", "max_deliver")); v != 1 {
 		t.Errorf("max_deliver count %v, want 1", v)
 	}
 	dl := e.deadLetters()

@@ -71,7 +71,7 @@ func newEnv(t *testing.T, n config.Notifier) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, subject.OpsStream, service.ConsumerConfig(cluster, n))
+	cons, err := js.CreateOrUpdateConsumer(ctx, subject.OpsStream, service.ConsumerConfig(cluster, "test", n))
 	if err != nil {
 		t.Fatal(err)
 	}

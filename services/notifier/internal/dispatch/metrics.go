@@ -4,21 +4,23 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Metrics are the notifier's Prometheus series.
 type Metrics struct {
-	Messages     *prometheus.CounterVec   // result: routed, unrouted, malformed, duplicate, max_deliver
-	Attempts     *prometheus.CounterVec   // receiver, result (ok, retryable, permanent), reason
-	Deliveries   *prometheus.CounterVec   // receiver, outcome (delivered, failed)
-	Events       *prometheus.CounterVec   // receiver, outcome: OPS events carried by deliveries
-	DeadLetters  *prometheus.CounterVec   // receiver, reason
-	SendDuration *prometheus.HistogramVec // receiver
-	Pending      prometheus.Gauge
-	Groups       prometheus.Gauge
+	Messages    *prometheus.CounterVec // consumer, result: routed, unrouted, malformed, duplicate, max_deliver
+	Attempts    *prometheus.CounterVec // receiver, result (ok, retryable, permanent), reason
+	Deliveries  *prometheus.CounterVec // receiver, outcome (delivered, failed)
+	Events      *prometheus.CounterVec // receiver, outcome: OPS events carried by deliveries
+	DeadLetters *prometheus.CounterVec // receiver, reason
+	// DeadLetterErrors counts failed dead-letter writes (messages left unacked).
+	DeadLetterErrors *prometheus.CounterVec   // receiver
+	SendDuration     *prometheus.HistogramVec // receiver
+	Pending          prometheus.Gauge
+	Groups           prometheus.Gauge
 }
 
 // NewMetrics registers the series on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opswire_notifier_messages_total",
-			Help: "OPS messages received, by result (routed, unrouted, malformed, duplicate, max_deliver)."}, []string{"result"}),
+			Help: "OPS messages received per consumer (one per receiver), by result (routed, unrouted, malformed, duplicate, max_deliver)."}, []string{"consumer", "result"}),
 		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opswire_notifier_send_attempts_total",
 			Help: "Send attempts per receiver, by result (ok, retryable, permanent) and reason."}, []string{"receiver", "result", "reason"}),
 		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opswire_notifier_deliveries_total",
@@ -27,6 +29,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "OPS events carried by notifications per receiver, by final outcome."}, []string{"receiver", "outcome"}),
 		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opswire_notifier_dead_letters_total",
 			Help: "OPS events dead-lettered per receiver, by reason."}, []string{"receiver", "reason"}),
+		DeadLetterErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opswire_notifier_dead_letter_errors_total",
+			Help: "Dead-letter writes that failed; their OPS messages were left unacknowledged for redelivery."}, []string{"receiver"}),
 		SendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "opswire_notifier_send_duration_seconds",
 			Help: "Duration of one send attempt.", Buckets: prometheus.DefBuckets}, []string{"receiver"}),
 		Pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "opswire_notifier_pending_messages",
@@ -34,6 +38,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Groups: prometheus.NewGauge(prometheus.GaugeOpts{Name: "opswire_notifier_groups",
 			Help: "Active groups (route and kind) waiting to be flushed."}),
 	}
-	reg.MustRegister(m.Messages, m.Attempts, m.Deliveries, m.Events, m.DeadLetters, m.SendDuration, m.Pending, m.Groups)
+	reg.MustRegister(m.Messages, m.Attempts, m.Deliveries, m.Events, m.DeadLetters, m.DeadLetterErrors, m.SendDuration, m.Pending, m.Groups)
 	return m
 }

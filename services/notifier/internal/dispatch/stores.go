@@ -16,11 +16,23 @@ import (
 
 // Delivered remembers which (route, receiver, event) triples were settled
 // (delivered or dead-lettered), so a message redelivered after a crash
-// between sending and acking is not sent twice.
+// between sending and acking is not sent twice, and a dead letter replayed
+// after a fix is sent once.
 type Delivered interface {
-	Seen(ctx context.Context, key string) (bool, error)
-	Mark(ctx context.Context, keys []string) error
+	State(ctx context.Context, key string) (Record, error)
+	Mark(ctx context.Context, keys []string, r Record) error
 }
+
+// Record is what the delivered-id bucket says about one triple.
+type Record string
+
+// Records. Any record means "settled": the normal path skips it. Only
+// RecordDelivered stops a replay of the triple's dead letter.
+const (
+	RecordNone         Record = ""
+	RecordDelivered    Record = "delivered"
+	RecordDeadLettered Record = "dead"
+)
 
 // DeliveredKey is the KV key of one triple: a hash, because ids and route
 // names may hold characters KV keys do not allow.
@@ -52,21 +64,32 @@ func EnsureDeliveredBucket(ctx context.Context, js jetstream.JetStream, ttl time
 	return kv, nil
 }
 
-// Seen reports whether key was marked.
-func (d *KVDelivered) Seen(ctx context.Context, key string) (bool, error) {
-	_, err := d.KV.Get(ctx, key)
+// State returns the record of key (RecordNone if there is none). Records
+// written before records had values (a single byte) count as dead-lettered:
+// settled, and still replayable.
+func (d *KVDelivered) State(ctx context.Context, key string) (Record, error) {
+	e, err := d.KV.Get(ctx, key)
 	switch {
 	case err == nil:
-		return true, nil
+		if Record(e.Value()) == RecordDelivered {
+			return RecordDelivered, nil
+		}
+		return RecordDeadLettered, nil
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return false, nil
+		return RecordNone, nil
 	}
-	return false, err
+	return RecordNone, err
+}
+
+// Seen reports whether key has any record.
+func (d *KVDelivered) Seen(ctx context.Context, key string) (bool, error) {
+	r, err := d.State(ctx, key)
+	return r != RecordNone, err
 }
 
 // Mark records keys, several at a time so a 500-event card is recorded in
 // milliseconds (the window in which a crash could still cause a duplicate).
-func (d *KVDelivered) Mark(ctx context.Context, keys []string) error {
+func (d *KVDelivered) Mark(ctx context.Context, keys []string, r Record) error {
 	par := d.Parallel
 	if par < 1 {
 		par = 16
@@ -82,7 +105,7 @@ func (d *KVDelivered) Mark(ctx context.Context, keys []string) error {
 		wg.Add(1)
 		go func(k string) {
 			defer func() { <-sem; wg.Done() }()
-			if _, err := d.KV.Put(ctx, k, []byte{1}); err != nil {
+			if _, err := d.KV.Put(ctx, k, []byte(r)); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -137,6 +160,7 @@ type Publisher interface {
 }
 
 // publishRetry stores msg, retrying with its Nats-Msg-Id until ctx ends.
+// The caller must not treat the message as stored unless it returns nil.
 func publishRetry(ctx context.Context, js Publisher, msg *nats.Msg) error {
 	backoff := 100 * time.Millisecond
 	for {
@@ -190,4 +214,43 @@ func publishOutcome(p CorePublisher, subj string, o Outcome) error {
 		return err
 	}
 	return p.Publish(subj, b)
+}
+
+// KVRateLog keeps rate logs in the delivered-id bucket under "=rate.<budget>"
+// ("=" cannot start a receiver name, so no record collides with it).
+type KVRateLog struct {
+	KV jetstream.KeyValue
+}
+
+func rateKey(budget string) string { return "=rate." + budget }
+
+// Save stores the times (Unix nanoseconds, JSON).
+func (l *KVRateLog) Save(ctx context.Context, budget string, times []time.Time) error {
+	ns := make([]int64, len(times))
+	for i, t := range times {
+		ns[i] = t.UnixNano()
+	}
+	b, _ := json.Marshal(ns)
+	_, err := l.KV.Put(ctx, rateKey(budget), b)
+	return err
+}
+
+// Load returns the stored times of budget (none if there are none).
+func (l *KVRateLog) Load(ctx context.Context, budget string) ([]time.Time, error) {
+	e, err := l.KV.Get(ctx, rateKey(budget))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ns []int64
+	if err := json.Unmarshal(e.Value(), &ns); err != nil {
+		return nil, err
+	}
+	out := make([]time.Time, len(ns))
+	for i, n := range ns {
+		out[i] = time.Unix(0, n)
+	}
+	return out, nil
 }

@@ -71,11 +71,15 @@ func (w *worker) run(ctx context.Context) {
 	}
 }
 
-// deliver runs the one retry loop of a batch, bounded by GiveUpAfter and ctx.
-// It returns false only when ctx ended before the batch was settled.
+// deliver runs the one retry loop of a batch, bounded by GiveUpAfter
+// (counted from the batch's first attempt) and ctx. It returns false only
+// when ctx ended before the batch was settled. An attempt already under way
+// when ctx ends is not cut: it runs to its answer or its own timeout, and a
+// delivered card is then recorded and acknowledged, so a SIGTERM mid-POST
+// does not make the next replica send the card again.
 func (w *worker) deliver(ctx context.Context, b *batch) bool {
 	x, log := w.x, w.x.d.Log.With().Str("receiver", w.r.Name).Str("route", b.route).Logger()
-	start := x.now()
+	var start time.Time
 	backoff := x.s.RetryInitial
 	attempts := 0
 	var lastErr error
@@ -86,8 +90,12 @@ func (w *worker) deliver(ctx context.Context, b *batch) bool {
 		if err := w.r.Limiter.Wait(ctx); err != nil {
 			return false
 		}
+		x.saveRate(ctx, w.r)
 		attempts++
-		actx, cancel := context.WithTimeout(ctx, w.r.Timeout)
+		if attempts == 1 {
+			start = x.now()
+		}
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.r.Timeout)
 		t0 := time.Now()
 		retryable, err := w.r.Sink.Send(actx, b.n)
 		cancel()
@@ -97,18 +105,18 @@ func (w *worker) deliver(ctx context.Context, b *batch) bool {
 			w.succeeded(ctx, b, attempts)
 			return true
 		}
-		if ctx.Err() != nil {
-			return false // the attempt was cut by shutdown, not by the receiver
-		}
 		reason := notify.ReasonOf(err)
 		if !retryable {
 			x.d.Metrics.Attempts.WithLabelValues(w.r.Name, "permanent", string(reason)).Inc()
 			log.Error().Err(err).Str("reason", string(reason)).Int("events", len(b.entries)).Int("attempts", attempts).
-				Msg("receiver rejected the notification permanently; dead-lettered")
+				Msg("receiver rejected the notification permanently; dead-lettering")
 			w.failed(ctx, b, string(reason), err, attempts)
 			return true
 		}
 		x.d.Metrics.Attempts.WithLabelValues(w.r.Name, "retryable", string(reason)).Inc()
+		if ctx.Err() != nil {
+			return false // shutting down: the messages are released for another replica
+		}
 		if x.now().Sub(start) >= x.s.GiveUpAfter {
 			log.Error().Err(err).Str("reason", string(reason)).Int("events", len(b.entries)).Int("attempts", attempts).
 				Dur("after", x.now().Sub(start)).Msg("receiver kept failing; giving up and dead-lettering")
@@ -150,7 +158,7 @@ func (w *worker) succeeded(ctx context.Context, b *batch, attempts int) {
 	// Record before acking: a crash after this point redelivers messages
 	// that are then skipped for this receiver.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	if err := x.d.Delivered.Mark(mctx, keys); err != nil {
+	if err := x.d.Delivered.Mark(mctx, keys, RecordDelivered); err != nil {
 		x.d.Log.Warn().Err(err).Str("receiver", w.r.Name).Msg("cannot record delivered ids; a redelivery could repeat this card")
 	}
 	cancel()
@@ -165,13 +173,18 @@ func (w *worker) succeeded(ctx context.Context, b *batch, attempts int) {
 func (w *worker) failed(ctx context.Context, b *batch, reason string, cause error, attempts int) {
 	x := w.x
 	for _, p := range b.entries {
-		x.deadLetter(ctx, b.route, w.r.Name, p, reason, cause)
+		if err := x.deadLetter(ctx, b.route, w.r.Name, p, reason, cause); err != nil {
+			// Not stored: recording or acking now would lose the events.
+			x.deadLetterFailed(w.r.Name, len(b.entries), err)
+			x.release(b.entries)
+			return
+		}
 	}
 	keys, ids := w.keys(b)
 	// Dead-lettered counts as settled: a redelivery must not start the
 	// retries (and the error logs) over again.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	if err := x.d.Delivered.Mark(mctx, keys); err != nil {
+	if err := x.d.Delivered.Mark(mctx, keys, RecordDeadLettered); err != nil {
 		x.d.Log.Warn().Err(err).Str("receiver", w.r.Name).Msg("cannot record dead-lettered ids")
 	}
 	cancel()

@@ -12,6 +12,7 @@ package ratelimit
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"time"
 )
@@ -84,6 +85,42 @@ func (l *Limiter) reserve() time.Duration {
 		l.logs[i] = append(l.logs[i], now)
 	}
 	return 0
+}
+
+// Times returns the admitted times that still count against some window,
+// oldest first: the log of the longest window, which holds every other
+// window's entries too.
+func (l *Limiter) Times() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	longest := -1
+	for i, w := range l.windows {
+		if longest < 0 || w.Period > l.windows[longest].Period {
+			longest = i
+		}
+	}
+	if longest < 0 {
+		return nil
+	}
+	return append([]time.Time(nil), l.logs[longest]...)
+}
+
+// Seed adds times admitted elsewhere (by the replica that was active before
+// this one) to every window, so a failover does not start with a fresh
+// budget while the receiver still counts the old requests.
+func (l *Limiter) Seed(times []time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.windows {
+		merged := append(append([]time.Time(nil), l.logs[i]...), times...)
+		sort.Slice(merged, func(a, b int) bool { return merged[a].Before(merged[b]) })
+		// Seeding twice counts twice, which only waits longer (safe).
+		out := merged
+		if n := len(out) - l.windows[i].Limit; n > 0 {
+			out = out[n:]
+		}
+		l.logs[i] = out
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

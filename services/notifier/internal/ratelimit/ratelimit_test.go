@@ -80,3 +80,25 @@ func TestRegistrySharesLimitersByKey(t *testing.T) {
 		t.Fatalf("same key must share one limiter, different keys must not")
 	}
 }
+
+// TestSeedCarriesTheBudgetOver: a limiter seeded with another replica's
+// recent sends waits for them to age out of the windows.
+func TestSeedCarriesTheBudgetOver(t *testing.T) {
+	now := time.Unix(1000, 0)
+	old := New(0, Window{Limit: 5, Period: time.Second}, Window{Limit: 100, Period: time.Minute})
+	old.now = func() time.Time { return now }
+	for i := 0; i < 5; i++ {
+		if d := old.reserve(); d != 0 {
+			t.Fatalf("send %d refused", i)
+		}
+	}
+	next := New(0, Window{Limit: 5, Period: time.Second}, Window{Limit: 100, Period: time.Minute})
+	next.now = func() time.Time { return now.Add(100 * time.Millisecond) }
+	next.Seed(old.Times())
+	if d := next.reserve(); d != 900*time.Millisecond {
+		t.Fatalf("seeded limiter waits %v, want 900ms", d)
+	}
+	if got := len(next.Times()); got != 5 {
+		t.Fatalf("Times = %d entries, want 5", got)
+	}
+}

@@ -93,3 +93,17 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// ByName returns the route of that name (the default route included), or
+// nil: dead letters name the route they were sent on.
+func (t *Table) ByName(name string) *config.Route {
+	for i := range t.routes {
+		if t.routes[i].Name == name {
+			return &t.routes[i]
+		}
+	}
+	if t.fallback != nil && t.fallback.Name == name {
+		return t.fallback
+	}
+	return nil
+}

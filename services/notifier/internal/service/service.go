@@ -1,24 +1,34 @@
 // Package service wires the notifier together: it resolves receiver
 // credentials, creates the dead-letter stream, the delivered-id bucket and
-// the durable consumer, and runs the dispatcher until shutdown. The notifier
-// is not leader-elected: every replica pulls from the same durable consumer,
-// so JetStream spreads messages over replicas and redelivers a dead
-// replica's messages to the others.
+// the lease bucket, and runs the active replica's delivery until shutdown.
+//
+// One replica is active at a time (internal/lease): only it consumes,
+// groups, rate-limits and sends, so Feishu's per-bot limits hold and a burst
+// becomes the same cards with any number of replicas. The active replica
+// runs one durable consumer and one dispatcher per receiver, so a receiver
+// that is down holds only its own consumer's messages (its MaxAckPending),
+// never another receiver's.
 package service
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/opswire/opswire/services/notifier/internal/dispatch"
 	"github.com/opswire/opswire/services/notifier/internal/feishu"
+	"github.com/opswire/opswire/services/notifier/internal/lease"
 	"github.com/opswire/opswire/services/notifier/internal/notify"
 	"github.com/opswire/opswire/services/notifier/internal/ratelimit"
 	"github.com/opswire/opswire/services/notifier/internal/route"
@@ -32,6 +42,18 @@ import (
 // which jitter with the network.
 const RateMargin = 150 * time.Millisecond
 
+// ReplaySubject is the request subject of the dead-letter replay,
+// ctl.<cluster>.notifier.replay; only the active replica answers.
+func ReplaySubject(cluster string) string {
+	return "ctl." + subject.Encode(cluster) + ".notifier.replay"
+}
+
+// ReplayRequest is the body of a replay request; an empty receiver replays
+// every receiver's dead letters.
+type ReplayRequest struct {
+	Receiver string `json:"receiver"`
+}
+
 // Run is the notifier's main loop.
 func Run(ctx context.Context, rt *app.Runtime) error {
 	cfg := rt.Config
@@ -41,7 +63,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		return err
 	}
 	if len(receivers) == 0 {
-		rt.Log.Warn().Msg("no receivers configured (notifier.receivers, sendReport.apiurl, delException.apiurl); OPS messages are acknowledged and dropped")
+		rt.Log.Warn().Msg("no receivers configured (notifier.receivers, sendReport.apiurl, delException.apiurl); OPS messages are not consumed")
 	}
 	for _, r := range receivers {
 		rt.Log.Info().Str("receiver", r.Name).Msg("receiver ready")
@@ -57,54 +79,181 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, subject.OpsStream, ConsumerConfig(rt.Cluster, n))
-	if err != nil {
-		return fmt.Errorf("consumer: %w", err)
+	a := &active{rt: rt, nc: nc, js: js, kv: kv, receivers: receivers, metrics: dispatch.NewMetrics(rt.Server.Registry)}
+	activeGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "opswire_notifier_active",
+		Help: "1 while this replica is the active one (holds the lease), 0 on standby."})
+	rt.Server.Registry.MustRegister(activeGauge)
+	rt.Server.AddReadiness("consumer", a.ready)
+	c := cfg.Controller
+	if !c.LeaderElect {
+		activeGauge.Set(1)
+		return a.run(ctx)
 	}
-	metrics := dispatch.NewMetrics(rt.Server.Registry)
-	d := dispatch.New(dispatch.Settings{
-		Cluster: rt.Cluster, RetryInitial: n.RetryInitial.Duration, RetryMax: n.RetryMax.Duration,
-		GiveUpAfter: n.GiveUpAfter.Duration, AckWait: n.AckWait.Duration, MaxDeliver: n.MaxDeliver,
-	}, dispatch.Deps{
-		Routes:    route.New(cfg.NotifierRoutes(), n.DefaultReceivers, n.GroupWait, n.GroupInterval),
-		Receivers: receivers, Delivered: &dispatch.KVDelivered{KV: kv}, DeadJS: js, Core: nc,
-		Metrics: metrics, Log: rt.Log,
-	})
-	dctx, dcancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() { defer close(done); d.Run(dctx) }()
-	cc, err := cons.Consume(func(m jetstream.Msg) { d.Handle(dctx, m) },
-		jetstream.PullMaxMessages(500),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			rt.Log.Warn().Err(err).Msg("consumer")
-		}))
+	lkv, err := lease.EnsureBucket(ctx, js, c.LeaseDuration.Duration, cfg.NATS.Replicas)
 	if err != nil {
-		dcancel()
-		<-done
-		return fmt.Errorf("consume: %w", err)
+		return err
 	}
-	rt.Server.AddReadiness("consumer", func() error {
+	l := &lease.Lease{KV: lkv, Key: subject.Encode(rt.Cluster), ID: rt.Options.ID, Duration: c.LeaseDuration.Duration,
+		RenewDeadline: c.RenewDeadline.Duration, RetryPeriod: c.RetryPeriod.Duration, Log: rt.Log,
+		OnChange: func(on bool) { activeGauge.Set(map[bool]float64{true: 1}[on]) }}
+	rt.Log.Info().Str("lease", lease.Bucket+"/"+l.Key).Str("id", l.ID).Msg("notifier standing by until it holds the lease")
+	return l.Run(ctx, a.run)
+}
+
+// active is the work of the active replica.
+type active struct {
+	rt        *app.Runtime
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	kv        jetstream.KeyValue
+	receivers []dispatch.Receiver
+	metrics   *dispatch.Metrics
+
+	mu      sync.Mutex
+	running []jetstream.ConsumeContext // nil on standby
+	on      atomic.Bool
+}
+
+// ready: a standby is ready (it waits, by design); the active replica is
+// ready while every consumer runs.
+func (a *active) ready() error {
+	if !a.on.Load() {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, cc := range a.running {
 		select {
 		case <-cc.Closed():
 			return errors.New("consumer stopped")
 		default:
-			return nil
 		}
-	})
-	rt.Log.Info().Str("consumer", cons.CachedInfo().Name).Str("filter", cons.CachedInfo().Config.FilterSubject).
-		Int("receivers", len(receivers)).Msg("notifier running")
-	<-ctx.Done()
-	cc.Stop()
-	dcancel()
-	<-done
+	}
 	return nil
 }
 
-// ConsumerConfig is the durable consumer shared by all replicas of one
-// cluster's notifier. Held messages are kept alive with progress acks, so
+// run consumes and delivers until ctx ends, then stops consuming, lets the
+// requests in flight finish (bounded by their timeout), records and acks
+// what they delivered, and naks everything else it held.
+func (a *active) run(ctx context.Context) error {
+	rt, n := a.rt, a.rt.Config.Notifier
+	rateLog := &dispatch.KVRateLog{KV: a.kv}
+	seeded := map[string]bool{}
+	for _, r := range a.receivers {
+		if seeded[r.Budget] {
+			continue
+		}
+		seeded[r.Budget] = true
+		if times, err := rateLog.Load(ctx, r.Budget); err != nil {
+			rt.Log.Warn().Err(err).Str("receiver", r.Name).Msg("cannot load the rate log; starting with a fresh budget")
+		} else {
+			r.Limiter.Seed(times)
+		}
+	}
+	routes := route.New(rt.Config.NotifierRoutes(), n.DefaultReceivers, n.GroupWait, n.GroupInterval)
+	dctx, dcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer dcancel()
+	var wg sync.WaitGroup
+	dispatchers := map[string]*dispatch.Dispatcher{}
+	var ccs []jetstream.ConsumeContext
+	stop := func() {
+		for _, cc := range ccs {
+			cc.Stop()
+		}
+		dcancel()
+		wg.Wait()
+		a.mu.Lock()
+		a.running = nil
+		a.mu.Unlock()
+		a.on.Store(false)
+	}
+	for _, r := range a.receivers {
+		cons, err := EnsureConsumer(ctx, a.js, rt.Cluster, r.Name, n)
+		if err != nil {
+			stop()
+			return err
+		}
+		d := dispatch.New(dispatch.Settings{
+			Cluster: rt.Cluster, Consumer: r.Name, RetryInitial: n.RetryInitial.Duration, RetryMax: n.RetryMax.Duration,
+			GiveUpAfter: n.GiveUpAfter.Duration, AckWait: n.AckWait.Duration, MaxDeliver: n.MaxDeliver,
+		}, dispatch.Deps{
+			Routes: routes, Receivers: []dispatch.Receiver{r}, Delivered: &dispatch.KVDelivered{KV: a.kv}, DeadJS: a.js,
+			Core: a.nc, Metrics: a.metrics, Log: rt.Log, RateLog: rateLog,
+		})
+		dispatchers[r.Name] = d
+		wg.Add(1)
+		go func() { defer wg.Done(); d.Run(dctx) }()
+		name := r.Name
+		cc, err := cons.Consume(func(m jetstream.Msg) { d.Handle(dctx, m) },
+			jetstream.PullMaxMessages(min(500, max(1, n.MaxAckPending))),
+			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+				rt.Log.Warn().Err(err).Str("receiver", name).Msg("consumer")
+			}))
+		if err != nil {
+			stop()
+			return fmt.Errorf("consume for receiver %s: %w", r.Name, err)
+		}
+		ccs = append(ccs, cc)
+	}
+	a.mu.Lock()
+	a.running = ccs
+	a.mu.Unlock()
+	a.on.Store(true)
+	sub, err := a.nc.QueueSubscribe(ReplaySubject(rt.Cluster), "opswire-notifier", func(m *nats.Msg) {
+		a.replay(dctx, dispatchers, m)
+	})
+	if err != nil {
+		stop()
+		return fmt.Errorf("subscribe %s: %w", ReplaySubject(rt.Cluster), err)
+	}
+	rt.Log.Info().Int("receivers", len(a.receivers)).Str("replay", ReplaySubject(rt.Cluster)).Msg("notifier running")
+	<-ctx.Done()
+	_ = sub.Unsubscribe()
+	stop()
+	return nil
+}
+
+// replay answers one replay request (in its own goroutine: a replay waits
+// for the receivers' rate limits).
+func (a *active) replay(ctx context.Context, dispatchers map[string]*dispatch.Dispatcher, m *nats.Msg) {
+	var req ReplayRequest
+	if len(m.Data) > 0 {
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			b, _ := json.Marshal(map[string]string{"error": "request must be JSON {\"receiver\": \"<name>\"}: " + err.Error()})
+			_ = m.Respond(b)
+			return
+		}
+	}
+	go func() {
+		var out []dispatch.ReplayResult
+		dl := dispatch.StreamDeadLetters{JS: a.js}
+		for _, r := range a.receivers {
+			if req.Receiver != "" && r.Name != req.Receiver {
+				continue
+			}
+			out = append(out, dispatchers[r.Name].Replay(ctx, dl, r.Name))
+		}
+		if len(out) == 0 {
+			out = append(out, dispatch.ReplayResult{Receiver: req.Receiver, Error: "unknown receiver"})
+		}
+		b, _ := json.Marshal(out)
+		_ = m.Respond(b)
+	}()
+}
+
+// ConsumerName is the durable consumer of one receiver.
+func ConsumerName(cluster, receiver string) string {
+	return "opswire-notifier-" + subject.Encode(cluster) + "-" + receiver
+}
+
+// ConsumerConfig is the durable consumer of one receiver, used by whichever
+// replica is active. Held messages are kept alive with progress acks, so
 // AckWait only decides how soon a crashed replica's messages move on;
-// BackOff spaces redeliveries of messages that keep coming back.
-func ConsumerConfig(cluster string, n config.Notifier) jetstream.ConsumerConfig {
+// BackOff spaces redeliveries of messages that keep coming back. The
+// consumer has no MaxDeliver of its own: the dispatcher dead-letters a
+// message on its maxDeliver-th delivery and acks it only once the dead
+// letter is stored, so a message is never dropped by the server.
+func ConsumerConfig(cluster, receiver string, n config.Notifier) jetstream.ConsumerConfig {
 	ack := n.AckWait.Duration
 	var backoff []time.Duration
 	for i, d := 0, ack; i < n.MaxDeliver-1 && i < 6; i++ {
@@ -112,16 +261,46 @@ func ConsumerConfig(cluster string, n config.Notifier) jetstream.ConsumerConfig 
 		d = min(2*d, 10*ack) // documented cap: never more than 10× ackWait
 	}
 	return jetstream.ConsumerConfig{
-		Durable:       "opswire-notifier-" + subject.Encode(cluster),
-		Description:   "opswire notifier: fan-out of OPS results to receivers",
+		Durable:       ConsumerName(cluster, receiver),
+		Description:   "opswire notifier: OPS results for receiver " + receiver,
 		FilterSubject: "ops." + subject.Encode(cluster) + ".>",
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ack,
 		BackOff:       backoff,
-		MaxDeliver:    n.MaxDeliver,
+		MaxDeliver:    -1,
 		MaxAckPending: n.MaxAckPending,
 	}
+}
+
+// LegacyConsumerName is the one consumer all receivers shared before
+// per-receiver consumers.
+func LegacyConsumerName(cluster string) string { return "opswire-notifier-" + subject.Encode(cluster) }
+
+// EnsureConsumer creates or updates a receiver's consumer. A new one starts
+// where the legacy shared consumer stood, if it exists, instead of replaying
+// the OPS stream; an existing one keeps its start position.
+func EnsureConsumer(ctx context.Context, js jetstream.JetStream, cluster, receiver string, n config.Notifier) (jetstream.Consumer, error) {
+	cc := ConsumerConfig(cluster, receiver, n)
+	if c, err := js.Consumer(ctx, subject.OpsStream, cc.Durable); err == nil {
+		old := c.CachedInfo().Config
+		cc.DeliverPolicy, cc.OptStartSeq, cc.OptStartTime = old.DeliverPolicy, old.OptStartSeq, old.OptStartTime
+		c, err := js.UpdateConsumer(ctx, subject.OpsStream, cc)
+		if err != nil {
+			return nil, fmt.Errorf("consumer %s: %w", cc.Durable, err)
+		}
+		return c, nil
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("consumer %s: %w", cc.Durable, err)
+	}
+	if legacy, err := js.Consumer(ctx, subject.OpsStream, LegacyConsumerName(cluster)); err == nil {
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, legacy.CachedInfo().AckFloor.Stream+1
+	}
+	c, err := js.CreateConsumer(ctx, subject.OpsStream, cc)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", cc.Durable, err)
+	}
+	return c, nil
 }
 
 // BuildReceivers resolves every receiver's URL and secret (from the file, a
@@ -156,12 +335,13 @@ func BuildReceivers(rs []config.Receiver, n config.Notifier, client *http.Client
 			continue
 		}
 		sum := sha256.Sum256([]byte(u.Value()))
+		budget := hex.EncodeToString(sum[:20])
 		perSecond, perMinute := r.RatePerSecond, r.RatePerMinute
-		lim := limits.Get(hex.EncodeToString(sum[:]), func() *ratelimit.Limiter {
+		lim := limits.Get(budget, func() *ratelimit.Limiter {
 			return ratelimit.New(RateMargin, ratelimit.Window{Limit: perSecond, Period: time.Second},
 				ratelimit.Window{Limit: perMinute, Period: time.Minute})
 		})
-		out = append(out, dispatch.Receiver{Name: r.Name, Sink: sink, Limiter: lim, Timeout: r.Timeout.Duration})
+		out = append(out, dispatch.Receiver{Name: r.Name, Sink: sink, Limiter: lim, Budget: budget, Timeout: r.Timeout.Duration})
 	}
 	return out, errors.Join(errs...)
 }

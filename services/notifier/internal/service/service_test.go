@@ -41,23 +41,23 @@ func TestConsumerConfig(t *testing.T) {
 		wantFilter  string
 		wantBackOff []time.Duration
 	}{
-		{"defaults", "prod", 30 * sec, 20, "opswire-notifier-prod", "ops.prod.>",
+		{"defaults", "prod", 30 * sec, 20, "opswire-notifier-prod-ops", "ops.prod.>",
 			[]time.Duration{30 * sec, 60 * sec, 120 * sec, 240 * sec, 300 * sec, 300 * sec}},
-		{"dotted cluster", "prod.eu-1", 2 * sec, 4, "opswire-notifier-prod_eu-1", "ops.prod_eu-1.>",
+		{"dotted cluster", "prod.eu-1", 2 * sec, 4, "opswire-notifier-prod_eu-1-ops", "ops.prod_eu-1.>",
 			[]time.Duration{2 * sec, 4 * sec, 8 * sec}},
-		{"one delivery: no backoff", "c", 10 * sec, 1, "opswire-notifier-c", "ops.c.>", nil},
-		{"two deliveries", "c", 10 * sec, 2, "opswire-notifier-c", "ops.c.>", []time.Duration{10 * sec}},
+		{"one delivery: no backoff", "c", 10 * sec, 1, "opswire-notifier-c-ops", "ops.c.>", nil},
+		{"two deliveries", "c", 10 * sec, 2, "opswire-notifier-c-ops", "ops.c.>", []time.Duration{10 * sec}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			n := config.Default().Notifier
 			n.AckWait, n.MaxDeliver, n.MaxAckPending = config.D(tc.ackWait), tc.maxDeliver, 1234
-			cc := ConsumerConfig(tc.cluster, n)
+			cc := ConsumerConfig(tc.cluster, "ops", n)
 			if cc.Durable != tc.wantDurable || cc.FilterSubject != tc.wantFilter {
 				t.Errorf("durable %q filter %q, want %q %q", cc.Durable, cc.FilterSubject, tc.wantDurable, tc.wantFilter)
 			}
 			if cc.AckPolicy != jetstream.AckExplicitPolicy || cc.DeliverPolicy != jetstream.DeliverAllPolicy ||
-				cc.AckWait != tc.ackWait || cc.MaxDeliver != tc.maxDeliver || cc.MaxAckPending != 1234 {
+				cc.AckWait != tc.ackWait || cc.MaxDeliver != -1 || cc.MaxAckPending != 1234 {
 				t.Errorf("consumer %+v", cc)
 			}
 			if len(cc.BackOff) != len(tc.wantBackOff) {
