@@ -130,10 +130,18 @@ func (rt *Runtime) Kube() (kubernetes.Interface, *rest.Config, error) {
 // streams (with --manage-streams=false: waits until they exist).
 func (rt *Runtime) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
 	o := rt.Options
-	nc, err := natsx.Connect(natsx.Options{
+	no := natsx.Options{
 		URL: o.NATSURL, Name: rt.Spec.Binary() + "/" + o.ID, Creds: o.NATSCreds, User: o.NATSUser,
 		Password: o.NATSPassword, TLSCert: o.NATSTLSCert, TLSKey: o.NATSTLSKey, TLSCA: o.NATSTLSCA,
-	}, rt.Log)
+	}
+	if rt.Spec.Actor {
+		// No buffering while disconnected: an actor's audit publisher retries
+		// every message itself, and a copy buffered during an outage would be
+		// sent unseen at reconnect, then stored a second time if the next
+		// attempt came after the stream's duplicate window.
+		no.ReconnectBufSize = -1
+	}
+	nc, err := natsx.Connect(no, rt.Log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -170,14 +178,39 @@ func (rt *Runtime) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, e
 	return nc, js, nil
 }
 
-// Elector builds the leader election of an actor: Lease
+// DryRunLeaseSuffix ends the Lease name of an actor in dry-run.
+const DryRunLeaseSuffix = "-dryrun"
+
+// Elector builds the leader election of a service: Lease
 // <controller.leaseLockName>-<service> in controller.leaseLockNamespace,
 // exported as the opswire_leader gauge.
 func (rt *Runtime) Elector(client kubernetes.Interface) *leader.Elector {
+	return rt.elector(client, rt.LeaseName(false))
+}
+
+// ActorElector is the election of an actor that writes to the cluster. In
+// dry-run it competes for its own Lease, <lease>-dryrun: a dry-run replica
+// (started by --dry-run or the section's dryRun) can never take the
+// production Lease and silently stop the real actor, and dry-run replicas
+// still elect one of themselves, so they publish one stream of decisions.
+func (rt *Runtime) ActorElector(client kubernetes.Interface, dryRun bool) *leader.Elector {
+	return rt.elector(client, rt.LeaseName(dryRun))
+}
+
+// LeaseName is the name of the service's Lease, with DryRunLeaseSuffix in dry-run.
+func (rt *Runtime) LeaseName(dryRun bool) string {
+	name := rt.Config.Controller.LeaseLockName + "-" + rt.Spec.Service
+	if dryRun {
+		name += DryRunLeaseSuffix
+	}
+	return name
+}
+
+func (rt *Runtime) elector(client kubernetes.Interface, lease string) *leader.Elector {
 	c := rt.Config.Controller
 	e := leader.New(client, leader.Config{
 		Enabled:       c.LeaderElect,
-		Name:          c.LeaseLockName + "-" + rt.Spec.Service,
+		Name:          lease,
 		Namespace:     c.LeaseLockNamespace,
 		Identity:      rt.Options.ID,
 		LeaseDuration: c.LeaseDuration.Duration,

@@ -130,3 +130,25 @@ func TestCheckConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestDryRunLease: a dry-run actor competes for its own Lease, never the
+// production one.
+func TestDryRunLease(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yml")
+	os.WriteFile(cfg, []byte("controller:\n  leaseLockName: ops\n"), 0o600)
+	var real, dry string
+	var stderr bytes.Buffer
+	code := Run(Spec{Service: "cordon", Actor: true}, []string{"--config", cfg, "--listen", "127.0.0.1:0"},
+		func(string) string { return "" }, &stderr, &stderr,
+		func(_ context.Context, rt *Runtime) error {
+			real, dry = rt.LeaseName(false), rt.LeaseName(true)
+			return nil
+		})
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if real != "ops-cordon" || dry != "ops-cordon-dryrun" {
+		t.Fatalf("leases %q and %q, want ops-cordon and ops-cordon-dryrun", real, dry)
+	}
+}

@@ -29,7 +29,7 @@ func PublishEvent(ctx context.Context, js Publisher, subj string, ev envelope.Ev
 		if err == nil {
 			return ack, nil
 		}
-		if permanent(err) {
+		if Permanent(err) {
 			return nil, fmt.Errorf("publish %s: %w", subj, err)
 		}
 		select {
@@ -43,8 +43,8 @@ func PublishEvent(ctx context.Context, js Publisher, subj string, ev envelope.Ev
 	}
 }
 
-// permanent reports errors that no retry can fix.
-func permanent(err error) bool {
+// Permanent reports publish errors that no retry can fix.
+func Permanent(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		// 10166: per-message TTL disabled; 10054: message size exceeds maximum;

@@ -1,0 +1,47 @@
+package actuate
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics of the shared write path. Each process runs one actor, so the
+// names carry no service label; Prometheus' job label tells them apart.
+type Metrics struct {
+	// AuditBacklog is the number of OPS messages waiting to be stored
+	// (including the one being published).
+	AuditBacklog prometheus.Gauge
+	// AuditStored counts publish acknowledgements: each audit message once,
+	// and a message published twice twice (the stream would hide it).
+	AuditStored prometheus.Counter
+	// AuditRetries counts failed publish attempts (each is retried).
+	AuditRetries prometheus.Counter
+	// AuditDropped counts messages given up: a permanent publish error, or
+	// still queued when the process stopped.
+	AuditDropped prometheus.Counter
+	// WindowSeeded is the number of actions the rate window found in OPS at
+	// the start of this leadership term.
+	WindowSeeded prometheus.Gauge
+}
+
+// NewMetrics registers the metrics on reg (nil: unregistered, for tests).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		AuditBacklog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "opswire_audit_backlog", Help: "OPS audit messages waiting to be stored (kept and retried until stored).",
+		}),
+		AuditStored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_audit_stored_total", Help: "OPS audit messages acknowledged by the stream (each publish counted).",
+		}),
+		AuditRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_audit_retries_total", Help: "Failed OPS publish attempts (retried with the same Nats-Msg-Id).",
+		}),
+		AuditDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_audit_dropped_total", Help: "OPS audit messages given up (permanent error, or unsent at shutdown).",
+		}),
+		WindowSeeded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "opswire_rate_window_seeded_actions", Help: "Actions of the current rate window found in OPS when this leader started.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.AuditBacklog, m.AuditStored, m.AuditRetries, m.AuditDropped, m.WindowSeeded)
+	}
+	return m
+}

@@ -1,0 +1,193 @@
+package actuate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// Window caps actions at Max in any sliding window of length Per.
+//
+// A token bucket (x/time/rate) does not fit the contract "at most N per
+// window": with burst N it lets N through at once and refills during the same
+// window, so up to 2N pass in the first one. The window keeps the times of the
+// last Max actions instead: exact, O(Max) memory.
+//
+// A new leader seeds it from the OPS stream (Seed), which records what the
+// previous leaders did: a failover or a crash loop cannot multiply the limit.
+type Window struct {
+	Max int
+	Per time.Duration
+
+	mu    sync.Mutex
+	times []time.Time // sorted, oldest first
+}
+
+// NewWindow builds a window of max actions per per.
+func NewWindow(max int, per time.Duration) *Window {
+	return &Window{Max: max, Per: per, times: make([]time.Time, 0, max)}
+}
+
+// Reserve takes a slot at now. It returns 0 when a slot was taken, or how
+// long to wait until one frees up (nothing is taken then).
+func (w *Window) Reserve(now time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.expire(now)
+	if len(w.times) >= w.Max {
+		return w.times[len(w.times)-w.Max].Add(w.Per).Sub(now)
+	}
+	w.insert(now)
+	return 0
+}
+
+// Release gives back a slot taken at t when no action happened (the object
+// was gone, no longer qualified, or the write failed).
+func (w *Window) Release(t time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := len(w.times) - 1; i >= 0; i-- {
+		if w.times[i].Equal(t) {
+			w.times = slices.Delete(w.times, i, i+1)
+			return
+		}
+	}
+}
+
+// Seed adds actions done at the given times (by an earlier leader).
+func (w *Window) Seed(times []time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, t := range times {
+		w.insert(t)
+	}
+}
+
+// Len is the number of actions in the window ending at now.
+func (w *Window) Len(now time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.expire(now)
+	return len(w.times)
+}
+
+func (w *Window) expire(now time.Time) {
+	cut := 0
+	for cut < len(w.times) && !w.times[cut].After(now.Add(-w.Per)) {
+		cut++
+	}
+	w.times = slices.Delete(w.times, 0, cut)
+}
+
+func (w *Window) insert(t time.Time) {
+	i, _ := slices.BinarySearchFunc(w.times, t, func(a, b time.Time) int { return a.Compare(b) })
+	w.times = slices.Insert(w.times, i, t)
+}
+
+// RecentActions reads from the OPS stream the store times of the messages on
+// the given subject filters since the given time: the actions an actor's
+// earlier leaders did in the current window. Filters name only real actions
+// (e.g. ops.<cluster>.cordon.cordoned.>), never skipped, dryrun or failed.
+func RecentActions(ctx context.Context, js jetstream.JetStream, filters []string, since time.Time) ([]time.Time, error) {
+	var times []time.Time
+	// One consumer per filter: with several FilterSubjects and a start time,
+	// nats-server 2.15 starts one message late (seen in TestSeedFromOPS).
+	for _, f := range filters {
+		ts, err := recent(ctx, js, f, since)
+		if err != nil {
+			return nil, fmt.Errorf("read recent actions on %s from %s: %w", f, subject.OpsStream, err)
+		}
+		times = append(times, ts...)
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	return times, nil
+}
+
+// recent reads one filter with an ephemeral consumer (deliver by start time,
+// no acks) and stops after the messages pending when it was created.
+func recent(ctx context.Context, js jetstream.JetStream, filter string, since time.Time) ([]time.Time, error) {
+	cons, err := js.CreateConsumer(ctx, subject.OpsStream, jetstream.ConsumerConfig{
+		FilterSubject:     filter,
+		DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
+		OptStartTime:      &since,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		InactiveThreshold: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = js.DeleteConsumer(dctx, subject.OpsStream, cons.CachedInfo().Name)
+	}()
+	pending := int(cons.CachedInfo().NumPending)
+	times := make([]time.Time, 0, pending)
+	for len(times) < pending {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		batch, err := cons.Fetch(min(pending-len(times), 256), jetstream.FetchContext(fctx))
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			md, err := msg.Metadata()
+			if err != nil {
+				cancel()
+				return nil, err
+			}
+			times = append(times, md.Timestamp)
+		}
+		cancel()
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, err
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%d of %d pending messages delivered", len(times), pending)
+		}
+	}
+	return times, nil
+}
+
+// SeedFromOPS seeds w with the actions stored on filters during the last
+// w.Per, retrying until it succeeds or ctx ends. A leader calls it before its
+// first action: acting unseeded could exceed the limit, so it waits instead.
+func SeedFromOPS(ctx context.Context, js jetstream.JetStream, w *Window, filters []string, m *Metrics, log zerolog.Logger, now func() time.Time) error {
+	if now == nil {
+		now = time.Now
+	}
+	backoff := 200 * time.Millisecond
+	for {
+		start := now()
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		times, err := RecentActions(rctx, js, filters, start.Add(-w.Per))
+		cancel()
+		if err == nil {
+			w.Seed(times)
+			if m != nil {
+				m.WindowSeeded.Set(float64(len(times)))
+			}
+			log.Info().Int("actions", len(times)).Int("max", w.Max).Dur("window", w.Per).Strs("subjects", filters).
+				Msg("rate window seeded from OPS: earlier leaders' actions count")
+			return nil
+		}
+		log.Warn().Err(err).Msg("cannot read the rate window from OPS; not acting until it is known")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
