@@ -2,12 +2,12 @@ package actor
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/subject"
 )
@@ -95,7 +95,7 @@ func (r *reporter) fitBudget(ctx context.Context, rep *events.RestartReport, dat
 	rep.Rows = []events.RestartRow{}
 	a.log.Warn().Int64("used", used).Int64("budget", limit).Int("truncated", rep.Truncated).
 		Msg("report budget in OPS used up: the scheduled report carries its summary only")
-	summary, err := json.Marshal(rep)
+	summary, err := envelope.Marshal(rep)
 	if err != nil {
 		return nil, fmt.Errorf("encode report: %w", err)
 	}
