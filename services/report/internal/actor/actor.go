@@ -77,8 +77,10 @@ type Actor struct {
 	// is loaded and requests are answered; Ready reports the gap.
 	leading, serving atomic.Bool
 
-	// runMu serialises report runs (schedule and requests) and guards baseline.
-	runMu    sync.Mutex
+	// run is a one-slot semaphore that serialises report runs (schedule and
+	// requests) and guards baseline; unlike a mutex, waiting for it ends
+	// with the waiter's context (lockRun).
+	run      chan struct{}
 	baseline *restarts.Baseline
 }
 
@@ -107,9 +109,21 @@ func New(d Deps) (*Actor, error) {
 		cfg: d.Config, cluster: d.Cluster, js: d.JS, nc: d.NC, maxPayload: maxPayload,
 		log: d.Log, reg: d.Registry, now: d.Now, sched: sched,
 		opts: restarts.OptionsFrom(sr), thresholds: images.ThresholdsFrom(d.Config.ImageAlert),
-		m: newMetrics(d.Registry),
+		m: newMetrics(d.Registry), run: make(chan struct{}, 1),
 	}, nil
 }
+
+// lockRun takes the run slot, or gives up when ctx ends.
+func (a *Actor) lockRun(ctx context.Context) error {
+	select {
+	case a.run <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (a *Actor) unlockRun() { <-a.run }
 
 // Ready is the readiness check: a leader is ready once it holds the cluster
 // state and answers requests; a standby is always ready (it has nothing to
@@ -178,9 +192,11 @@ func (a *Actor) Lead(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("load restart baseline: %w", err)
 		}
-		a.runMu.Lock()
+		if err := a.lockRun(ctx); err != nil {
+			return nil // shutting down
+		}
 		a.baseline = b
-		a.runMu.Unlock()
+		a.unlockRun()
 	}
 	if alertsOn {
 		mem, err := st.LoadImageMemory(ctx)

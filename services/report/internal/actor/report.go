@@ -40,6 +40,9 @@ func requestID(at time.Time) string {
 	return "report/restarts/run/" + at.UTC().Format("20060102T150405.000Z") + "-" + nuid.Next()
 }
 
+// requestWait bounds how long an on-demand report waits for a running one.
+const requestWait = 10 * time.Second
+
 // catchUpTimeout bounds the wait for the mirror to apply what KUBE holds.
 const catchUpTimeout = 5 * time.Second
 
@@ -49,7 +52,7 @@ type reporter struct {
 	mirror *kubestate.Mirror
 	st     *store.Store
 	// sizes of the reports stored in OPS, oldest first (the budget ledger);
-	// guarded by Actor.runMu.
+	// guarded by the Actor's run slot.
 	sizes []int
 }
 
@@ -65,8 +68,18 @@ type result struct {
 // report counts from.
 func (r *reporter) run(ctx context.Context, tick time.Time, onDemand bool) (result, error) {
 	a := r.a
-	a.runMu.Lock()
-	defer a.runMu.Unlock()
+	wait := ctx
+	if onDemand {
+		// A scheduled report retrying through an outage holds the slot for
+		// up to catchUp: a request waits a little, then answers.
+		var cancel context.CancelFunc
+		wait, cancel = context.WithTimeout(ctx, requestWait)
+		defer cancel()
+	}
+	if err := a.lockRun(wait); err != nil {
+		return result{}, fmt.Errorf("another report is being stored (a scheduled one may be retrying until NATS accepts it): %w", err)
+	}
+	defer a.unlockRun()
 	trigger, id := triggerSchedule, ScheduledID(tick)
 	if onDemand {
 		trigger, id = triggerRequest, requestID(tick)

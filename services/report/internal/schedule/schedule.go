@@ -57,6 +57,9 @@ func Parse(spec string, loc *time.Location) (*Schedule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schedule %q: %w", spec, err)
 	}
+	if _, ok := sched.(cron.ConstantDelaySchedule); ok {
+		loc = time.UTC // @every ticks on a UTC grid whatever the zone
+	}
 	if s, ok := sched.(*cron.SpecSchedule); ok {
 		if hasTZPrefix(spec) {
 			loc = s.Location

@@ -219,4 +219,7 @@ func TestLocationFollowsCRONTZ(t *testing.T) {
 	if s, _ := Parse("0 0 10 * * *", mustLoc(t, "Europe/Berlin")); s.Location().String() != "Europe/Berlin" {
 		t.Fatalf("Location() = %s, want Europe/Berlin", s.Location())
 	}
+	if s, _ := Parse("@every 1h", mustLoc(t, "Europe/Berlin")); s.Location() != time.UTC {
+		t.Fatalf("@every: Location() = %s, want UTC (its grid)", s.Location())
+	}
 }
