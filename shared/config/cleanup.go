@@ -32,10 +32,22 @@ type DelException struct {
 	// RemoveFinalizers lets force deletion clear finalizers (otherwise such
 	// pods are only reported).
 	RemoveFinalizers bool `json:"removeFinalizers"`
-	// AllowStatefulSetOnReadyNode lets force deletion act on StatefulSet pods
-	// whose node is still Ready (two copies of one identity may then run).
-	AllowStatefulSetOnReadyNode bool       `json:"allowStatefulSetOnReadyNode"`
-	Namespaces                  Namespaces `json:"namespaces"`
+	// AllowStatefulSetOnReadyNode lets force deletion act on pods with
+	// identity or storage (StatefulSet pods, pods mounting a
+	// PersistentVolumeClaim) whose node is still Ready (two copies of one
+	// identity may then run).
+	AllowStatefulSetOnReadyNode bool `json:"allowStatefulSetOnReadyNode"`
+	// StatefulNotReadyTimeout lets force deletion act on pods with identity
+	// or storage whose node has been not Ready for at least this long. Zero
+	// (the default) never does: only a deleted node or the taint
+	// node.kubernetes.io/out-of-service releases them, because in a network
+	// partition the kubelet may still run the pod.
+	StatefulNotReadyTimeout Duration `json:"statefulNotReadyTimeout"`
+	// BrakeNotReadyShare pauses every force deletion while more than this
+	// share of the nodes is not Ready (a mass failure or a partition of the
+	// control plane, not dead nodes). 1 disables the brake.
+	BrakeNotReadyShare float64    `json:"brakeNotReadyShare"`
+	Namespaces         Namespaces `json:"namespaces"`
 	// OptOutLabel: pods carrying this label key (any value) are never
 	// touched. Empty disables the opt-out. The watcher carries only labels
 	// under opswire.io/ into KUBE; the live re-check before every write reads
@@ -56,21 +68,23 @@ func (d *DelException) setDefaults() {
 	d.OptOutLabel = "opswire.io/ignore"
 	d.MaxDeletionsPerMinute = 60
 	d.RateWindow = D(time.Minute)
+	d.BrakeNotReadyShare = 1.0 / 3
 }
 
 func (d *DelException) validate(p string, errs *Errors) {
 	if d.Interval.Duration <= 0 {
 		errs.add(join(p, "interval"), "must be positive")
 	}
+	// Reasons match case-insensitively, so "evicted" repeats "Evicted".
 	seen := map[string]bool{}
 	for i, r := range d.Reasons {
 		switch {
 		case r == "":
 			errs.add(join(p, "reasons")+"["+itoa(i)+"]", "must not be empty")
-		case seen[r]:
+		case seen[strings.ToLower(r)]:
 			errs.add(join(p, "reasons")+"["+itoa(i)+"]", "duplicate reason %q", r)
 		}
-		seen[r] = true
+		seen[strings.ToLower(r)] = true
 	}
 	if d.OptOutLabel != "" {
 		if msgs := validation.IsQualifiedName(d.OptOutLabel); len(msgs) > 0 {
@@ -82,6 +96,12 @@ func (d *DelException) validate(p string, errs *Errors) {
 	}
 	if d.TerminatingTimeout.Duration < 0 {
 		errs.add(join(p, "terminatingTimeout"), "must not be negative")
+	}
+	if d.StatefulNotReadyTimeout.Duration < 0 {
+		errs.add(join(p, "statefulNotReadyTimeout"), "must not be negative")
+	}
+	if d.BrakeNotReadyShare <= 0 || d.BrakeNotReadyShare > 1 {
+		errs.add(join(p, "brakeNotReadyShare"), "must be more than 0 and at most 1 (1 disables the brake)")
 	}
 	if d.MaxDeletionsPerMinute < 1 {
 		errs.add(join(p, "maxDeletionsPerMinute"), "must be at least 1")

@@ -23,6 +23,8 @@ func TestDelExceptionDefaults(t *testing.T) {
 		{"terminatingTimeout", d.TerminatingTimeout.Duration, 5 * time.Minute},
 		{"removeFinalizers", d.RemoveFinalizers, false},
 		{"allowStatefulSetOnReadyNode", d.AllowStatefulSetOnReadyNode, false},
+		{"statefulNotReadyTimeout", d.StatefulNotReadyTimeout.Duration, time.Duration(0)},
+		{"brakeNotReadyShare", d.BrakeNotReadyShare, 1.0 / 3},
 		{"optOutLabel", d.OptOutLabel, "opswire.io/ignore"},
 		{"maxDeletionsPerMinute", d.MaxDeletionsPerMinute, 60},
 		{"rateWindow", d.RateWindow.Duration, time.Minute},
@@ -44,6 +46,8 @@ delException:
   terminatingTimeout: 90s
   removeFinalizers: true
   allowStatefulSetOnReadyNode: true
+  statefulNotReadyTimeout: 10m
+  brakeNotReadyShare: 0.5
   namespaces: {include: [apps], exclude: [kube-system]}
   optOutLabel: example.com/keep
   maxDeletionsPerMinute: 20
@@ -65,6 +69,9 @@ delException:
 	if !d.RemoveFinalizers || !d.AllowStatefulSetOnReadyNode || !d.DryRun || d.MaxDeletionsPerMinute != 20 {
 		t.Errorf("flags = %+v", d)
 	}
+	if d.StatefulNotReadyTimeout.Duration != 10*time.Minute || d.BrakeNotReadyShare != 0.5 {
+		t.Errorf("partition settings = %v %v", d.StatefulNotReadyTimeout, d.BrakeNotReadyShare)
+	}
 	if d.OptOutLabel != "example.com/keep" || !d.Namespaces.Allows("apps") || d.Namespaces.Allows("kube-system") {
 		t.Errorf("filters = %q %+v", d.OptOutLabel, d.Namespaces)
 	}
@@ -77,6 +84,10 @@ func TestDelExceptionInvalid(t *testing.T) {
 		{"zero interval", "delException: {interval: 0s}", "delException.interval"},
 		{"empty reason", "delException: {reasons: [Evicted, '']}", "delException.reasons[1]"},
 		{"duplicate reason", "delException: {reasons: [Evicted, Evicted]}", "delException.reasons[1]"},
+		{"duplicate reason in another case", "delException: {reasons: [Evicted, evicted]}", "delException.reasons[1]"},
+		{"negative statefulNotReadyTimeout", "delException: {statefulNotReadyTimeout: -1s}", "delException.statefulNotReadyTimeout"},
+		{"zero brake share", "delException: {brakeNotReadyShare: 0}", "delException.brakeNotReadyShare"},
+		{"brake share above 1", "delException: {brakeNotReadyShare: 1.5}", "delException.brakeNotReadyShare"},
 		{"negative minAge", "delException: {minAge: -1s}", "delException.minAge"},
 		{"negative timeout", "delException: {terminatingTimeout: -1s}", "delException.terminatingTimeout"},
 		{"no deletions allowed", "delException: {maxDeletionsPerMinute: 0}", "delException.maxDeletionsPerMinute"},

@@ -49,7 +49,7 @@ type CordonDecision struct {
 
 // CleanupDecision is published on ops.<cluster>.cleanup.<verb>.<ns>.<pod>.
 type CleanupDecision struct {
-	Verb       string    `json:"verb"`             // deleted, forcedeleted, skipped, dryrun, failed
+	Verb       string    `json:"verb"`             // deleted, forcedeleted, deletionrequested, skipped, dryrun, failed
 	Action     string    `json:"action,omitempty"` // delete or forcedelete, what was wanted
 	Namespace  string    `json:"namespace"`
 	Pod        string    `json:"pod"`

@@ -16,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/test/harness"
@@ -248,5 +249,32 @@ func allowPodDeletes(t *testing.T, cp *harness.ControlPlane) {
 	}
 	harness.Eventually(t, 20*time.Second, "admission policy lifted", func() bool {
 		return cp.Client.CoreV1().Pods("default").Delete(ctx, "deny-probe", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}) == nil
+	})
+}
+
+// taintNode adds a taint to a node (a person or a fencing controller would).
+func taintNode(t *testing.T, cp *harness.ControlPlane, name string, taint corev1.Taint) {
+	t.Helper()
+	ctx := context.Background()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := cp.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = append(n.Spec.Taints, taint)
+		_, err = cp.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("taint node %s: %v", name, err)
+	}
+}
+
+// setNodeReady sets a node's Ready condition (as the node lifecycle
+// controller would when a kubelet stops or resumes reporting).
+func setNodeReady(t *testing.T, cp *harness.ControlPlane, name string, status corev1.ConditionStatus) {
+	t.Helper()
+	harness.SetNodeStatus(t, cp.Client, name, func(s *corev1.NodeStatus) {
+		s.Conditions[0].Status, s.Conditions[0].LastTransitionTime = status, metav1.Now()
 	})
 }

@@ -24,6 +24,10 @@ func TestCleanup(t *testing.T) {
 	n := harness.StartNATS(t)
 	worker := harness.CreateNode(t, cp.Client, harness.Node("worker-1", nil))
 	stsNode := harness.CreateNode(t, cp.Client, harness.Node("worker-sts", nil))
+	// Two more Ready nodes: with worker-sts not Ready, 1 of 4 stays under the
+	// mass-failure brake's third.
+	harness.CreateNode(t, cp.Client, harness.Node("worker-2", nil))
+	harness.CreateNode(t, cp.Client, harness.Node("worker-3", nil))
 	harness.CreateNamespace(t, cp.Client, "apps")
 	harness.CreateNamespace(t, cp.Client, "protected")
 
@@ -99,12 +103,12 @@ func TestCleanup(t *testing.T) {
 		harness.Never(t, 2*time.Second, "pod with finalizers deleted", func() bool { return !podExists(t, cp, "apps", "final-1") })
 	})
 
-	t.Run("statefulset pod is held while its node is Ready", func(t *testing.T) {
+	t.Run("statefulset pod is held while its node is Ready or Unknown, released by out-of-service", func(t *testing.T) {
 		p := harness.Pod("apps", "db-0", stsNode.Name)
 		yes := true
 		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: types.UID("sts-db"), Controller: &yes}}
-		harness.CreatePod(t, cp.Client, p)
-		deleteGracefully(t, cp, "apps", "db-0")
+		created := harness.CreatePod(t, cp.Client, p)
+		deadline := deleteGracefully(t, cp, "apps", "db-0").Add(4 * time.Second)
 		d := decision(t, ops.WaitFor(t, 10*time.Second, "statefulset skip", opsFor("skipped", "apps", "db-0")))
 		if d.Reason != "StatefulSetOnReadyNode" || d.Owner == nil || d.Owner.Kind != "StatefulSet" {
 			t.Fatalf("decision %+v", d)
@@ -112,13 +116,31 @@ func TestCleanup(t *testing.T) {
 		if !podExists(t, cp, "apps", "db-0") {
 			t.Fatal("statefulset pod deleted on a Ready node")
 		}
+		// A partition looks like this from the control plane: Ready Unknown.
 		harness.SetNodeStatus(t, cp.Client, stsNode.Name, func(s *corev1.NodeStatus) {
 			s.Conditions[0].Status, s.Conditions[0].Reason = corev1.ConditionUnknown, "NodeStatusUnknown"
 		})
-		harness.Eventually(t, 5*time.Second, "statefulset pod force-deleted once its node is not Ready", func() bool {
+		held := func(m harness.Msg) bool {
+			return opsFor("skipped", "apps", "db-0")(m) && decision(t, m).Reason == "NodeNotConfirmedDown"
+		}
+		ops.WaitFor(t, 10*time.Second, "partition skip", held)
+		harness.Never(t, time.Until(deadline.Add(15*time.Second)), "statefulset pod on an Unknown node force-deleted (15 s after its deadline)",
+			func() bool { return !podExists(t, cp, "apps", "db-0") })
+		taintNode(t, cp, stsNode.Name, corev1.Taint{Key: events.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+		harness.Eventually(t, 5*time.Second, "statefulset pod force-deleted once its node is out of service", func() bool {
 			return !podExists(t, cp, "apps", "db-0")
 		})
-		ops.WaitFor(t, 5*time.Second, "forcedeleted decision", opsFor("forcedeleted", "apps", "db-0"))
+		if d := decision(t, ops.WaitFor(t, 5*time.Second, "forcedeleted decision", opsFor("forcedeleted", "apps", "db-0"))); d.Reason != "StuckTerminating" {
+			t.Fatalf("decision %+v", d)
+		}
+		harness.Eventually(t, 5*time.Second, "CleanupForceDeleted Event", func() bool {
+			for _, r := range cleanupEvents(t, cp, "apps", string(created.UID)) {
+				if r == "CleanupForceDeleted" {
+					return true
+				}
+			}
+			return false
+		})
 	})
 
 	t.Run("malformed KUBE message is skipped and counted", func(t *testing.T) {
@@ -191,7 +213,7 @@ func TestCleanup(t *testing.T) {
 			"ops.e2e.cleanup.skipped.apps.evicted-optout": 1,
 			"ops.e2e.cleanup.forcedeleted.apps.stuck-1":   1,
 			"ops.e2e.cleanup.skipped.apps.final-1":        1,
-			"ops.e2e.cleanup.skipped.apps.db-0":           1,
+			"ops.e2e.cleanup.skipped.apps.db-0":           2, // StatefulSetOnReadyNode, NodeNotConfirmedDown
 			"ops.e2e.cleanup.forcedeleted.apps.db-0":      1,
 			"ops.e2e.cleanup.deleted.apps.marker-2":       1,
 			"ops.e2e.cleanup.failed.apps.refused-1":       1,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/kube"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
 )
@@ -24,9 +25,12 @@ import (
 const (
 	VerbDeleted      = "deleted"
 	VerbForceDeleted = "forcedeleted"
-	VerbSkipped      = "skipped"
-	VerbDryRun       = "dryrun"
-	VerbFailed       = "failed"
+	// VerbDeletionRequested: the delete was accepted but finalizers keep the
+	// pod (Terminating) until their controllers remove them.
+	VerbDeletionRequested = "deletionrequested"
+	VerbSkipped           = "skipped"
+	VerbDryRun            = "dryrun"
+	VerbFailed            = "failed"
 )
 
 // Service is the service name in ce-source and subjects.
@@ -93,18 +97,20 @@ func (a *Actuator) Forget(uid string) {
 	a.mu.Unlock()
 }
 
-// Handle carries out a Skip, Delete or ForceDelete decision on a mirrored pod.
-func (a *Actuator) Handle(ctx context.Context, pod *events.PodState, d Decision) (Outcome, error) {
+// Handle carries out a Skip, Delete or ForceDelete decision on a mirrored
+// pod, made on the facts f; the live re-check decides again on the live pod
+// and node, with f's node count.
+func (a *Actuator) Handle(ctx context.Context, pod *events.PodState, d Decision, f Facts) (Outcome, error) {
 	switch d.Action {
 	case Skip:
 		return Outcome{}, a.reportOnce(ctx, pod, d, VerbSkipped, "")
 	case Delete, ForceDelete:
-		return a.delete(ctx, pod, d)
+		return a.delete(ctx, pod, d, f)
 	}
 	return Outcome{}, nil
 }
 
-func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision) (Outcome, error) {
+func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision, f Facts) (Outcome, error) {
 	if a.cfg.DryRun && a.wasReported(pod.UID, VerbDryRun, d.Reason) {
 		return Outcome{}, nil
 	}
@@ -127,7 +133,8 @@ func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision)
 		return Outcome{}, nil
 	}
 	state := liveState(live, pod.Owner)
-	ld := a.cfg.Policy.Decide(state, node, now)
+	// The clock is read again: after the GET it is the API server's time.
+	ld := a.cfg.Policy.Decide(state, Facts{Node: node, Now: a.cfg.Now(), Nodes: f.Nodes})
 	if ld.Action != d.Action {
 		release()
 		a.metrics.Rechecks.WithLabelValues("changed").Inc()
@@ -149,8 +156,10 @@ func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision)
 	return a.write(ctx, live, state, ld, release)
 }
 
-// reread GETs the pod (and, for the StatefulSet rule, its node). It returns a
-// nil pod when the pod is gone or was recreated under the same name.
+// reread GETs the pod (and, for the partition rule, its node: only for a
+// Terminating pod with identity or storage). It returns a nil pod when the
+// pod is gone or was recreated under the same name, and a nil node when the
+// node does not exist or is not needed.
 func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Pod, *events.NodeState, error) {
 	live, err := a.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -168,7 +177,8 @@ func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Po
 		return nil, nil, nil
 	}
 	ref := metav1.GetControllerOf(live)
-	if live.DeletionTimestamp == nil || live.Spec.NodeName == "" || ref == nil || ref.Kind != "StatefulSet" {
+	sts := ref != nil && ref.Kind == "StatefulSet"
+	if live.DeletionTimestamp == nil || live.Spec.NodeName == "" || !sts && !kube.PodMountsPVC(live) {
 		return live, nil, nil
 	}
 	n, err := a.client.CoreV1().Nodes().Get(ctx, live.Spec.NodeName, metav1.GetOptions{})
@@ -179,37 +189,66 @@ func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Po
 		a.metrics.APIErrors.WithLabelValues("get_node").Inc()
 		return nil, nil, fmt.Errorf("re-read node %s: %w", live.Spec.NodeName, err)
 	}
-	return live, &events.NodeState{Name: n.Name, UID: string(n.UID), Ready: nodeReady(n)}, nil
+	return live, liveNode(n), nil
 }
 
 // write performs the deletion the live pod qualifies for.
 func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.PodState, d Decision, release func()) (Outcome, error) {
 	pods := a.client.CoreV1().Pods(live.Namespace)
 	uid, rv := live.UID, live.ResourceVersion
+	verb := VerbDeleted
+	switch {
+	case d.Action == ForceDelete:
+		verb = VerbForceDeleted
+	case d.Remains:
+		verb = VerbDeletionRequested
+	}
+	done := func(how string) (Outcome, error) {
+		a.log.Info().Str("pod", live.Namespace+"/"+live.Name).Str("uid", string(uid)).Str("verb", verb).
+			Str("reason", d.Reason).Str("how", how).Msg(d.Message)
+		return Outcome{}, a.report(ctx, state, d, verb, "")
+	}
+	clearedFinalizers := false
 	if d.RemoveFinalizers {
 		// resourceVersion in the patch makes it conditional: a pod changed
 		// since the re-read fails with a conflict instead of being edited blind.
 		patch := fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"finalizers":null}}`, uid, rv)
 		patched, err := pods.Patch(ctx, live.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-		if done, out, err := a.writeFailed(ctx, state, d, "remove finalizers", err, release); done {
+		if failed, out, err := a.writeFailed(ctx, state, d, "remove finalizers", err, release); failed {
 			return out, err
 		}
-		rv = patched.ResourceVersion
+		if deletedByUpdate(live) {
+			// The pod was already being deleted with grace 0 (or none): the
+			// API server removed it during this update, as soon as its last
+			// finalizer went. That removal is this actor's: audited, counted
+			// against the cap, and no DELETE follows (it would find nothing).
+			return done("finalizers cleared; the API server removed the pod")
+		}
+		rv, clearedFinalizers = patched.ResourceVersion, true
 	}
 	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}}
-	verb := VerbDeleted
 	if d.Action == ForceDelete {
 		zero := int64(0)
 		opts.GracePeriodSeconds = &zero
-		verb = VerbForceDeleted
 	}
 	err := pods.Delete(ctx, live.Name, opts)
-	if done, out, err := a.writeFailed(ctx, state, d, "delete", err, release); done {
+	if clearedFinalizers && apierrors.IsNotFound(err) {
+		// Gone between our patch and the DELETE: the patch let a pending
+		// deletion complete, so the removal is still ours.
+		return done("finalizers cleared; gone before the delete")
+	}
+	if failed, out, err := a.writeFailed(ctx, state, d, "delete", err, release); failed {
 		return out, err
 	}
-	a.log.Info().Str("pod", live.Namespace+"/"+live.Name).Str("uid", string(uid)).Str("verb", verb).
-		Str("reason", d.Reason).Msg(d.Message)
-	return Outcome{}, a.report(ctx, state, d, verb, "")
+	return done("delete")
+}
+
+// deletedByUpdate reports whether clearing the finalizers of the live pod
+// makes the API server delete it during that update: it is already being
+// deleted and its deletion grace period is 0 or unset (the apiserver's
+// registry.ShouldDeleteDuringUpdate).
+func deletedByUpdate(live *corev1.Pod) bool {
+	return live.DeletionTimestamp != nil && (live.DeletionGracePeriodSeconds == nil || *live.DeletionGracePeriodSeconds == 0)
 }
 
 // writeFailed classifies a write error. done is false when err is nil.
@@ -297,6 +336,8 @@ func (a *Actuator) event(pod *events.PodState, verb string, d Decision, errMsg s
 	switch verb {
 	case VerbDeleted:
 		typ, reason = corev1.EventTypeNormal, "CleanupDeleted"
+	case VerbDeletionRequested:
+		typ, reason = corev1.EventTypeNormal, "CleanupDeletionRequested"
 	case VerbForceDeleted:
 		reason = "CleanupForceDeleted"
 	case VerbSkipped:
@@ -313,7 +354,7 @@ func (a *Actuator) event(pod *events.PodState, verb string, d Decision, errMsg s
 // the same pod cannot produce two audit events for one decision.
 func opsID(uid, verb string, d Decision) string {
 	switch verb {
-	case VerbDeleted, VerbForceDeleted:
+	case VerbDeleted, VerbForceDeleted, VerbDeletionRequested:
 		return "cleanup/" + uid + "/" + verb
 	case VerbDryRun, VerbFailed:
 		return "cleanup/" + uid + "/" + verb + "/" + d.Want.String()
@@ -340,6 +381,7 @@ func liveState(p *corev1.Pod, mirrorOwner *events.Owner) *events.PodState {
 		ResourceVersion: p.ResourceVersion, NodeName: p.Spec.NodeName, Phase: string(p.Status.Phase),
 		Reason: p.Status.Reason, CreationTimestamp: p.CreationTimestamp.Time,
 		DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds, Finalizers: len(p.Finalizers), Labels: p.Labels,
+		FailedAt: kube.PodFailedAt(p), PVC: kube.PodMountsPVC(p),
 	}
 	if p.DeletionTimestamp != nil {
 		t := p.DeletionTimestamp.Time
@@ -354,11 +396,12 @@ func liveState(p *corev1.Pod, mirrorOwner *events.Owner) *events.PodState {
 	return s
 }
 
-func nodeReady(n *corev1.Node) string {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return string(c.Status)
-		}
+// liveNode is the part of a live node the partition rule reads.
+func liveNode(n *corev1.Node) *events.NodeState {
+	s := &events.NodeState{Name: n.Name, UID: string(n.UID)}
+	s.Ready, s.ReadySince = kube.NodeReady(n)
+	for _, t := range n.Spec.Taints {
+		s.Taints = append(s.Taints, events.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
 	}
-	return ""
+	return s
 }

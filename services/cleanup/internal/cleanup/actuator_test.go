@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -139,6 +140,22 @@ func TestActuator(t *testing.T) {
 	stsState := pod(deleting(t0.Add(-6*time.Minute)), func(p *events.PodState) { p.Owner = &events.Owner{Kind: "StatefulSet", Name: "db"} })
 	readyNodeObj := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	unknownNodeObj := readyNodeObj.DeepCopy()
+	unknownNodeObj.Status.Conditions[0].Status = corev1.ConditionUnknown
+	outOfServiceObj := unknownNodeObj.DeepCopy()
+	outOfServiceObj.Spec.Taints = []corev1.Taint{{Key: events.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
+	// pvcState is what the mirror holds of a stuck pod mounting a claim, with
+	// its node not yet in the mirror (so the mirror decision is ForceDelete).
+	pvcState := pod(deleting(t0.Add(-6*time.Minute)), func(p *events.PodState) { p.PVC = true })
+	livePVC := func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+	}
+	withFinalizer := func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} }
+	graceZero := func(p *corev1.Pod) { zero := int64(0); p.DeletionGracePeriodSeconds = &zero }
+	finalizerState := func(mutate ...func(*events.PodState)) *events.PodState {
+		return pod(append([]func(*events.PodState){func(p *events.PodState) { p.Finalizers = 1 }}, mutate...)...)
+	}
+	removeFinalizers := func(p *Policy) { p.RemoveFinalizers = true }
 
 	tests := []struct {
 		name    string
@@ -147,6 +164,7 @@ func TestActuator(t *testing.T) {
 		state   *events.PodState
 		objs    []runtime.Object
 		reactor k8stesting.ReactionFunc // on delete pods
+		nodes   NodeCount               // the controller's node count
 		writes  []string
 		ops     []string
 		events  []string // prefixes
@@ -164,6 +182,63 @@ func TestActuator(t *testing.T) {
 			writes: []string{"delete pods"},
 			ops:    []string{"ops.c1.cleanup.forcedeleted.apps.web-1 cleanup/uid-1/forcedeleted"},
 			events: []string{"Warning CleanupForceDeleted StuckTerminating"},
+		},
+		{
+			name: "evicted pod with finalizers: deletion requested, not deleted", state: finalizerState(failed("Evicted")),
+			objs:   []runtime.Object{livePod(withFinalizer)},
+			writes: []string{"delete pods"},
+			ops:    []string{"ops.c1.cleanup.deletionrequested.apps.web-1 cleanup/uid-1/deletionrequested"},
+			events: []string{"Normal CleanupDeletionRequested FailedPod"},
+		},
+		{
+			name: "evicted pod with finalizers, removal allowed: cleared, then deleted", policy: removeFinalizers,
+			state: finalizerState(failed("Evicted")), objs: []runtime.Object{livePod(withFinalizer)},
+			writes: []string{"patch pods", "delete pods"},
+			ops:    []string{"ops.c1.cleanup.deleted.apps.web-1 cleanup/uid-1/deleted"},
+			events: []string{"Normal CleanupDeleted FailedPod"},
+		},
+		{
+			name: "grace 0: clearing the finalizers removes the pod; audited, no DELETE", policy: removeFinalizers,
+			state:  finalizerState(failed("Evicted"), deleting(t0.Add(-6*time.Minute))),
+			objs:   []runtime.Object{livePod(liveDeleting, graceZero, withFinalizer)},
+			writes: []string{"patch pods"},
+			ops:    []string{"ops.c1.cleanup.forcedeleted.apps.web-1 cleanup/uid-1/forcedeleted"},
+			events: []string{"Warning CleanupForceDeleted StuckTerminating"},
+		},
+		{
+			name: "finalizers cleared, then the DELETE finds it gone: still audited", policy: removeFinalizers,
+			state: finalizerState(deleting(t0.Add(-6 * time.Minute))), objs: []runtime.Object{livePod(liveDeleting, withFinalizer)},
+			reactor: func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "web-1")
+			},
+			writes: []string{"patch pods", "delete pods"},
+			ops:    []string{"ops.c1.cleanup.forcedeleted.apps.web-1 cleanup/uid-1/forcedeleted"},
+			events: []string{"Warning CleanupForceDeleted"},
+		},
+		{
+			name: "pvc pod on a live-Unknown node is held", state: pvcState,
+			objs:   []runtime.Object{livePod(liveDeleting, livePVC), unknownNodeObj},
+			ops:    []string{"ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/NodeNotConfirmedDown"},
+			events: []string{"Warning CleanupSkipped NodeNotConfirmedDown"},
+		},
+		{
+			name: "statefulset pod on a live-Unknown node is held", state: stsState,
+			objs:   []runtime.Object{livePod(liveDeleting, liveSTS), unknownNodeObj},
+			ops:    []string{"ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/NodeNotConfirmedDown"},
+			events: []string{"Warning CleanupSkipped NodeNotConfirmedDown"},
+		},
+		{
+			name: "statefulset pod on a live out-of-service node is force-deleted", state: stsState,
+			objs:   []runtime.Object{livePod(liveDeleting, liveSTS), outOfServiceObj},
+			writes: []string{"delete pods"},
+			ops:    []string{"ops.c1.cleanup.forcedeleted.apps.web-1 cleanup/uid-1/forcedeleted"},
+			events: []string{"Warning CleanupForceDeleted"},
+		},
+		{
+			name: "brake engaged between the mirror decision and the write", state: stuckState, objs: []runtime.Object{livePod(liveDeleting)},
+			nodes:  NodeCount{Nodes: 3, NotReady: 2},
+			ops:    []string{"ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/MassNodeFailure"},
+			events: []string{"Warning CleanupSkipped MassNodeFailure"},
 		},
 		{
 			name: "pod already gone", state: failedState,
@@ -242,8 +317,8 @@ func TestActuator(t *testing.T) {
 			if tc.reactor != nil {
 				r.client.PrependReactor("delete", "pods", tc.reactor)
 			}
-			d := p.Decide(tc.state, nil, t0)
-			out, err := r.act.Handle(context.Background(), tc.state, d)
+			d := p.Decide(tc.state, Facts{Now: t0})
+			out, err := r.act.Handle(context.Background(), tc.state, d, Facts{Now: t0, Nodes: tc.nodes})
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("Handle error = %v, wantErr %v", err, tc.wantErr)
 			}
@@ -284,7 +359,7 @@ func TestActuatorDeleteUsesPreconditions(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, testPolicy(), false, nil, tc.live)
-			if _, err := r.act.Handle(context.Background(), tc.state, testPolicy().Decide(tc.state, nil, t0)); err != nil {
+			if _, err := r.act.Handle(context.Background(), tc.state, testPolicy().Decide(tc.state, Facts{Now: t0}), Facts{Now: t0}); err != nil {
 				t.Fatal(err)
 			}
 			var del k8stesting.DeleteActionImpl
@@ -313,7 +388,7 @@ func TestActuatorFinalizerPatchIsConditional(t *testing.T) {
 	p.RemoveFinalizers = true
 	state := pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) { s.Finalizers = 1 })
 	r := newRig(t, p, false, nil, livePod(liveDeleting, func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} }))
-	if _, err := r.act.Handle(context.Background(), state, p.Decide(state, nil, t0)); err != nil {
+	if _, err := r.act.Handle(context.Background(), state, p.Decide(state, Facts{Now: t0}), Facts{Now: t0}); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range r.client.Actions() {
@@ -353,7 +428,7 @@ func TestActuatorPublishesOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, testPolicy(), tc.dryRun, nil, tc.live)
 			for range 3 {
-				if _, err := r.act.Handle(context.Background(), tc.state, testPolicy().Decide(tc.state, nil, t0)); err != nil {
+				if _, err := r.act.Handle(context.Background(), tc.state, testPolicy().Decide(tc.state, Facts{Now: t0}), Facts{Now: t0}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -364,7 +439,7 @@ func TestActuatorPublishesOnce(t *testing.T) {
 				t.Fatalf("%d API calls (%v), want %d", n, r.client.Actions(), tc.gets)
 			}
 			r.act.Forget(tc.state.UID)
-			if _, err := r.act.Handle(context.Background(), tc.state, testPolicy().Decide(tc.state, nil, t0)); err != nil {
+			if _, err := r.act.Handle(context.Background(), tc.state, testPolicy().Decide(tc.state, Facts{Now: t0}), Facts{Now: t0}); err != nil {
 				t.Fatal(err)
 			}
 			if n := len(r.pub.all()); n != 2 {
@@ -380,10 +455,10 @@ func TestActuatorRateLimitDefersWithoutAPICalls(t *testing.T) {
 	r := newRig(t, testPolicy(), false, NewWindow(1, time.Minute), a, b)
 	sa := pod(failed("Evicted"))
 	sb := pod(failed("Evicted"), func(p *events.PodState) { p.Name, p.UID = "web-2", "uid-2" })
-	if out, err := r.act.Handle(context.Background(), sa, testPolicy().Decide(sa, nil, t0)); err != nil || out != (Outcome{}) {
+	if out, err := r.act.Handle(context.Background(), sa, testPolicy().Decide(sa, Facts{Now: t0}), Facts{Now: t0}); err != nil || out != (Outcome{}) {
 		t.Fatalf("first: %+v %v", out, err)
 	}
-	out, err := r.act.Handle(context.Background(), sb, testPolicy().Decide(sb, nil, t0))
+	out, err := r.act.Handle(context.Background(), sb, testPolicy().Decide(sb, Facts{Now: t0}), Facts{Now: t0})
 	if err != nil || out.RequeueAfter != time.Minute {
 		t.Fatalf("second: %+v %v, want requeue after 1m", out, err)
 	}
@@ -401,10 +476,43 @@ func TestActuatorReleasesSlotWhenNothingDeleted(t *testing.T) {
 	w := NewWindow(1, time.Minute)
 	r := newRig(t, testPolicy(), false, w, livePod(func(p *corev1.Pod) { p.Name, p.UID = "web-2", "uid-2" }))
 	gone := pod(failed("Evicted"))
-	if _, err := r.act.Handle(context.Background(), gone, testPolicy().Decide(gone, nil, t0)); err != nil {
+	if _, err := r.act.Handle(context.Background(), gone, testPolicy().Decide(gone, Facts{Now: t0}), Facts{Now: t0}); err != nil {
 		t.Fatal(err)
 	}
 	if wait := w.Reserve(t0); wait != 0 {
 		t.Fatalf("slot not released: wait %v", wait)
+	}
+}
+
+// TestActuatorFinalizerRemovalCountsAgainstCap: pods the API server removes
+// during the finalizer update take a deletion slot each (nothing is given
+// back), so the cap holds: 2 per window, the third waits.
+func TestActuatorFinalizerRemovalCountsAgainstCap(t *testing.T) {
+	p := testPolicy()
+	p.RemoveFinalizers = true
+	var objs []runtime.Object
+	var states []*events.PodState
+	for i := range 3 {
+		name, uid := "web-"+strconv.Itoa(i), types.UID("uid-"+strconv.Itoa(i))
+		objs = append(objs, livePod(liveDeleting, func(p *corev1.Pod) {
+			zero := int64(0)
+			p.Name, p.UID, p.DeletionGracePeriodSeconds, p.Finalizers = name, uid, &zero, []string{"example.com/hold"}
+		}))
+		states = append(states, pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) { s.Name, s.UID, s.Finalizers = name, string(uid), 1 }))
+	}
+	r := newRig(t, p, false, NewWindow(2, time.Minute), objs...)
+	var outs []Outcome
+	for _, s := range states {
+		out, err := r.act.Handle(context.Background(), s, p.Decide(s, Facts{Now: t0}), Facts{Now: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, out)
+	}
+	if outs[0] != (Outcome{}) || outs[1] != (Outcome{}) || outs[2].RequeueAfter != time.Minute {
+		t.Fatalf("outcomes %+v, want the third deferred by the window", outs)
+	}
+	if got := len(r.pub.all()); got != 2 {
+		t.Fatalf("%d audited, want 2", got)
 	}
 }

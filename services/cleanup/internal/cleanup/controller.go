@@ -17,6 +17,7 @@ type State interface {
 	Pod(namespace, name string) (*events.PodState, bool)
 	Node(name string) (*events.NodeState, bool)
 	Pods() []*events.PodState
+	Nodes() []*events.NodeState
 }
 
 // Controller turns mirror changes and a reconcile tick into decisions. Pod
@@ -24,25 +25,40 @@ type State interface {
 // pod is never handled by two workers at once, repeated changes collapse into
 // one visit, and a pod that becomes due later (minAge, terminatingTimeout, rate
 // limit) is scheduled with AddAfter rather than waiting for the next tick.
+//
+// The controller also keeps the cluster's node count for the mass-failure
+// brake (Policy.Braking): node changes only signal a recount, which the Run
+// loop does, so loading thousands of nodes costs one count, not one per node.
 type Controller struct {
 	policy   Policy
 	act      *Actuator
+	metrics  *Metrics
 	queue    workqueue.TypedRateLimitingInterface[string]
 	interval time.Duration
 	workers  int
 	now      func() time.Time
 	log      zerolog.Logger
+
+	recount chan struct{} // a node appeared, went or changed readiness
+	mu      sync.Mutex
+	nodes   NodeCount
+	braking bool
 }
 
 // NewController builds a controller; Run starts it.
-func NewController(policy Policy, act *Actuator, interval time.Duration, workers int, now func() time.Time, log zerolog.Logger) *Controller {
+// now is the clock of the decisions (the API server's, ServerClock.Now).
+func NewController(policy Policy, act *Actuator, m *Metrics, interval time.Duration, workers int, now func() time.Time, log zerolog.Logger) *Controller {
 	if now == nil {
 		now = time.Now
+	}
+	if m == nil {
+		m = NewMetrics(nil)
 	}
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Minute),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "cleanup"})
-	return &Controller{policy: policy, act: act, queue: q, interval: interval, workers: workers, now: now, log: log}
+	return &Controller{policy: policy, act: act, metrics: m, queue: q, interval: interval, workers: workers, now: now, log: log,
+		recount: make(chan struct{}, 1)}
 }
 
 // Len is the number of keys waiting (for a gauge).
@@ -65,20 +81,77 @@ func (c *Controller) OnPod(old, cur *events.PodState) {
 // A key already queued for a pod that stopped qualifying is harmless: the
 // worker decides again and finds nothing to do.
 func (c *Controller) relevant(p *events.PodState) bool {
-	return p != nil && c.policy.Decide(p, nil, c.now()).Action != None
+	return p != nil && c.policy.Decide(p, Facts{Now: c.now()}).Action != None
 }
 
-// OnNode re-examines the terminating pods of a node whose readiness changed
-// (the StatefulSet rule depends on it).
+// OnNode signals a recount of the nodes when one appeared, went or changed
+// readiness (the brake), and re-examines the terminating pods of a node that
+// went, or whose readiness or out-of-service taint changed (the partition
+// rule depends on them).
 func (c *Controller) OnNode(old, cur *events.NodeState, s State) {
-	if old == nil || cur == nil || old.Ready == cur.Ready {
+	if old == nil || cur == nil || (old.Ready == "True") != (cur.Ready == "True") {
+		select {
+		case c.recount <- struct{}{}:
+		default: // a recount is already pending
+		}
+	}
+	if old == nil {
+		return // a new node: no pod was held because of it
+	}
+	if cur != nil && old.Ready == cur.Ready && old.HasTaint(events.TaintOutOfService) == cur.HasTaint(events.TaintOutOfService) &&
+		timeEqual(old.ReadySince, cur.ReadySince) {
 		return
 	}
 	for _, p := range s.Pods() {
-		if p.NodeName == cur.Name && p.DeletionTimestamp != nil && c.relevant(p) {
+		if p.NodeName == old.Name && p.DeletionTimestamp != nil && c.relevant(p) {
 			c.queue.Add(key(p.Namespace, p.Name))
 		}
 	}
+}
+
+// countNodes recounts the nodes and engages or releases the brake. A
+// release re-examines every candidate, so the pods it held are handled.
+func (c *Controller) countNodes(s State) {
+	var n NodeCount
+	for _, node := range s.Nodes() {
+		n.Nodes++
+		if node.Ready != "True" {
+			n.NotReady++
+		}
+	}
+	braking := c.policy.Braking(n)
+	c.mu.Lock()
+	was := c.braking
+	c.nodes, c.braking = n, braking
+	c.mu.Unlock()
+	c.metrics.NodesNotReady.Set(float64(n.NotReady))
+	if braking == was {
+		return
+	}
+	if braking {
+		c.metrics.Brake.Set(1)
+		c.log.Warn().Int("notReady", n.NotReady).Int("nodes", n.Nodes).Float64("share", c.policy.BrakeNotReadyShare).
+			Msg("mass-failure brake on: too many nodes are not Ready, force deletions are paused")
+		return
+	}
+	c.metrics.Brake.Set(0)
+	c.log.Info().Int("notReady", n.NotReady).Int("nodes", n.Nodes).
+		Msg("mass-failure brake released: force deletions resume")
+	c.EnqueueAll(s)
+}
+
+// NodeCount is the last count of the nodes.
+func (c *Controller) NodeCount() NodeCount {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes
+}
+
+func timeEqual(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
 }
 
 // EnqueueAll adds every mirrored candidate pod (after the initial load and on every tick).
@@ -103,6 +176,7 @@ func (c *Controller) Run(ctx context.Context, s State) {
 			}
 		}()
 	}
+	c.countNodes(s)
 	c.EnqueueAll(s)
 	tick := time.NewTicker(c.interval)
 	defer tick.Stop()
@@ -112,6 +186,8 @@ func (c *Controller) Run(ctx context.Context, s State) {
 			c.queue.ShutDown()
 			wg.Wait()
 			return
+		case <-c.recount:
+			c.countNodes(s)
 		case <-tick.C:
 			c.EnqueueAll(s)
 		}
@@ -150,19 +226,22 @@ func (c *Controller) sync(ctx context.Context, s State, k string) (Outcome, erro
 	if !ok {
 		return Outcome{}, nil
 	}
-	var node *events.NodeState
+	f := Facts{Now: c.now(), Nodes: c.NodeCount()}
 	if p.NodeName != "" {
-		node, _ = s.Node(p.NodeName)
+		f.Node, _ = s.Node(p.NodeName)
 	}
-	now := c.now()
-	d := c.policy.Decide(p, node, now)
+	d := c.policy.Decide(p, f)
 	switch d.Action {
 	case None:
 		return Outcome{}, nil
 	case Wait:
-		return Outcome{RequeueAfter: d.Until.Sub(now)}, nil
+		return Outcome{RequeueAfter: d.Until.Sub(f.Now)}, nil
 	}
-	return c.act.Handle(ctx, p, d)
+	out, err := c.act.Handle(ctx, p, d, f)
+	if d.Action == Skip && !d.Until.IsZero() && err == nil && !out.Retry && out.RequeueAfter == 0 {
+		out.RequeueAfter = d.Until.Sub(f.Now) // a hold that ends by time alone (statefulNotReadyTimeout)
+	}
+	return out, err
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }

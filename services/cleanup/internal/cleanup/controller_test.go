@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,6 +50,16 @@ func (s *memState) Pods() []*events.PodState {
 	return out
 }
 
+func (s *memState) Nodes() []*events.NodeState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*events.NodeState
+	for _, n := range s.nodes {
+		out = append(out, n)
+	}
+	return out
+}
+
 func waitGone(t *testing.T, c *fake.Clientset, name string, within time.Duration) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(within)
@@ -76,7 +88,7 @@ func TestControllerSchedulesStuckPods(t *testing.T) {
 	act := NewActuator(client, &recPub{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.New(zerolog.NewTestWriter(t)), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: NewWindow(10, time.Minute),
 	})
-	ctl := NewController(testPolicy(), act, time.Hour, 2, nil, zerolog.New(zerolog.NewTestWriter(t)))
+	ctl := NewController(testPolicy(), act, nil, time.Hour, 2, nil, zerolog.New(zerolog.NewTestWriter(t)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); ctl.Run(ctx, state) }()
@@ -89,53 +101,141 @@ func TestControllerSchedulesStuckPods(t *testing.T) {
 	}
 }
 
-// TestControllerNodeReadinessRechecksPods: a StatefulSet pod held because its
-// node is Ready is force-deleted as soon as the node's readiness changes.
-func TestControllerNodeReadinessRechecksPods(t *testing.T) {
+// waitPublished waits until n decisions were published and returns their summaries.
+func waitPublished(t *testing.T, pub *recPub, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for len(pub.all()) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d decisions published, want %d: %v", len(pub.all()), n, opsSummary(t, pub.all()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return opsSummary(t, pub.all())
+}
+
+// setNode changes a node in the API and in the mirror, and tells the controller.
+func setNode(t *testing.T, client *fake.Clientset, state *memState, ctl *Controller, live *corev1.Node) {
+	t.Helper()
+	if _, err := client.CoreV1().Nodes().Update(context.Background(), live, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cur := liveNode(live)
+	state.mu.Lock()
+	old := state.nodes[live.Name]
+	state.nodes[live.Name] = cur
+	state.mu.Unlock()
+	ctl.OnNode(old, cur, state)
+}
+
+// TestControllerPartitionRule: a StatefulSet pod held because its node is
+// Ready stays held when the node turns Unknown (a partition looks the same),
+// and is force-deleted as soon as the node is tainted out-of-service.
+func TestControllerPartitionRule(t *testing.T) {
 	dts := time.Now().Add(-10 * time.Minute)
 	ts := metav1.NewTime(dts)
 	live := livePod(liveSTS, func(p *corev1.Pod) { p.DeletionTimestamp = &ts; p.Status.Phase = corev1.PodRunning })
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
-	ready := &events.NodeState{Name: "n1", Ready: "True"}
 	state := &memState{
 		pods: map[string]*events.PodState{"apps/web-1": pod(func(p *events.PodState) {
 			p.DeletionTimestamp = &dts
 			p.Owner = &events.Owner{Kind: "StatefulSet", Name: "db"}
 		})},
-		nodes: map[string]*events.NodeState{"n1": ready},
+		nodes: map[string]*events.NodeState{"n1": liveNode(node)},
+	}
+	for _, n := range []string{"n2", "n3", "n4"} { // Ready nodes: the brake stays off
+		state.nodes[n] = &events.NodeState{Name: n, Ready: "True"}
 	}
 	client := fake.NewClientset(live, node)
 	pub := &recPub{}
 	act := NewActuator(client, pub, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: NewWindow(10, time.Minute),
 	})
-	ctl := NewController(testPolicy(), act, time.Hour, 1, nil, zerolog.Nop())
+	ctl := NewController(testPolicy(), act, nil, time.Hour, 1, nil, zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); ctl.Run(ctx, state) }()
 	defer func() { cancel(); <-done }()
 
-	deadline := time.Now().Add(3 * time.Second)
-	for len(pub.all()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no skip published")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if got := opsSummary(t, pub.all()); got[0] != "ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/StatefulSetOnReadyNode" {
+	if got := waitPublished(t, pub, 1); got[0] != "ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/StatefulSetOnReadyNode" {
 		t.Fatalf("first decision %v", got)
 	}
-	node.Status.Conditions[0].Status = corev1.ConditionFalse
-	if _, err := client.CoreV1().Nodes().UpdateStatus(context.Background(), node, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	node = node.DeepCopy()
+	node.Status.Conditions[0].Status = corev1.ConditionUnknown
+	setNode(t, client, state, ctl, node)
+	if got := waitPublished(t, pub, 2); got[1] != "ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/NodeNotConfirmedDown" {
+		t.Fatalf("second decision %v", got)
 	}
-	notReady := &events.NodeState{Name: "n1", Ready: "False"}
-	state.mu.Lock()
-	state.nodes["n1"] = notReady
-	state.mu.Unlock()
-	ctl.OnNode(ready, notReady, state)
+	if _, err := client.CoreV1().Pods("apps").Get(ctx, "web-1", metav1.GetOptions{}); err != nil {
+		t.Fatalf("pod on an Unknown node was deleted: %v", err)
+	}
+	node = node.DeepCopy()
+	node.Spec.Taints = []corev1.Taint{{Key: events.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
+	setNode(t, client, state, ctl, node)
 	waitGone(t, client, "web-1", 3*time.Second)
+	if got := waitPublished(t, pub, 3); got[2] != "ops.c1.cleanup.forcedeleted.apps.web-1 cleanup/uid-1/forcedeleted" {
+		t.Fatalf("third decision %v", got)
+	}
+}
+
+// TestControllerBrake: while more than a third of the nodes is not Ready, a
+// stuck pod is held (reported once, gauge on); when enough nodes are Ready
+// again the brake releases by itself and the pod is force-deleted.
+func TestControllerBrake(t *testing.T) {
+	dts := time.Now().Add(-10 * time.Minute)
+	ts := metav1.NewTime(dts)
+	live := livePod(func(p *corev1.Pod) { p.DeletionTimestamp = &ts; p.Status.Phase = corev1.PodRunning })
+	state := &memState{
+		pods:  map[string]*events.PodState{"apps/web-1": pod(func(p *events.PodState) { p.DeletionTimestamp = &dts })},
+		nodes: map[string]*events.NodeState{},
+	}
+	nodes := map[string]*corev1.Node{}
+	for i, ready := range []corev1.ConditionStatus{"True", "True", "Unknown", "Unknown", "Unknown", "False"} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n" + strconv.Itoa(i+1)},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
+		nodes[n.Name], state.nodes[n.Name] = n, liveNode(n)
+	}
+	client := fake.NewClientset(live)
+	for _, n := range nodes {
+		if _, err := client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub := &recPub{}
+	m := NewMetrics(nil)
+	act := NewActuator(client, pub, record.NewFakeRecorder(10), m, zerolog.Nop(), ActuatorConfig{
+		Cluster: "c1", Policy: testPolicy(), Limiter: NewWindow(10, time.Minute),
+	})
+	ctl := NewController(testPolicy(), act, m, time.Hour, 1, nil, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); ctl.Run(ctx, state) }()
+	defer func() { cancel(); <-done }()
+
+	if got := waitPublished(t, pub, 1); got[0] != "ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/MassNodeFailure" {
+		t.Fatalf("first decision %v", got)
+	}
+	if v := gaugeValue(t, m.Brake); v != 1 {
+		t.Fatalf("brake gauge %v, want 1", v)
+	}
+	ctl.EnqueueAll(state) // a tick: the held pod is not reported again
+	for _, name := range []string{"n3", "n4", "n5"} {
+		n := nodes[name].DeepCopy()
+		n.Status.Conditions[0].Status = corev1.ConditionTrue
+		setNode(t, client, state, ctl, n)
+	}
+	waitGone(t, client, "web-1", 3*time.Second)
+	got := waitPublished(t, pub, 2)
+	if len(got) != 2 || got[1] != "ops.c1.cleanup.forcedeleted.apps.web-1 cleanup/uid-1/forcedeleted" {
+		t.Fatalf("decisions %v", got)
+	}
+	if v := gaugeValue(t, m.Brake); v != 0 {
+		t.Fatalf("brake gauge %v, want 0", v)
+	}
+	if n := ctl.NodeCount(); n != (NodeCount{Nodes: 6, NotReady: 1}) {
+		t.Fatalf("node count %+v", n)
+	}
 }
 
 func BenchmarkDecide(b *testing.B) {
@@ -143,7 +243,7 @@ func BenchmarkDecide(b *testing.B) {
 	pods := []*events.PodState{pod(), pod(failed("Evicted")), pod(deleting(t0.Add(-time.Hour))), pod(failed("Error"))}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		p.Decide(pods[i%len(pods)], nil, t0)
+		p.Decide(pods[i%len(pods)], Facts{Now: t0})
 	}
 }
 
@@ -166,7 +266,7 @@ func BenchmarkTick(b *testing.B) {
 	act := NewActuator(fake.NewClientset(), &recPub{}, &record.FakeRecorder{}, NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: NewWindow(10, time.Minute), Now: func() time.Time { return t0 },
 	})
-	ctl := NewController(testPolicy(), act, time.Hour, 1, func() time.Time { return t0 }, zerolog.Nop())
+	ctl := NewController(testPolicy(), act, nil, time.Hour, 1, func() time.Time { return t0 }, zerolog.Nop())
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -175,4 +275,13 @@ func BenchmarkTick(b *testing.B) {
 			ctl.processNext(ctx, state)
 		}
 	}
+}
+
+func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
 }

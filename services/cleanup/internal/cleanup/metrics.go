@@ -12,6 +12,12 @@ type Metrics struct {
 	Rechecks *prometheus.CounterVec
 	// APIErrors counts failed API calls by operation.
 	APIErrors *prometheus.CounterVec
+	// Brake is 1 while the mass-failure brake pauses force deletions.
+	Brake prometheus.Gauge
+	// NodesNotReady is the number of nodes not Ready at the last count.
+	NodesNotReady prometheus.Gauge
+	// ClockSkew is the local clock minus the API server's, in seconds.
+	ClockSkew prometheus.Gauge
 }
 
 // NewMetrics registers the metrics on reg (nil: unregistered, for tests).
@@ -33,9 +39,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "opswire_cleanup_api_errors_total",
 			Help: "Failed Kubernetes API calls, by operation.",
 		}, []string{"op"}),
+		Brake: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "opswire_cleanup_brake_engaged",
+			Help: "1 while more than delException.brakeNotReadyShare of the nodes is not Ready: force deletions are paused.",
+		}),
+		NodesNotReady: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "opswire_cleanup_nodes_not_ready",
+			Help: "Nodes not Ready at the last count (for the mass-failure brake).",
+		}),
+		ClockSkew: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "opswire_cleanup_clock_skew_seconds",
+			Help: "Local clock minus the API server's (from response Date headers); decisions use the API server's time.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Decisions, m.Deferred, m.Rechecks, m.APIErrors)
+		reg.MustRegister(m.Decisions, m.Deferred, m.Rechecks, m.APIErrors, m.Brake, m.NodesNotReady, m.ClockSkew)
 	}
 	return m
 }

@@ -2,6 +2,7 @@ package cleanup
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/opswire/opswire/shared/config"
@@ -43,11 +44,13 @@ func (a Action) String() string {
 // Reasons of decisions. They are the Reason of the OPS payload and part of
 // the Kubernetes Event message; CamelCase like Kubernetes reasons.
 const (
-	ReasonFailedPod         = "FailedPod"              // Failed with a configured status.reason, older than minAge
+	ReasonFailedPod         = "FailedPod"              // Failed with a configured status.reason, failed longer than minAge ago
 	ReasonStuckTerminating  = "StuckTerminating"       // deletionTimestamp + terminatingTimeout has passed
 	ReasonOptedOut          = "OptedOut"               // the pod carries the opt-out label
 	ReasonHasFinalizers     = "HasFinalizers"          // stuck, but finalizers would keep it; removeFinalizers is false
-	ReasonStatefulSetOnNode = "StatefulSetOnReadyNode" // stuck StatefulSet pod on a Ready node
+	ReasonStatefulSetOnNode = "StatefulSetOnReadyNode" // stuck pod with identity or storage on a Ready node
+	ReasonNodeNotDown       = "NodeNotConfirmedDown"   // stuck pod with identity or storage on a NotReady node not known to be down
+	ReasonMassNodeFailure   = "MassNodeFailure"        // too many nodes not Ready: force deletions paused
 )
 
 // Decision is the outcome of Policy.Decide.
@@ -58,53 +61,118 @@ type Decision struct {
 	Want    Action
 	Reason  string
 	Message string
-	// Until is when a waiting pod becomes due.
+	// Until is when a waiting pod becomes due, or when a held pod may be
+	// released by time alone (statefulNotReadyTimeout); zero otherwise.
 	Until time.Time
-	// RemoveFinalizers: a ForceDelete must first clear the pod's finalizers.
+	// RemoveFinalizers: the deletion must first clear the pod's finalizers.
 	RemoveFinalizers bool
+	// Remains: a Delete leaves the pod in place, Terminating until other
+	// controllers remove its finalizers; it is reported as a deletion
+	// requested, not as a pod deleted.
+	Remains bool
 }
 
 // Policy is the delException section in the form the decision needs.
 type Policy struct {
+	// Reasons holds the configured status.reason values, lower-cased: they
+	// match case-insensitively.
 	Reasons                     map[string]bool
 	MinAge                      time.Duration
 	TerminatingTimeout          time.Duration // 0 disables force deletion
 	RemoveFinalizers            bool
 	AllowStatefulSetOnReadyNode bool
-	Namespaces                  config.Namespaces
-	OptOutLabel                 string // empty: no opt-out label
+	// StatefulNotReadyTimeout > 0 releases a pod with identity or storage
+	// whose node has not been Ready for that long; 0 never does.
+	StatefulNotReadyTimeout time.Duration
+	// BrakeNotReadyShare: force deletions pause while more than this share
+	// of the nodes is not Ready (1 never brakes).
+	BrakeNotReadyShare float64
+	Namespaces         config.Namespaces
+	OptOutLabel        string // empty: no opt-out label
 }
 
 // NewPolicy builds the policy of a delException section.
 func NewPolicy(c config.DelException) Policy {
-	p := Policy{
-		Reasons:                     make(map[string]bool, len(c.Reasons)),
+	return Policy{
+		Reasons:                     reasonSet(c.Reasons...),
 		MinAge:                      c.MinAge.Duration,
 		TerminatingTimeout:          c.TerminatingTimeout.Duration,
 		RemoveFinalizers:            c.RemoveFinalizers,
 		AllowStatefulSetOnReadyNode: c.AllowStatefulSetOnReadyNode,
+		StatefulNotReadyTimeout:     c.StatefulNotReadyTimeout.Duration,
+		BrakeNotReadyShare:          c.BrakeNotReadyShare,
 		Namespaces:                  c.Namespaces,
 		OptOutLabel:                 c.OptOutLabel,
 	}
-	for _, r := range c.Reasons {
-		p.Reasons[r] = true
-	}
-	return p
 }
 
-// Decide says what to do with a pod at time now. node is the pod's node, nil
-// when it is unknown (deleted). Decide is pure: the same inputs always give
-// the same decision, and it is used both on the mirrored state and on the
-// live pod re-read right before a write.
+func reasonSet(reasons ...string) map[string]bool {
+	set := make(map[string]bool, len(reasons))
+	for _, r := range reasons {
+		set[strings.ToLower(r)] = true
+	}
+	return set
+}
+
+// knownReasons are the status.reason values Kubernetes writes on Failed pods
+// (kubelet eviction, admission, node shutdown, activeDeadlineSeconds, the
+// node lifecycle controller), lower-cased. Admission failures for lack of a
+// resource are "OutOf<resource>" (OutOfcpu, OutOfnvidia.com/gpu, …).
+var knownReasons = reasonSet("Evicted", "Preempting", "Terminated", "Shutdown", "NodeShutdown", "NodeLost",
+	"DeadlineExceeded", "NodeAffinity", "NodeName", "NodePorts", "TaintToleration", "UnexpectedAdmissionError",
+	"ContainerStatusUnknown", "SysctlForbidden", "PodOSNotSupported", "PodOSSelectorNodeLabelDoesNotMatch",
+	"InvalidNodeInfo", "UnknownReason")
+
+// UnknownReasons returns the configured reasons that are not ones Kubernetes
+// writes, for a start-up warning: a typo would otherwise match nothing, silently.
+func UnknownReasons(reasons []string) []string {
+	var out []string
+	for _, r := range reasons {
+		l := strings.ToLower(r)
+		if !knownReasons[l] && !(strings.HasPrefix(l, "outof") && len(l) > len("outof")) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// NodeCount is how many nodes the cluster has and how many of them are not
+// Ready (False, Unknown or without the condition).
+type NodeCount struct {
+	Nodes, NotReady int
+}
+
+// Facts are what a decision depends on besides the pod.
+type Facts struct {
+	// Node is the pod's node; nil when it does not exist (deleted, or the pod
+	// was never scheduled).
+	Node *events.NodeState
+	// Now is the API server's time (ServerClock): the deadlines compare with
+	// timestamps the API server wrote.
+	Now time.Time
+	// Nodes is the cluster's node count, for the mass-failure brake.
+	Nodes NodeCount
+}
+
+// Braking reports whether force deletions pause: more than
+// BrakeNotReadyShare of the nodes is not Ready.
+func (p Policy) Braking(n NodeCount) bool {
+	return n.Nodes > 0 && float64(n.NotReady) > p.BrakeNotReadyShare*float64(n.Nodes)
+}
+
+// Decide says what to do with a pod, given the facts around it. Decide is
+// pure: the same inputs always give the same decision, and it is used both
+// on the mirrored state and on the live pod re-read right before a write.
 //
 // Order: out-of-scope namespaces are silently ignored (scoping, not a
 // decision); then the pod must qualify (stuck Terminating, or Failed with a
-// configured reason and old enough); only a qualifying pod can be skipped,
-// so a skip always names a rule that held back a real deletion.
-func (p Policy) Decide(pod *events.PodState, node *events.NodeState, now time.Time) Decision {
+// configured reason and failed long enough ago); only a qualifying pod can be
+// skipped, so a skip always names a rule that held back a real deletion.
+func (p Policy) Decide(pod *events.PodState, f Facts) Decision {
 	if pod == nil || !p.Namespaces.Allows(pod.Namespace) {
 		return Decision{}
 	}
+	now := f.Now
 	var d Decision
 	switch {
 	case pod.DeletionTimestamp != nil:
@@ -120,10 +188,11 @@ func (p Policy) Decide(pod *events.PodState, node *events.NodeState, now time.Ti
 			d.Action, d.Until = Wait, due
 			return d
 		}
-	case pod.Phase == "Failed" && p.Reasons[pod.Reason]:
-		due := pod.CreationTimestamp.Add(p.MinAge)
+	case pod.Phase == "Failed" && p.Reasons[strings.ToLower(pod.Reason)]:
+		since, from := failedSince(pod)
+		due := since.Add(p.MinAge)
 		d = Decision{Want: Delete, Reason: ReasonFailedPod,
-			Message: fmt.Sprintf("phase Failed, reason %s", pod.Reason)}
+			Message: fmt.Sprintf("phase Failed, reason %s, since %s (%s)", pod.Reason, since.UTC().Format(time.RFC3339), from)}
 		if now.Before(due) {
 			d.Action, d.Until = Wait, due
 			return d
@@ -138,19 +207,89 @@ func (p Policy) Decide(pod *events.PodState, node *events.NodeState, now time.Ti
 			return d
 		}
 	}
-	if d.Want == ForceDelete {
-		if pod.Finalizers > 0 && !p.RemoveFinalizers {
-			d.Action, d.Reason = Skip, ReasonHasFinalizers
-			d.Message = fmt.Sprintf("stuck Terminating with %d finalizer(s); removeFinalizers is false", pod.Finalizers)
-			return d
-		}
-		if pod.Owner != nil && pod.Owner.Kind == "StatefulSet" && node != nil && node.Ready == "True" && !p.AllowStatefulSetOnReadyNode {
-			d.Action, d.Reason = Skip, ReasonStatefulSetOnNode
-			d.Message = fmt.Sprintf("StatefulSet %s pod on node %s that is still Ready: force deletion could run two copies of one identity", pod.Owner.Name, node.Name)
-			return d
-		}
-		d.RemoveFinalizers = pod.Finalizers > 0
+	if d.Want == Delete {
+		// A Failed pod is deleted at once by the API server (grace 0 for
+		// terminal pods) unless finalizers keep it.
+		d.RemoveFinalizers = pod.Finalizers > 0 && p.RemoveFinalizers
+		d.Remains = pod.Finalizers > 0 && !p.RemoveFinalizers
+		d.Action = Delete
+		return d
 	}
+	if pod.Finalizers > 0 && !p.RemoveFinalizers {
+		d.Action, d.Reason = Skip, ReasonHasFinalizers
+		d.Message = fmt.Sprintf("stuck Terminating with %d finalizer(s); removeFinalizers is false", pod.Finalizers)
+		return d
+	}
+	if held, ok := p.partition(pod, f); !ok {
+		return held
+	}
+	if p.Braking(f.Nodes) {
+		d.Action, d.Reason = Skip, ReasonMassNodeFailure
+		d.Message = fmt.Sprintf("%d of %d nodes are not Ready (more than %.0f%%): force deletions are paused until fewer are",
+			f.Nodes.NotReady, f.Nodes.Nodes, 100*p.BrakeNotReadyShare)
+		return d
+	}
+	d.RemoveFinalizers = pod.Finalizers > 0
 	d.Action = d.Want
 	return d
+}
+
+// partition applies the rule for pods that carry identity or storage
+// (StatefulSet pods, pods mounting a PersistentVolumeClaim): force deletion
+// lets a replacement start while, in a network partition, the kubelet may
+// still run the pod and write to its volume. Such a pod is force-deleted only
+// when its node is known to be down: deleted, or tainted out-of-service
+// (Kubernetes' non-graceful node shutdown). ok is false when the pod is held;
+// held is then the skip.
+func (p Policy) partition(pod *events.PodState, f Facts) (held Decision, ok bool) {
+	sts := pod.Owner != nil && pod.Owner.Kind == "StatefulSet"
+	if !sts && !pod.PVC {
+		return Decision{}, true
+	}
+	node := f.Node
+	if node == nil || node.HasTaint(events.TaintOutOfService) {
+		return Decision{}, true
+	}
+	what := "pod mounting a PersistentVolumeClaim"
+	if sts {
+		what = "StatefulSet " + pod.Owner.Name + " pod"
+	}
+	held = Decision{Action: Skip, Want: ForceDelete}
+	if node.Ready == "True" {
+		if p.AllowStatefulSetOnReadyNode {
+			return Decision{}, true
+		}
+		held.Reason = ReasonStatefulSetOnNode
+		held.Message = fmt.Sprintf("%s on node %s that is still Ready: force deletion could run two copies of one identity", what, node.Name)
+		return held, false
+	}
+	held.Reason = ReasonNodeNotDown
+	held.Message = fmt.Sprintf("%s on node %s that is not Ready (%s) but neither deleted nor tainted %s: in a partition its kubelet may still run it",
+		what, node.Name, readyOr(node.Ready), events.TaintOutOfService)
+	if p.StatefulNotReadyTimeout > 0 && node.ReadySince != nil {
+		due := node.ReadySince.Add(p.StatefulNotReadyTimeout)
+		if !f.Now.Before(due) {
+			return Decision{}, true
+		}
+		held.Until = due
+		held.Message += fmt.Sprintf("; released at %s (statefulNotReadyTimeout %s)", due.UTC().Format(time.RFC3339), p.StatefulNotReadyTimeout)
+	}
+	return held, false
+}
+
+// failedSince is when a Failed pod failed, and where that time comes from:
+// the watcher's failure time (containers' finish, conditions' transitions) or,
+// when the status carries none, the pod's creation.
+func failedSince(pod *events.PodState) (time.Time, string) {
+	if pod.FailedAt != nil {
+		return *pod.FailedAt, "failure time"
+	}
+	return pod.CreationTimestamp, "no failure time in the status: creation time"
+}
+
+func readyOr(s string) string {
+	if s == "" {
+		return "no Ready condition"
+	}
+	return "Ready " + s
 }

@@ -1,6 +1,7 @@
 package cleanup
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,9 +13,10 @@ var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
 func testPolicy() Policy {
 	return Policy{
-		Reasons:            map[string]bool{"Evicted": true, "OutOfcpu": true},
+		Reasons:            reasonSet("Evicted", "OutOfcpu"),
 		MinAge:             time.Minute,
 		TerminatingTimeout: 5 * time.Minute,
+		BrakeNotReadyShare: 1.0 / 3,
 		Namespaces:         config.Namespaces{Exclude: []string{"kube-system"}},
 		OptOutLabel:        events.LabelOptOut,
 	}
@@ -40,12 +42,29 @@ func deleting(at time.Time) func(*events.PodState) {
 
 func readyNode(status string) *events.NodeState { return &events.NodeState{Name: "n1", Ready: status} }
 
+// notReadySince is node n1 with Ready=status since t.
+func notReadySince(status string, t time.Time) *events.NodeState {
+	return &events.NodeState{Name: "n1", Ready: status, ReadySince: &t}
+}
+
+// outOfService is node n1, not Ready, tainted out-of-service.
+func outOfService() *events.NodeState {
+	n := readyNode("False")
+	n.Taints = []events.Taint{{Key: "other", Effect: "NoSchedule"}, {Key: events.TaintOutOfService, Value: "nodeshutdown", Effect: "NoExecute"}}
+	return n
+}
+
 func TestDecide(t *testing.T) {
 	sts := func(p *events.PodState) { p.Owner = &events.Owner{Kind: "StatefulSet", Name: "db"} }
 	finalizers := func(p *events.PodState) { p.Finalizers = 2 }
 	optOut := func(p *events.PodState) { p.Labels = map[string]string{events.LabelOptOut: ""} }
 	inNS := func(ns string) func(*events.PodState) { return func(p *events.PodState) { p.Namespace = ns } }
 	young := func(p *events.PodState) { p.CreationTimestamp = t0.Add(-20 * time.Second) }
+	failedAt := func(at time.Time) func(*events.PodState) { return func(p *events.PodState) { p.FailedAt = &at } }
+	pvc := func(p *events.PodState) { p.PVC = true }
+	brakeOn := NodeCount{Nodes: 6, NotReady: 4}
+	brakeEdge := NodeCount{Nodes: 6, NotReady: 2} // exactly a third: not more
+	brakeOff := NodeCount{Nodes: 6, NotReady: 1}
 	stuckSince := t0.Add(-6 * time.Minute) // deletionTimestamp 6m ago, timeout 5m: due
 
 	tests := []struct {
@@ -53,10 +72,12 @@ func TestDecide(t *testing.T) {
 		policy   func(*Policy)
 		pod      *events.PodState
 		node     *events.NodeState
+		nodes    NodeCount
 		action   Action
 		reason   string
 		until    time.Time
 		rmFinals bool
+		remains  bool
 	}{
 		{name: "nil pod", pod: nil, action: None},
 		{name: "running pod", pod: pod(), action: None},
@@ -71,7 +92,13 @@ func TestDecide(t *testing.T) {
 		{name: "evicted outside include list", policy: func(p *Policy) { p.Namespaces.Include = []string{"other"} }, pod: pod(failed("Evicted")), action: None},
 		{name: "evicted opted out", pod: pod(failed("Evicted"), optOut), action: Skip, reason: ReasonOptedOut},
 		{name: "opt-out disabled", policy: func(p *Policy) { p.OptOutLabel = "" }, pod: pod(failed("Evicted"), optOut), action: Delete, reason: ReasonFailedPod},
-		{name: "evicted with finalizers is still a plain delete", pod: pod(failed("Evicted"), finalizers), action: Delete, reason: ReasonFailedPod},
+		{name: "evicted with finalizers: deletion requested, the pod remains", pod: pod(failed("Evicted"), finalizers), action: Delete, reason: ReasonFailedPod, remains: true},
+		{name: "evicted with finalizers, removal allowed: cleared, then deleted", policy: func(p *Policy) { p.RemoveFinalizers = true }, pod: pod(failed("Evicted"), finalizers), action: Delete, reason: ReasonFailedPod, rmFinals: true},
+		{name: "reasons match case-insensitively", pod: pod(failed("EVICTED")), action: Delete, reason: ReasonFailedPod},
+		{name: "configured reason in another case", policy: func(p *Policy) { p.Reasons = reasonSet("evicted") }, pod: pod(failed("Evicted")), action: Delete, reason: ReasonFailedPod},
+		{name: "minAge counts from the failure, not the creation", pod: pod(failed("Evicted"), failedAt(t0.Add(-time.Second))), action: Wait, reason: ReasonFailedPod, until: t0.Add(59 * time.Second)},
+		{name: "failed long enough ago", pod: pod(failed("Evicted"), young, failedAt(t0.Add(-time.Minute))), action: Delete, reason: ReasonFailedPod},
+		{name: "plain deletes ignore the brake", pod: pod(failed("Evicted")), nodes: brakeOn, action: Delete, reason: ReasonFailedPod},
 
 		{name: "terminating before timeout waits", pod: pod(deleting(t0.Add(-time.Minute))), action: Wait, reason: ReasonStuckTerminating, until: t0.Add(4 * time.Minute)},
 		{name: "terminating in grace period waits", pod: pod(deleting(t0.Add(30 * time.Second))), action: Wait, reason: ReasonStuckTerminating, until: t0.Add(5*time.Minute + 30*time.Second)},
@@ -86,9 +113,35 @@ func TestDecide(t *testing.T) {
 		{name: "finalizers before timeout still wait", pod: pod(deleting(t0), finalizers), action: Wait, reason: ReasonStuckTerminating, until: t0.Add(5 * time.Minute)},
 		{name: "statefulset on ready node", pod: pod(deleting(stuckSince), sts), node: readyNode("True"), action: Skip, reason: ReasonStatefulSetOnNode},
 		{name: "statefulset on ready node allowed", policy: func(p *Policy) { p.AllowStatefulSetOnReadyNode = true }, pod: pod(deleting(stuckSince), sts), node: readyNode("True"), action: ForceDelete, reason: ReasonStuckTerminating},
-		{name: "statefulset on not-ready node", pod: pod(deleting(stuckSince), sts), node: readyNode("False"), action: ForceDelete, reason: ReasonStuckTerminating},
-		{name: "statefulset on unreachable node", pod: pod(deleting(stuckSince), sts), node: readyNode("Unknown"), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "statefulset on not-ready node is held", pod: pod(deleting(stuckSince), sts), node: readyNode("False"), action: Skip, reason: ReasonNodeNotDown},
+		{name: "statefulset on unreachable node is held", pod: pod(deleting(stuckSince), sts), node: readyNode("Unknown"), action: Skip, reason: ReasonNodeNotDown},
+		{name: "statefulset on node without Ready condition is held", pod: pod(deleting(stuckSince), sts), node: readyNode(""), action: Skip, reason: ReasonNodeNotDown},
 		{name: "statefulset on deleted node", pod: pod(deleting(stuckSince), sts), node: nil, action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "statefulset on out-of-service node", pod: pod(deleting(stuckSince), sts), node: outOfService(), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "out-of-service taint wins over Ready", pod: pod(deleting(stuckSince), sts), node: func() *events.NodeState { n := outOfService(); n.Ready = "True"; return n }(), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "pvc pod on unreachable node is held", pod: pod(deleting(stuckSince), pvc), node: readyNode("Unknown"), action: Skip, reason: ReasonNodeNotDown},
+		{name: "pvc pod on ready node is held", pod: pod(deleting(stuckSince), pvc), node: readyNode("True"), action: Skip, reason: ReasonStatefulSetOnNode},
+		{name: "pvc pod on out-of-service node", pod: pod(deleting(stuckSince), pvc), node: outOfService(), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "pvc pod on deleted node", pod: pod(deleting(stuckSince), pvc), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "pvc pod on ready node allowed", policy: func(p *Policy) { p.AllowStatefulSetOnReadyNode = true }, pod: pod(deleting(stuckSince), pvc), node: readyNode("True"), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "allowStatefulSetOnReadyNode does not release a NotReady node", policy: func(p *Policy) { p.AllowStatefulSetOnReadyNode = true }, pod: pod(deleting(stuckSince), sts), node: readyNode("Unknown"), action: Skip, reason: ReasonNodeNotDown},
+		{name: "not ready longer than statefulNotReadyTimeout", policy: func(p *Policy) { p.StatefulNotReadyTimeout = 10 * time.Minute },
+			pod: pod(deleting(stuckSince), sts), node: notReadySince("Unknown", t0.Add(-10*time.Minute)), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "not ready shorter than statefulNotReadyTimeout is held until then", policy: func(p *Policy) { p.StatefulNotReadyTimeout = 10 * time.Minute },
+			pod: pod(deleting(stuckSince), sts), node: notReadySince("Unknown", t0.Add(-40*time.Second)), action: Skip, reason: ReasonNodeNotDown, until: t0.Add(9*time.Minute + 20*time.Second)},
+		{name: "statefulNotReadyTimeout off by default", pod: pod(deleting(stuckSince), sts), node: notReadySince("Unknown", t0.Add(-24*time.Hour)), action: Skip, reason: ReasonNodeNotDown},
+		{name: "statefulNotReadyTimeout without a transition time holds", policy: func(p *Policy) { p.StatefulNotReadyTimeout = time.Minute },
+			pod: pod(deleting(stuckSince), sts), node: readyNode("Unknown"), action: Skip, reason: ReasonNodeNotDown},
+		{name: "statefulNotReadyTimeout does not apply to a Ready node", policy: func(p *Policy) { p.StatefulNotReadyTimeout = time.Minute },
+			pod: pod(deleting(stuckSince), sts), node: notReadySince("True", t0.Add(-time.Hour)), action: Skip, reason: ReasonStatefulSetOnNode},
+		{name: "brake holds a force deletion", pod: pod(deleting(stuckSince)), nodes: brakeOn, action: Skip, reason: ReasonMassNodeFailure},
+		{name: "brake holds a force deletion on a deleted node", pod: pod(deleting(stuckSince), sts), nodes: brakeOn, action: Skip, reason: ReasonMassNodeFailure},
+		{name: "brake at exactly the share is off", pod: pod(deleting(stuckSince)), nodes: brakeEdge, action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "brake released", pod: pod(deleting(stuckSince)), nodes: brakeOff, action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "brake disabled with share 1", policy: func(p *Policy) { p.BrakeNotReadyShare = 1 }, pod: pod(deleting(stuckSince)), nodes: NodeCount{Nodes: 3, NotReady: 3}, action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "partition rule is reported before the brake", pod: pod(deleting(stuckSince), sts), node: readyNode("Unknown"), nodes: brakeOn, action: Skip, reason: ReasonNodeNotDown},
+		{name: "finalizers are reported before the brake", pod: pod(deleting(stuckSince), finalizers), nodes: brakeOn, action: Skip, reason: ReasonHasFinalizers},
+		{name: "brake does not hide a wait", pod: pod(deleting(t0)), nodes: brakeOn, action: Wait, reason: ReasonStuckTerminating, until: t0.Add(5 * time.Minute)},
 		{name: "deployment pod on ready node", pod: pod(deleting(stuckSince), func(p *events.PodState) { p.Owner = &events.Owner{Kind: "Deployment", Name: "web"} }), node: readyNode("True"), action: ForceDelete, reason: ReasonStuckTerminating},
 		{name: "opt-out wins over finalizers", pod: pod(deleting(stuckSince), finalizers, optOut), action: Skip, reason: ReasonOptedOut},
 		{name: "finalizers reported before statefulset rule", pod: pod(deleting(stuckSince), finalizers, sts), node: readyNode("True"), action: Skip, reason: ReasonHasFinalizers},
@@ -99,7 +152,7 @@ func TestDecide(t *testing.T) {
 			if tc.policy != nil {
 				tc.policy(&p)
 			}
-			d := p.Decide(tc.pod, tc.node, t0)
+			d := p.Decide(tc.pod, Facts{Node: tc.node, Now: t0, Nodes: tc.nodes})
 			if d.Action != tc.action || d.Reason != tc.reason {
 				t.Fatalf("Decide = %v/%q (%s), want %v/%q", d.Action, d.Reason, d.Message, tc.action, tc.reason)
 			}
@@ -108,6 +161,9 @@ func TestDecide(t *testing.T) {
 			}
 			if d.RemoveFinalizers != tc.rmFinals {
 				t.Errorf("RemoveFinalizers = %v, want %v", d.RemoveFinalizers, tc.rmFinals)
+			}
+			if d.Remains != tc.remains {
+				t.Errorf("Remains = %v, want %v", d.Remains, tc.remains)
 			}
 			if d.Action != None && d.Message == "" {
 				t.Error("a decision must explain itself in Message")
@@ -125,10 +181,17 @@ func TestNewPolicyFromConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := NewPolicy(c.DelException)
-	if !p.Reasons["Evicted"] || !p.Reasons["Shutdown"] || p.Reasons["OutOfcpu"] {
+	if !p.Reasons["evicted"] || !p.Reasons["shutdown"] || p.Reasons["outofcpu"] {
 		t.Errorf("Reasons = %v", p.Reasons)
 	}
 	if p.TerminatingTimeout != 30*time.Second || !p.RemoveFinalizers || p.OptOutLabel != events.LabelOptOut {
 		t.Errorf("policy = %+v", p)
+	}
+}
+
+func TestUnknownReasons(t *testing.T) {
+	got := UnknownReasons([]string{"Evicted", "evicted", "OutOfcpu", "OutOfnvidia.com/gpu", "Shutdown", "NodeAffinity", "Evictd", "OutOf", "Foo"})
+	if want := "[Evictd OutOf Foo]"; fmt.Sprint(got) != want {
+		t.Fatalf("UnknownReasons = %v, want %v", got, want)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/opswire/opswire/shared/app"
 	"github.com/opswire/opswire/shared/events"
@@ -25,7 +27,17 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		<-ctx.Done()
 		return nil
 	}
-	client, _, err := rt.Kube()
+	_, restCfg, err := rt.Kube()
+	if err != nil {
+		return err
+	}
+	// Every response's Date header feeds the clock of the decisions: the
+	// deadlines compare with the API server's timestamps, so they must not
+	// fire early when this machine's clock runs ahead (clock.go).
+	clock := NewServerClock()
+	restCfg = rest.CopyConfig(restCfg)
+	restCfg.Wrap(clock.Wrap)
+	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return err
 	}
@@ -38,17 +50,24 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	log.Info().Bool("dryRun", dryRun).Strs("reasons", cfg.Reasons).Dur("minAge", policy.MinAge).
 		Dur("terminatingTimeout", policy.TerminatingTimeout).Int("maxDeletions", cfg.MaxDeletionsPerMinute).
 		Dur("rateWindow", cfg.RateWindow.Duration).Bool("removeFinalizers", cfg.RemoveFinalizers).
-		Bool("allowStatefulSetOnReadyNode", cfg.AllowStatefulSetOnReadyNode).Msg("cleanup policy")
+		Bool("allowStatefulSetOnReadyNode", cfg.AllowStatefulSetOnReadyNode).Dur("statefulNotReadyTimeout", policy.StatefulNotReadyTimeout).
+		Float64("brakeNotReadyShare", policy.BrakeNotReadyShare).Msg("cleanup policy")
+	if unknown := UnknownReasons(cfg.Reasons); len(unknown) > 0 {
+		log.Warn().Strs("reasons", unknown).
+			Msg("delException.reasons: not a status.reason Kubernetes writes on Failed pods; these match no pod unless another component writes them (reasons match case-insensitively)")
+	}
 
 	recorder, stopEvents := rt.EventRecorder(ctx, client, true)
 	defer stopEvents()
 
 	metrics := NewMetrics(rt.Server.Registry)
+	clock.Skew = metrics.ClockSkew.Set
 	act := NewActuator(client, js, recorder, metrics, log, ActuatorConfig{
 		Cluster: rt.Cluster, Policy: policy, DryRun: dryRun,
 		Limiter: NewWindow(cfg.MaxDeletionsPerMinute, cfg.RateWindow.Duration),
+		Now:     clock.Now,
 	})
-	ctl := NewController(policy, act, cfg.Interval.Duration, workers, nil, log)
+	ctl := NewController(policy, act, metrics, cfg.Interval.Duration, workers, clock.Now, log)
 	rt.Server.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "opswire_cleanup_queue_depth", Help: "Pod keys waiting to be examined.",
 	}, func() float64 { return float64(ctl.Len()) }))

@@ -1,0 +1,93 @@
+package cleanup
+
+import (
+	"net/http"
+	"sync"
+	"time"
+)
+
+// ServerClock tells the API server's time, so that a deadline computed from a
+// timestamp the API server wrote (deletionTimestamp) does not fire early when
+// the local clock runs ahead of the server's.
+//
+// Every API response carries a Date header, the server's time truncated to
+// the second. The server's time when the response arrived is at least that
+// Date, so Date plus the monotonic time elapsed since the response is a lower
+// bound of the server's time now: deadlines may fire up to a second (plus the
+// request's latency) late, never early. Elapsed time is measured with the
+// monotonic clock, so a step of the local wall clock (NTP) changes nothing.
+// Of the samples of the last sampleTTL the highest bound is kept (the one
+// closest to the truth); older ones are replaced by the next response.
+//
+// Until the first response, Now is the local clock; the actuator's re-check
+// runs right after a GET, so no write is decided on the local clock.
+type ServerClock struct {
+	local func() time.Time // with a monotonic reading
+
+	mu     sync.Mutex
+	date   time.Time // server time at least at ...
+	at     time.Time // ... this local instant (monotonic)
+	synced bool
+	// Skew, when set, receives the local clock minus the server's, in seconds.
+	Skew func(seconds float64)
+}
+
+// sampleTTL is how long a sample may stay the best one.
+const sampleTTL = 10 * time.Second
+
+// NewServerClock returns a clock that follows the Date headers it is shown
+// (Observe, or a transport wrapped with Wrap).
+func NewServerClock() *ServerClock { return &ServerClock{local: time.Now} }
+
+// Now is a lower bound of the API server's current time.
+func (c *ServerClock) Now() time.Time {
+	now := c.local()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.synced {
+		return now
+	}
+	return c.date.Add(now.Sub(c.at))
+}
+
+// Synced reports whether a Date header has been seen.
+func (c *ServerClock) Synced() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.synced
+}
+
+// Observe takes a response's Date header, received at the local instant recv.
+func (c *ServerClock) Observe(date string, recv time.Time) {
+	d, err := http.ParseTime(date)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	if !c.synced || recv.Sub(c.at) > sampleTTL || !d.Before(c.date.Add(recv.Sub(c.at))) {
+		c.date, c.at, c.synced = d, recv, true
+	}
+	skew := recv.Round(0).Sub(c.date.Add(recv.Sub(c.at)))
+	c.mu.Unlock()
+	if c.Skew != nil {
+		c.Skew(skew.Seconds())
+	}
+}
+
+// Wrap returns a transport that shows every response's Date header to the
+// clock (for rest.Config.Wrap).
+func (c *ServerClock) Wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			if d := resp.Header.Get("Date"); d != "" {
+				c.Observe(d, c.local())
+			}
+		}
+		return resp, err
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

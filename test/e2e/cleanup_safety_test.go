@@ -1,0 +1,205 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/opswire/opswire/test/harness"
+)
+
+// decisionsMetric is the series of opswire_cleanup_decisions_total for one
+// verb and reason: counted in the process, so a repeat the stream would drop
+// as a duplicate still shows.
+func decisionsMetric(verb, reason string) string {
+	return fmt.Sprintf(`opswire_cleanup_decisions_total{reason=%q,verb=%q}`, reason, verb)
+}
+
+// TestCleanupBrake: with four of six nodes not Ready, stuck pods are held
+// (each reported once, metric and log say the brake is on); when only one
+// node is left not Ready the brake releases by itself and the held pods are
+// force-deleted.
+func TestCleanupBrake(t *testing.T) {
+	cp := harness.StartControlPlane(t)
+	n := harness.StartNATS(t)
+	var nodes []string
+	for i := range 6 {
+		nodes = append(nodes, harness.CreateNode(t, cp.Client, harness.Node(fmt.Sprintf("node-%d", i), nil)).Name)
+	}
+	harness.CreateNamespace(t, cp.Client, "apps")
+	cfg := harness.WriteConfig(t, cleanupConfig())
+	startWatcher(t, cp, n, cfg, "w1")
+	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
+	_, leader := waitLeader(t, cp, map[string]*harness.Process{"a": startCleanup(t, n, cfg, cleanupKubeconfig(t, cp), "a")})
+
+	for _, name := range nodes[:4] {
+		setNodeReady(t, cp, name, corev1.ConditionUnknown)
+	}
+	harness.Eventually(t, 10*time.Second, "brake engaged (metric)", func() bool {
+		return leader.Metric("opswire_cleanup_brake_engaged") == 1
+	})
+	// One stuck pod on each node but the last: four on not-Ready nodes, one on a Ready node.
+	var deadline time.Time
+	held := nodes[:5]
+	for i, node := range held {
+		name := fmt.Sprintf("stuck-%d", i)
+		harness.CreatePod(t, cp.Client, harness.Pod("apps", name, node))
+		deadline = deleteGracefully(t, cp, "apps", name).Add(4 * time.Second)
+	}
+	anyGone := func() bool {
+		for i := range held {
+			if !podExists(t, cp, "apps", fmt.Sprintf("stuck-%d", i)) {
+				return true
+			}
+		}
+		return false
+	}
+	harness.Never(t, time.Until(deadline.Add(4*time.Second)), "a force deletion while 4 of 6 nodes are not Ready", anyGone)
+	for i := range held {
+		m := ops.WaitFor(t, 5*time.Second, "held pod reported", opsFor("skipped", "apps", fmt.Sprintf("stuck-%d", i)))
+		if d := decision(t, m); d.Reason != "MassNodeFailure" || !strings.Contains(d.Message, "4 of 6 nodes") {
+			t.Fatalf("decision %+v", d)
+		}
+	}
+	// Every held pod was examined several times (1 s tick): reported once each.
+	if v := leader.Metric(decisionsMetric("skipped", "MassNodeFailure")); v != float64(len(held)) {
+		t.Fatalf("MassNodeFailure skips counted %v, want %d (once per pod)", v, len(held))
+	}
+	if !strings.Contains(leader.Logs(), "mass-failure brake on") {
+		t.Fatal("no log line says the brake is on")
+	}
+
+	for _, name := range nodes[1:4] {
+		setNodeReady(t, cp, name, corev1.ConditionTrue)
+	}
+	harness.Eventually(t, 10*time.Second, "held pods force-deleted after the release", func() bool {
+		for i := range held {
+			if podExists(t, cp, "apps", fmt.Sprintf("stuck-%d", i)) {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range held {
+		ops.WaitFor(t, 5*time.Second, "forcedeleted decision", opsFor("forcedeleted", "apps", fmt.Sprintf("stuck-%d", i)))
+	}
+	if v := leader.Metric("opswire_cleanup_brake_engaged"); v != 0 {
+		t.Fatalf("brake metric %v after the release, want 0", v)
+	}
+	if v := leader.Metric(decisionsMetric("skipped", "MassNodeFailure")); v != float64(len(held)) {
+		t.Fatalf("MassNodeFailure skips counted %v after the release, want %d", v, len(held))
+	}
+	if !strings.Contains(leader.Logs(), "mass-failure brake released") {
+		t.Fatal("no log line says the brake was released")
+	}
+}
+
+// TestCleanupFinalizerPath: with removeFinalizers, Evicted pods holding a
+// finalizer are removed once each, with one OPS message and one Event, and
+// the cap (2 per 3 s window) holds: three are plain Evicted pods (finalizers
+// cleared, then deleted), two were already deleted by someone else with grace
+// 0, so clearing their finalizers makes the API server remove them during
+// that update (the DELETE that followed used to find nothing and give the
+// slot back, unaudited).
+func TestCleanupFinalizerPath(t *testing.T) {
+	const total, perWindow, window = 5, 2, 3 * time.Second
+	cp := harness.StartControlPlane(t)
+	n := harness.StartNATS(t)
+	worker := harness.CreateNode(t, cp.Client, harness.Node("worker-1", nil))
+	harness.CreateNamespace(t, cp.Client, "fin")
+	cfg := harness.WriteConfig(t, cleanupConfig("maxDeletionsPerMinute: 2", "rateWindow: 3s", "removeFinalizers: true"))
+	startWatcher(t, cp, n, cfg, "w1")
+	ctx := context.Background()
+	uids := map[string]string{}
+	var lastDeletion time.Time
+	for i := range total {
+		name := fmt.Sprintf("fin-%d", i)
+		p := harness.Pod("fin", name, worker.Name)
+		p.Finalizers = []string{"example.com/hold"}
+		created := harness.CreatePod(t, cp.Client, p)
+		evict(t, cp, created)
+		uids[name] = string(created.UID)
+		if i >= 3 {
+			if err := cp.Client.CoreV1().Pods("fin").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			live, err := cp.Client.CoreV1().Pods("fin").Get(ctx, name, metav1.GetOptions{})
+			if err != nil || live.DeletionTimestamp == nil || live.DeletionGracePeriodSeconds == nil || *live.DeletionGracePeriodSeconds != 0 {
+				t.Fatalf("%s: want Terminating with grace 0 (a terminal pod), got %+v %v", name, live.ObjectMeta, err)
+			}
+			lastDeletion = live.DeletionTimestamp.Time
+		}
+	}
+	harness.Eventually(t, 20*time.Second, "all pods Failed in KUBE", func() bool {
+		for name := range uids {
+			if s := lastPod(t, n.JS, "kube.e2e.pod.fin."+name); s == nil || s.Phase != "Failed" {
+				return false
+			}
+		}
+		return true
+	})
+	// Start the actor once the two pre-deleted pods are past terminatingTimeout
+	// (4 s), so all five are due together and the cap decides the order.
+	harness.Eventually(t, 10*time.Second, "pre-deleted pods due", func() bool { return time.Now().After(lastDeletion.Add(4500 * time.Millisecond)) })
+	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
+	p := startCleanup(t, n, cfg, cleanupKubeconfig(t, cp), "a")
+
+	harness.Eventually(t, 30*time.Second, "every pod removed", func() bool {
+		for name := range uids {
+			if podExists(t, cp, "fin", name) {
+				return false
+			}
+		}
+		return true
+	})
+	// Each pod: exactly one OPS message and one Event, the verb saying what happened.
+	harness.Eventually(t, 10*time.Second, "one audit per pod", func() bool { return ops.Count(func(harness.Msg) bool { return true }) >= total })
+	var times []time.Time
+	for _, m := range ops.All() {
+		d := decision(t, m)
+		want := "deleted"
+		if d.Pod == "fin-3" || d.Pod == "fin-4" {
+			want = "forcedeleted"
+		}
+		if d.Verb != want {
+			t.Fatalf("%s: verb %s (%s), want %s", d.Pod, d.Verb, d.Reason, want)
+		}
+		times = append(times, d.Time)
+	}
+	if len(times) != total {
+		t.Fatalf("%d OPS messages, want %d: %s", len(times), total, ops.Describe())
+	}
+	for name, uid := range uids {
+		harness.Eventually(t, 5*time.Second, "one Event for "+name, func() bool { return len(cleanupEvents(t, cp, "fin", uid)) == 1 })
+	}
+	// Counted in the process (the stream would hide a repeat with the same id).
+	if d, f := p.Metric(decisionsMetric("deleted", "FailedPod")), p.Metric(decisionsMetric("forcedeleted", "StuckTerminating")); d != 3 || f != 2 {
+		t.Fatalf("decisions counted: deleted %v, forcedeleted %v; want 3 and 2", d, f)
+	}
+	if c := strings.Count(p.Logs(), "finalizers cleared; the API server removed the pod"); c != 2 {
+		t.Fatalf("%d removals during the finalizer update logged, want 2 (fin-3, fin-4)", c)
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	const slack = 250 * time.Millisecond
+	for i := 0; i+perWindow < len(times); i++ {
+		if gap := times[i+perWindow].Sub(times[i]); gap < window-slack {
+			t.Fatalf("removals %d and %d only %v apart: more than %d in a %v window", i, i+perWindow, gap, perWindow, window)
+		}
+	}
+	if first := times[perWindow-1].Sub(times[0]); first >= window {
+		t.Fatalf("the first %d removals took %v, want within one window", perWindow, first)
+	}
+	t.Logf("removal times after the first: %v", func() []time.Duration {
+		var out []time.Duration
+		for _, tm := range times {
+			out = append(out, tm.Sub(times[0]).Round(time.Millisecond))
+		}
+		return out
+	}())
+}
