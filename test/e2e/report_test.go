@@ -289,9 +289,9 @@ imageAlert:
 	// The tick: the first one at least 5 s away, so NATS goes down before it.
 	tick := time.Now().Add(5 * time.Second).Truncate(every).Add(every)
 	id := "report/restarts/" + tick.UTC().Format(time.RFC3339)
-	time.Sleep(time.Until(tick.Add(-2 * time.Second))) // wall-clock schedule: wait for the moment, not a condition
+	wallClock(t, tick.Add(-2*time.Second))
 	n.Stop()
-	time.Sleep(time.Until(tick.Add(4 * time.Second))) // the outage spans the tick by 4 s
+	wallClock(t, tick.Add(4*time.Second)) // the outage spans the tick by 4 s
 	if p.Exited() {
 		t.Fatalf("report exited during the NATS outage:\n%s", p.Logs())
 	}
@@ -332,4 +332,13 @@ imageAlert:
 	if v := p.Metric(`opswire_report_ticks_missed_total`); v != 0 {
 		t.Fatalf("%v ticks missed", v)
 	}
+}
+
+// wallClock waits until the wall clock reaches at: a cron schedule fires at
+// wall-clock times, so that is the condition.
+func wallClock(t *testing.T, at time.Time) {
+	t.Helper()
+	harness.Eventually(t, time.Until(at)+5*time.Second, "wall clock "+at.Format(time.RFC3339), func() bool {
+		return !time.Now().Before(at)
+	})
 }
