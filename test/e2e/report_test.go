@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/subject"
 	"github.com/opswire/opswire/test/harness"
@@ -196,6 +199,50 @@ func TestReportSeedConfig(t *testing.T) {
 	}
 }
 
+// TestReportCountsInitContainers: a pod in Init:CrashLoopBackOff restarts
+// only its init container (500 times); the watcher mirrors it and the report
+// lists it, saying which container restarted.
+func TestReportCountsInitContainers(t *testing.T) {
+	cp := harness.StartControlPlane(t)
+	n := harness.StartNATS(t)
+	kubeconfig := reportKubeconfig(t, cp, "default")
+	node := harness.CreateNode(t, cp.Client, harness.Node("worker-1", nil))
+	pod := harness.Pod("default", "stuck", node.Name)
+	pod.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "registry.invalid/migrate:1"}}
+	p := harness.CreatePod(t, cp.Client, pod)
+	harness.SetPodStatus(t, cp.Client, p, func(s *corev1.PodStatus) {
+		s.Phase = corev1.PodPending
+		s.InitContainerStatuses = []corev1.ContainerStatus{{
+			Name: "migrate", Image: "registry.invalid/migrate:1", RestartCount: 500,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				Reason: "Error", ExitCode: 1, FinishedAt: metav1.Now(),
+			}},
+		}}
+		s.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", Image: "registry.invalid/app:1",
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}
+	})
+	cfg := harness.WriteConfig(t, reportConfig(`
+sendReport:
+  total: 100
+imageAlert:
+  enable: false
+`))
+	startWatcher(t, cp, n, cfg, "w1")
+	waitRestarts(t, n, "e2e", "default", "stuck", 500)
+	ops := harness.CollectOps(t, n, subject.Ops("e2e", "report", "restarts"))
+	rp := startReport(t, n, cfg, kubeconfig, "r1")
+	reportLeader(t, cp, "default", "opswire-report", map[string]*harness.Process{"r1": rp})
+	id := requestReport(t, n, "e2e")
+	r := restartReport(t, ops.WaitFor(t, 10*time.Second, "the requested report", func(m harness.Msg) bool { return m.ID == id }))
+	if len(r.Rows) != 1 || r.Rows[0].Pod != "stuck" || r.Rows[0].Restarts != 500 || len(r.Rows[0].Containers) != 1 {
+		t.Fatalf("report rows %+v, want default/stuck with 500 restarts of one container", r.Rows)
+	}
+	if c := r.Rows[0].Containers[0]; c.Name != "migrate" || c.Kind != events.ContainerInit || c.LastReason != "Error" || c.LastExitCode != 1 {
+		t.Fatalf("container %+v, want the init container migrate, last Error 1", c)
+	}
+}
+
 // TestReportImageAlerts: crossing maxBytes alerts once; growth within the
 // cooldown does not; once the cooldown is over, the growth beyond
 // growthBytes alerts once more.
@@ -230,6 +277,9 @@ imageAlert:
 	if first.Reason != "maxBytes" || first.ImageBytes != 1200 || first.ImageCount != 50 || !first.ImagesTruncated ||
 		first.Node != "worker-1.example" || first.Title != "node image storage" {
 		t.Fatalf("first alert %+v", first)
+	}
+	if !strings.Contains(first.Note, "at least") || !strings.Contains(first.Note, "--node-status-max-images") {
+		t.Fatalf("alert on a truncated list: note %q, want the lower bound explained", first.Note)
 	}
 
 	setImages(t, cp, node.Name, 50, 25) // +50: under growthBytes
