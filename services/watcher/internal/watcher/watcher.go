@@ -95,7 +95,10 @@ type Watcher struct {
 
 	mu        sync.Mutex
 	published map[string]record
-	acks      chan pending
+	// trimmed names the nodes published with their labels filtered, so the
+	// warning is logged once per node, not on every recount.
+	trimmed map[string]bool
+	acks    chan pending
 }
 
 type pending struct {
@@ -123,6 +126,7 @@ func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 5*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "watcher"}),
 		published: map[string]record{},
+		trimmed:   map[string]bool{},
 		acks:      make(chan pending, 8192),
 	}
 	w.m = newMetrics(reg, func() float64 { return float64(w.queue.Len()) })
@@ -349,6 +353,9 @@ func (w *Watcher) syncNode(key string) error {
 			w.queue.Done(key)
 			return nil
 		}
+		w.mu.Lock()
+		delete(w.trimmed, name)
+		w.mu.Unlock()
 		state := events.NodeState{Op: events.OpDelete, UID: prev.uid, Name: name}
 		return w.publish(key, "node", subject.Node(w.opts.Cluster, name), "node/"+prev.uid+"/delete",
 			events.TypeNode, name, state, record{}, events.OpDelete)
@@ -365,9 +372,21 @@ func (w *Watcher) syncNode(key string) error {
 	}
 	state.Evicting = len(keys)
 	state.PodsResourceVersion = w.pods.LastSyncResourceVersion()
-	if size := jsonSize(state); size > w.maxPayload()-headerRoom {
+	size := jsonSize(state)
+	oversized := size > w.maxPayload()-headerRoom
+	if oversized {
 		// Thousands of labels: keep those opswire reads.
 		state.Labels = keepLabels(state.Labels, w.opts.KeepNodeLabel)
+	}
+	w.mu.Lock()
+	warn := oversized && !w.trimmed[name]
+	if oversized {
+		w.trimmed[name] = true
+	} else {
+		delete(w.trimmed, name)
+	}
+	w.mu.Unlock()
+	if warn {
 		w.log.Warn().Str("node", name).Int("bytes", size).Int("labelsKept", len(state.Labels)).
 			Msg("node state over the NATS message size: publishing only the labels opswire reads")
 	}
