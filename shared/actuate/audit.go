@@ -210,3 +210,11 @@ func (a *Auditor) store(m audit) {
 	a.m.AuditBacklog.Set(float64(len(a.queue)))
 	a.mu.Unlock()
 }
+
+// Audit is what an actuator needs of the Auditor: queue a message, never
+// wait, never fail. Tests pass a synchronous recorder.
+type Audit interface {
+	Publish(subject string, ev envelope.Event)
+}
+
+var _ Audit = (*Auditor)(nil)

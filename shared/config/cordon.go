@@ -39,9 +39,12 @@ type AutoCordon struct {
 	// nodes (MaxCordonedPercent).
 	MaxCordonedNodes   int     `json:"maxCordonedNodes"`
 	MaxCordonedPercent float64 `json:"maxCordonedPercent"`
-	// MaxActionsPerMinute rate-limits writes.
-	MaxActionsPerMinute int  `json:"maxActionsPerMinute"`
-	DryRun              bool `json:"dryRun"`
+	// MaxActionsPerMinute rate-limits writes: at most this many cordons and
+	// uncordons in any sliding RateWindow (default one minute), counting the
+	// previous leaders' actions recorded in OPS.
+	MaxActionsPerMinute int      `json:"maxActionsPerMinute"`
+	RateWindow          Duration `json:"rateWindow"`
+	DryRun              bool     `json:"dryRun"`
 }
 
 func (a *AutoCordon) setDefaults() {
@@ -53,6 +56,7 @@ func (a *AutoCordon) setDefaults() {
 	a.TaintKey = "node.kubernetes.io/autocordon"
 	a.MaxCordonedPercent = 20
 	a.MaxActionsPerMinute = 60
+	a.RateWindow = D(time.Minute)
 }
 
 func (a *AutoCordon) validate(p string, errs *Errors) {
@@ -93,6 +97,9 @@ func (a *AutoCordon) validate(p string, errs *Errors) {
 	}
 	if a.MaxActionsPerMinute < 1 {
 		errs.add(join(p, "maxActionsPerMinute"), "must be at least 1")
+	}
+	if a.RateWindow.Duration <= 0 {
+		errs.add(join(p, "rateWindow"), "must be positive")
 	}
 }
 

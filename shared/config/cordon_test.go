@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestAutoCordonDefaults(t *testing.T) {
@@ -21,6 +22,7 @@ func TestAutoCordonDefaults(t *testing.T) {
 		{"maxCordonedPercent", a.MaxCordonedPercent, 20.0},
 		{"maxCordonedNodes", a.MaxCordonedNodes, 0},
 		{"maxActionsPerMinute", a.MaxActionsPerMinute, 60},
+		{"rateWindow", a.RateWindow.Duration, time.Minute},
 		{"includeControlPlane", a.IncludeControlPlane, false},
 		{"dryRun", a.DryRun, false},
 		{"nodeSelector", a.NodeSelector, ""},

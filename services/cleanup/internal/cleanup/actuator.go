@@ -3,7 +3,6 @@ package cleanup
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -14,10 +13,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/kube"
-	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
 )
 
@@ -36,12 +35,18 @@ const (
 // Service is the service name in ce-source and subjects.
 const Service = "cleanup"
 
-// Outcome tells the controller what to do with the pod's key next.
-type Outcome struct {
-	// RequeueAfter > 0: look at the pod again then (rate limit, not due yet).
-	RequeueAfter time.Duration
-	// Retry: look again with the queue's per-item backoff (conflict, failure).
-	Retry bool
+// Outcome tells the controller what to do with the pod's key next: the one
+// contract of every actuator (actuate.Outcome).
+type Outcome = actuate.Outcome
+
+// ActionSubjects are the OPS subjects of the removals the rate window counts
+// (never skips, failures or dry runs).
+func ActionSubjects(cluster string) []string {
+	var out []string
+	for _, verb := range []string{VerbDeleted, VerbForceDeleted, VerbDeletionRequested} {
+		out = append(out, subject.Ops(cluster, Service, verb)+".>")
+	}
+	return out
 }
 
 // ActuatorConfig are the actuator's settings.
@@ -49,11 +54,11 @@ type ActuatorConfig struct {
 	Cluster string
 	Policy  Policy
 	DryRun  bool
-	// Limiter caps deletions (maxDeletionsPerMinute per rateWindow).
-	Limiter *Window
-	// PublishAttempt bounds one OPS publish attempt; attempts repeat with the
-	// same id until stored or the leadership context ends.
-	PublishAttempt time.Duration
+	// Limiter caps deletions (maxDeletionsPerMinute per rateWindow), seeded
+	// from OPS at leadership start.
+	Limiter *actuate.Window
+	// APITimeout bounds each API call (actuate.DefaultAPITimeout when 0).
+	APITimeout time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -63,39 +68,36 @@ type ActuatorConfig struct {
 // deletion cap, a live GET (gone → nothing to do; other UID → recreated, never
 // touched), the same decision on the live pod, the delete with UID and
 // resourceVersion preconditions (grace 0 for force), then a Kubernetes Event,
-// the OPS audit event with an idempotent id, and metrics.
+// the OPS audit event with an idempotent id, and metrics. It follows the
+// contract of package actuate (docs/actuate.md).
 type Actuator struct {
 	client   kubernetes.Interface
-	pub      natsx.Publisher
+	audit    actuate.Audit
 	recorder record.EventRecorder
 	metrics  *Metrics
 	log      zerolog.Logger
 	cfg      ActuatorConfig
 
-	mu sync.Mutex
 	// reported holds, per pod UID, the verb/reason decisions already published,
 	// so a skip is published once per pod and reason rather than every tick.
-	reported map[types.UID]map[string]bool
+	reported *actuate.Announced
 }
 
-// NewActuator builds the actuator. recorder receives the Kubernetes Events.
-func NewActuator(client kubernetes.Interface, pub natsx.Publisher, recorder record.EventRecorder, m *Metrics, log zerolog.Logger, cfg ActuatorConfig) *Actuator {
+// NewActuator builds the actuator. recorder receives the Kubernetes Events;
+// audit queues the OPS messages (an actuate.Auditor).
+func NewActuator(client kubernetes.Interface, audit actuate.Audit, recorder record.EventRecorder, m *Metrics, log zerolog.Logger, cfg ActuatorConfig) *Actuator {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.PublishAttempt <= 0 {
-		cfg.PublishAttempt = 5 * time.Second
+	if cfg.APITimeout <= 0 {
+		cfg.APITimeout = actuate.DefaultAPITimeout
 	}
-	return &Actuator{client: client, pub: pub, recorder: recorder, metrics: m, log: log, cfg: cfg,
-		reported: map[types.UID]map[string]bool{}}
+	return &Actuator{client: client, audit: audit, recorder: recorder, metrics: m, log: log, cfg: cfg,
+		reported: actuate.NewAnnounced()}
 }
 
 // Forget drops what was remembered about a pod that left the cluster.
-func (a *Actuator) Forget(uid string) {
-	a.mu.Lock()
-	delete(a.reported, types.UID(uid))
-	a.mu.Unlock()
-}
+func (a *Actuator) Forget(uid string) { a.reported.Reset(uid) }
 
 // Handle carries out a Skip, Delete or ForceDelete decision on a mirrored
 // pod, made on the facts f; the live re-check decides again on the live pod
@@ -103,7 +105,8 @@ func (a *Actuator) Forget(uid string) {
 func (a *Actuator) Handle(ctx context.Context, pod *events.PodState, d Decision, f Facts) (Outcome, error) {
 	switch d.Action {
 	case Skip:
-		return Outcome{}, a.reportOnce(ctx, pod, d, VerbSkipped, "")
+		a.reportOnce(pod, d, VerbSkipped, "")
+		return Outcome{}, nil
 	case Delete, ForceDelete:
 		return a.delete(ctx, pod, d, f)
 	}
@@ -111,7 +114,7 @@ func (a *Actuator) Handle(ctx context.Context, pod *events.PodState, d Decision,
 }
 
 func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision, f Facts) (Outcome, error) {
-	if a.cfg.DryRun && a.wasReported(pod.UID, VerbDryRun, d.Reason) {
+	if a.cfg.DryRun && a.reported.Has(pod.UID, VerbDryRun+"/"+d.Reason) {
 		return Outcome{}, nil
 	}
 	now := a.cfg.Now()
@@ -144,14 +147,16 @@ func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision,
 		case Wait:
 			return Outcome{RequeueAfter: ld.Until.Sub(now)}, nil
 		case Skip:
-			return Outcome{}, a.reportOnce(ctx, state, ld, VerbSkipped, "")
+			a.reportOnce(state, ld, VerbSkipped, "")
+			return Outcome{}, nil
 		case Delete, ForceDelete:
 			return Outcome{Retry: true}, nil // the mirror is behind; look again shortly
 		}
 		return Outcome{}, nil
 	}
 	if a.cfg.DryRun {
-		return Outcome{}, a.reportOnce(ctx, state, ld, VerbDryRun, "")
+		a.reportOnce(state, ld, VerbDryRun, "")
+		return Outcome{}, nil
 	}
 	return a.write(ctx, live, state, ld, release)
 }
@@ -161,7 +166,9 @@ func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision,
 // pod is gone or was recreated under the same name, and a nil node when the
 // node does not exist or is not needed.
 func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Pod, *events.NodeState, error) {
-	live, err := a.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	live, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Pod, error) {
+		return a.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	})
 	if apierrors.IsNotFound(err) {
 		a.metrics.Rechecks.WithLabelValues("gone").Inc()
 		return nil, nil, nil
@@ -181,7 +188,9 @@ func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Po
 	if live.DeletionTimestamp == nil || live.Spec.NodeName == "" || !sts && !kube.PodMountsPVC(live) {
 		return live, nil, nil
 	}
-	n, err := a.client.CoreV1().Nodes().Get(ctx, live.Spec.NodeName, metav1.GetOptions{})
+	n, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
+		return a.client.CoreV1().Nodes().Get(ctx, live.Spec.NodeName, metav1.GetOptions{})
+	})
 	if apierrors.IsNotFound(err) {
 		return live, nil, nil
 	}
@@ -206,15 +215,18 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 	done := func(how string) (Outcome, error) {
 		a.log.Info().Str("pod", live.Namespace+"/"+live.Name).Str("uid", string(uid)).Str("verb", verb).
 			Str("reason", d.Reason).Str("how", how).Msg(d.Message)
-		return Outcome{}, a.report(ctx, state, d, verb, "")
+		a.report(state, d, verb, "")
+		return Outcome{}, nil
 	}
 	clearedFinalizers := false
 	if d.RemoveFinalizers {
 		// resourceVersion in the patch makes it conditional: a pod changed
 		// since the re-read fails with a conflict instead of being edited blind.
 		patch := fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"finalizers":null}}`, uid, rv)
-		patched, err := pods.Patch(ctx, live.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-		if failed, out, err := a.writeFailed(ctx, state, d, "remove finalizers", err, release); failed {
+		patched, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Pod, error) {
+			return pods.Patch(ctx, live.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		})
+		if failed, out, err := a.writeFailed(state, d, "remove finalizers", err, release); failed {
 			return out, err
 		}
 		if deletedByUpdate(live) {
@@ -231,13 +243,15 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 		zero := int64(0)
 		opts.GracePeriodSeconds = &zero
 	}
-	err := pods.Delete(ctx, live.Name, opts)
+	_, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, pods.Delete(ctx, live.Name, opts)
+	})
 	if clearedFinalizers && apierrors.IsNotFound(err) {
 		// Gone between our patch and the DELETE: the patch let a pending
 		// deletion complete, so the removal is still ours.
 		return done("finalizers cleared; gone before the delete")
 	}
-	if failed, out, err := a.writeFailed(ctx, state, d, "delete", err, release); failed {
+	if failed, out, err := a.writeFailed(state, d, "delete", err, release); failed {
 		return out, err
 	}
 	return done("delete")
@@ -255,7 +269,7 @@ func deletedByUpdate(live *corev1.Pod) bool {
 // NotFound: the pod is already gone, which is the goal. Conflict: the pod
 // changed (or was recreated) since the re-read; look again. Anything else is
 // a failure: reported once, retried with backoff.
-func (a *Actuator) writeFailed(ctx context.Context, state *events.PodState, d Decision, op string, err error, release func()) (bool, Outcome, error) {
+func (a *Actuator) writeFailed(state *events.PodState, d Decision, op string, err error, release func()) (bool, Outcome, error) {
 	switch {
 	case err == nil:
 		return false, Outcome{}, nil
@@ -270,43 +284,23 @@ func (a *Actuator) writeFailed(ctx context.Context, state *events.PodState, d De
 	}
 	release()
 	a.metrics.APIErrors.WithLabelValues(op).Inc()
-	msg := fmt.Sprintf("%s: %v", op, err)
-	if perr := a.reportOnce(ctx, state, d, VerbFailed, msg); perr != nil {
-		return true, Outcome{Retry: true}, perr
-	}
+	a.reportOnce(state, d, VerbFailed, fmt.Sprintf("%s: %v", op, err))
 	return true, Outcome{Retry: true}, fmt.Errorf("%s pod %s/%s: %w", op, state.Namespace, state.Name, err)
-}
-
-func (a *Actuator) wasReported(uid, verb, reason string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.reported[types.UID(uid)][verb+"/"+reason]
 }
 
 // reportOnce publishes a decision unless the same verb and reason was already
 // published for this pod by this leader (the OPS id dedups across leaders
 // within the stream's duplicate window).
-func (a *Actuator) reportOnce(ctx context.Context, pod *events.PodState, d Decision, verb, errMsg string) error {
-	if a.wasReported(pod.UID, verb, d.Reason) {
-		return nil
+func (a *Actuator) reportOnce(pod *events.PodState, d Decision, verb, errMsg string) {
+	if a.reported.First(pod.UID, verb+"/"+d.Reason) {
+		a.report(pod, d, verb, errMsg)
 	}
-	if err := a.report(ctx, pod, d, verb, errMsg); err != nil {
-		return err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	set := a.reported[types.UID(pod.UID)]
-	if set == nil {
-		set = map[string]bool{}
-		a.reported[types.UID(pod.UID)] = set
-	}
-	set[verb+"/"+d.Reason] = true
-	return nil
 }
 
 // report emits the Kubernetes Event (not in dry-run: an Event is a write),
-// publishes the OPS event and counts the decision.
-func (a *Actuator) report(ctx context.Context, pod *events.PodState, d Decision, verb, errMsg string) error {
+// queues the OPS event (stored by the audit publisher, however long OPS is
+// away) and counts the decision.
+func (a *Actuator) report(pod *events.PodState, d Decision, verb, errMsg string) {
 	now := a.cfg.Now()
 	payload := events.CleanupDecision{
 		Verb: verb, Action: d.Want.String(), Namespace: pod.Namespace, Pod: pod.Name, PodUID: pod.UID,
@@ -317,17 +311,14 @@ func (a *Actuator) report(ctx context.Context, pod *events.PodState, d Decision,
 	if !a.cfg.DryRun {
 		a.event(pod, verb, d, errMsg)
 	}
+	a.metrics.Decisions.WithLabelValues(verb, d.Reason).Inc()
 	ev, err := envelope.New(opsID(pod.UID, verb, d), envelope.Source(a.cfg.Cluster, Service), events.TypeCleanup,
 		pod.Namespace+"/"+pod.Name, payload, now)
 	if err != nil {
-		return err
+		a.log.Error().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Msg("audit message cannot be encoded")
+		return
 	}
-	subj := subject.Ops(a.cfg.Cluster, Service, verb, pod.Namespace, pod.Name)
-	if _, err := natsx.PublishEvent(ctx, a.pub, subj, ev, a.cfg.PublishAttempt); err != nil {
-		return fmt.Errorf("audit %s %s/%s: %w", verb, pod.Namespace, pod.Name, err)
-	}
-	a.metrics.Decisions.WithLabelValues(verb, d.Reason).Inc()
-	return nil
+	a.audit.Publish(subject.Ops(a.cfg.Cluster, Service, verb, pod.Namespace, pod.Name), ev)
 }
 
 func (a *Actuator) event(pod *events.PodState, verb string, d Decision, errMsg string) {

@@ -23,6 +23,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 )
@@ -39,6 +40,12 @@ func (r *recPub) PublishMsg(_ context.Context, m *nats.Msg, _ ...jetstream.Publi
 	defer r.mu.Unlock()
 	r.msgs = append(r.msgs, m)
 	return &jetstream.PubAck{Stream: "OPS", Sequence: uint64(len(r.msgs))}, nil
+}
+
+// Publish records a message the way the audit publisher would send it
+// (actuate.Audit), synchronously.
+func (r *recPub) Publish(subj string, ev envelope.Event) {
+	_, _ = r.PublishMsg(context.Background(), ev.Msg(subj))
 }
 
 func (r *recPub) all() []*nats.Msg {
@@ -81,11 +88,11 @@ type actuatorRig struct {
 	metrics  *Metrics
 }
 
-func newRig(t *testing.T, policy Policy, dryRun bool, limiter *Window, objs ...runtime.Object) *actuatorRig {
+func newRig(t *testing.T, policy Policy, dryRun bool, limiter *actuate.Window, objs ...runtime.Object) *actuatorRig {
 	t.Helper()
 	r := &actuatorRig{client: fake.NewClientset(objs...), pub: &recPub{}, recorder: record.NewFakeRecorder(100), metrics: NewMetrics(nil)}
 	if limiter == nil {
-		limiter = NewWindow(100, time.Minute)
+		limiter = actuate.NewWindow(100, time.Minute)
 	}
 	r.act = NewActuator(r.client, r.pub, r.recorder, r.metrics, zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: policy, DryRun: dryRun, Limiter: limiter, Now: func() time.Time { return t0 },
@@ -452,7 +459,7 @@ func TestActuatorPublishesOnce(t *testing.T) {
 func TestActuatorRateLimitDefersWithoutAPICalls(t *testing.T) {
 	a := livePod()
 	b := livePod(func(p *corev1.Pod) { p.Name, p.UID = "web-2", "uid-2" })
-	r := newRig(t, testPolicy(), false, NewWindow(1, time.Minute), a, b)
+	r := newRig(t, testPolicy(), false, actuate.NewWindow(1, time.Minute), a, b)
 	sa := pod(failed("Evicted"))
 	sb := pod(failed("Evicted"), func(p *events.PodState) { p.Name, p.UID = "web-2", "uid-2" })
 	if out, err := r.act.Handle(context.Background(), sa, testPolicy().Decide(sa, Facts{Now: t0}), Facts{Now: t0}); err != nil || out != (Outcome{}) {
@@ -473,7 +480,7 @@ func TestActuatorRateLimitDefersWithoutAPICalls(t *testing.T) {
 // TestActuatorReleasesSlotWhenNothingDeleted: a pod that turned out to be gone
 // does not use up the deletion budget.
 func TestActuatorReleasesSlotWhenNothingDeleted(t *testing.T) {
-	w := NewWindow(1, time.Minute)
+	w := actuate.NewWindow(1, time.Minute)
 	r := newRig(t, testPolicy(), false, w, livePod(func(p *corev1.Pod) { p.Name, p.UID = "web-2", "uid-2" }))
 	gone := pod(failed("Evicted"))
 	if _, err := r.act.Handle(context.Background(), gone, testPolicy().Decide(gone, Facts{Now: t0}), Facts{Now: t0}); err != nil {
@@ -500,7 +507,7 @@ func TestActuatorFinalizerRemovalCountsAgainstCap(t *testing.T) {
 		}))
 		states = append(states, pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) { s.Name, s.UID, s.Finalizers = name, string(uid), 1 }))
 	}
-	r := newRig(t, p, false, NewWindow(2, time.Minute), objs...)
+	r := newRig(t, p, false, actuate.NewWindow(2, time.Minute), objs...)
 	var outs []Outcome
 	for _, s := range states {
 		out, err := r.act.Handle(context.Background(), s, p.Decide(s, Facts{Now: t0}), Facts{Now: t0})

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/events"
 )
 
@@ -207,15 +208,7 @@ func (c *Controller) processNext(ctx context.Context, s State) bool {
 	if err != nil {
 		c.log.Warn().Err(err).Str("pod", k).Msg("cleanup failed; will retry")
 	}
-	switch {
-	case out.Retry:
-		c.queue.AddRateLimited(k)
-	case out.RequeueAfter > 0:
-		c.queue.Forget(k)
-		c.queue.AddAfter(k, out.RequeueAfter)
-	default:
-		c.queue.Forget(k)
-	}
+	actuate.Requeue(c.queue, k, out, err)
 	return true
 }
 

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/events"
 )
 
@@ -86,7 +87,7 @@ func TestControllerSchedulesStuckPods(t *testing.T) {
 	}}
 	client := fake.NewClientset(live)
 	act := NewActuator(client, &recPub{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.New(zerolog.NewTestWriter(t)), ActuatorConfig{
-		Cluster: "c1", Policy: testPolicy(), Limiter: NewWindow(10, time.Minute),
+		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 	})
 	ctl := NewController(testPolicy(), act, nil, time.Hour, 2, nil, zerolog.New(zerolog.NewTestWriter(t)))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -150,7 +151,7 @@ func TestControllerPartitionRule(t *testing.T) {
 	client := fake.NewClientset(live, node)
 	pub := &recPub{}
 	act := NewActuator(client, pub, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
-		Cluster: "c1", Policy: testPolicy(), Limiter: NewWindow(10, time.Minute),
+		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 	})
 	ctl := NewController(testPolicy(), act, nil, time.Hour, 1, nil, zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -205,7 +206,7 @@ func TestControllerBrake(t *testing.T) {
 	pub := &recPub{}
 	m := NewMetrics(nil)
 	act := NewActuator(client, pub, record.NewFakeRecorder(10), m, zerolog.Nop(), ActuatorConfig{
-		Cluster: "c1", Policy: testPolicy(), Limiter: NewWindow(10, time.Minute),
+		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 	})
 	ctl := NewController(testPolicy(), act, m, time.Hour, 1, nil, zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -264,7 +265,7 @@ func BenchmarkTick(b *testing.B) {
 	}
 	// A FakeRecorder without a channel drops events instead of blocking.
 	act := NewActuator(fake.NewClientset(), &recPub{}, &record.FakeRecorder{}, NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
-		Cluster: "c1", Policy: testPolicy(), Limiter: NewWindow(10, time.Minute), Now: func() time.Time { return t0 },
+		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute), Now: func() time.Time { return t0 },
 	})
 	ctl := NewController(testPolicy(), act, nil, time.Hour, 1, func() time.Time { return t0 }, zerolog.Nop())
 	ctx := context.Background()

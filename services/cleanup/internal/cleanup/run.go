@@ -3,11 +3,13 @@ package cleanup
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/app"
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/kubestate"
@@ -62,10 +64,14 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 
 	metrics := NewMetrics(rt.Server.Registry)
 	clock.Skew = metrics.ClockSkew.Set
-	act := NewActuator(client, js, recorder, metrics, log, ActuatorConfig{
-		Cluster: rt.Cluster, Policy: policy, DryRun: dryRun,
-		Limiter: NewWindow(cfg.MaxDeletionsPerMinute, cfg.RateWindow.Duration),
-		Now:     clock.Now,
+	wm := actuate.NewMetrics(rt.Server.Registry)
+	// The audit publisher outlives leadership: what was done is stored even
+	// after the lease is gone, for a grace period at shutdown.
+	audit := actuate.NewAuditor(js, 0, wm, log)
+	defer audit.Close(5 * time.Second)
+	window := actuate.NewWindow(cfg.MaxDeletionsPerMinute, cfg.RateWindow.Duration)
+	act := NewActuator(client, audit, recorder, metrics, log, ActuatorConfig{
+		Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Limiter: window, Now: clock.Now,
 	})
 	ctl := NewController(policy, act, metrics, cfg.Interval.Duration, workers, clock.Now, log)
 	rt.Server.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -78,7 +84,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		OnNode: func(old, cur *events.NodeState) { ctl.OnNode(old, cur, mirror) },
 	}, subject.KindPod, subject.KindNode)
 
-	elector := rt.Elector(client)
+	elector := rt.ActorElector(client, dryRun)
 	rt.Server.AddReadiness("kube-state", func() error {
 		if elector.IsLeader() && !mirror.Synced() {
 			return errors.New("leader is loading cluster state from KUBE")
@@ -91,6 +97,13 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		defer func() { <-done }()
 		if err := mirror.WaitSynced(lctx); err != nil {
 			return nil // leadership or the process ended first
+		}
+		// The previous leaders' removals count against this leader's window;
+		// nothing is deleted before they are known.
+		if !dryRun {
+			if err := actuate.SeedFromOPS(lctx, js, window, ActionSubjects(rt.Cluster), wm, log, clock.Now); err != nil {
+				return nil
+			}
 		}
 		ctl.Run(lctx, mirror)
 		return nil

@@ -2,14 +2,12 @@ package cordon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
-	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,9 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
-	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
 )
 
@@ -44,10 +42,11 @@ const (
 // Service is the actor's name in subjects, ce-source and Event sources.
 const Service = "cordon"
 
-// ErrConflict means the node changed between the re-read and the write; the
-// write was rejected by its resourceVersion precondition and is retried
-// from fresh state.
-var ErrConflict = errors.New("node changed concurrently")
+// ActionSubjects are the OPS subjects of the writes the rate window counts
+// (cordons and uncordons; never refusals, failures or dry runs).
+func ActionSubjects(cluster string) []string {
+	return []string{subject.Ops(cluster, Service, VerbCordoned) + ".>", subject.Ops(cluster, Service, VerbUncordoned) + ".>"}
+}
 
 // FleetCounter counts, for the blast-radius cap, the nodes opswire holds and
 // the nodes it manages.
@@ -60,23 +59,22 @@ type ActuatorConfig struct {
 	Cluster string
 	Policy  Policy
 	DryRun  bool
-	// Limiter paces writes (autoCordon.maxActionsPerMinute).
-	Limiter *rate.Limiter
+	// Limiter paces writes (autoCordon.maxActionsPerMinute per rateWindow),
+	// seeded from OPS at leadership start; nil: unlimited.
+	Limiter *actuate.Window
 	// Identity of this replica, written into marks and audit messages.
 	Identity string
-	// PublishAttempt bounds one publish attempt; PublishTimeout all of them.
-	PublishAttempt time.Duration
-	PublishTimeout time.Duration
-	// APITimeout bounds each API call.
+	// APITimeout bounds each API call (actuate.DefaultAPITimeout when 0).
 	APITimeout time.Duration
 	Now        func() time.Time
 }
 
 // Actuator is the one place where the cordon actor writes: to the node (the
-// patch), to the cluster's Events, and to the OPS audit log.
+// patch), to the cluster's Events, and to the OPS audit log. It follows the
+// contract of package actuate (docs/actuate.md).
 type Actuator struct {
 	client kubernetes.Interface
-	pub    natsx.Publisher
+	audit  actuate.Audit
 	rec    record.EventRecorder
 	ledger *Ledger
 	fleet  FleetCounter
@@ -86,9 +84,9 @@ type Actuator struct {
 
 	// mu serialises actions: the cap check must see every earlier write.
 	mu sync.Mutex
-	// announced holds, per node, the key of the last refusal or failure
-	// published, so a condition that persists across ticks is announced once.
-	announced map[string]string
+	// announced holds, per node, the refusals and failures published in the
+	// current episode, so a condition that persists across ticks is announced once.
+	announced *actuate.Announced
 	// simSeq numbers the decisions that write nothing (dry-run, refusals) per
 	// node: the node's resourceVersion does not change for them, so it alone
 	// cannot make their message ids unique.
@@ -96,82 +94,69 @@ type Actuator struct {
 }
 
 // NewActuator builds the actuator. rec may be a record.FakeRecorder in tests.
-func NewActuator(client kubernetes.Interface, pub natsx.Publisher, rec record.EventRecorder, ledger *Ledger,
+func NewActuator(client kubernetes.Interface, audit actuate.Audit, rec record.EventRecorder, ledger *Ledger,
 	fleet FleetCounter, cfg ActuatorConfig, m *Metrics, log zerolog.Logger) *Actuator {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.PublishAttempt <= 0 {
-		cfg.PublishAttempt = 5 * time.Second
-	}
-	if cfg.PublishTimeout <= 0 {
-		cfg.PublishTimeout = time.Minute
-	}
 	if cfg.APITimeout <= 0 {
-		cfg.APITimeout = 10 * time.Second
-	}
-	if cfg.Limiter == nil {
-		cfg.Limiter = rate.NewLimiter(rate.Inf, 1)
+		cfg.APITimeout = actuate.DefaultAPITimeout
 	}
 	return &Actuator{
-		client: client, pub: pub, rec: rec, ledger: ledger, fleet: fleet, cfg: cfg, m: m, log: log,
-		announced: map[string]string{}, simSeq: map[string]int{},
+		client: client, audit: audit, rec: rec, ledger: ledger, fleet: fleet, cfg: cfg, m: m, log: log,
+		announced: actuate.NewAnnounced(), simSeq: map[string]int{},
 	}
 }
 
-// Apply carries out a decision made on the mirror's state of node n.
-// It returns a delay after which the node should be looked at again (the
-// rate limit), or an error when the write failed and must be retried with
-// backoff. marked is the mark the decision was made with.
-func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, d Decision) (time.Duration, error) {
+// Apply carries out a decision made on the mirror's state of node n, with
+// the contract of actuate.Outcome. marked is the mark the decision was made with.
+func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, d Decision) (actuate.Outcome, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if d.Action == ActionNone {
-		delete(a.announced, n.Name)
-		return 0, nil
+		a.announced.Reset(n.Name)
+		return actuate.Outcome{}, nil
 	}
 	fleet := a.fleet.Fleet()
 	d, ok := Admit(a.cfg.Policy, d, marked, fleet)
 	if !ok {
-		a.refuse(ctx, n, d, fleet)
-		return 0, nil
+		a.refuse(n, d, fleet)
+		return actuate.Outcome{}, nil
 	}
-	var reservation *rate.Reservation
-	if !a.cfg.DryRun {
-		reservation = a.cfg.Limiter.Reserve()
-		if delay := reservation.Delay(); delay > 0 {
-			reservation.Cancel()
+	release := func() {}
+	if !a.cfg.DryRun && a.cfg.Limiter != nil {
+		at := a.cfg.Now()
+		if delay := a.cfg.Limiter.Reserve(at); delay > 0 {
 			a.m.Refusals.WithLabelValues("rate-limited").Inc()
 			a.log.Debug().Str("node", n.Name).Dur("retryIn", delay).Msg("rate limit reached; action deferred")
-			return delay, nil
+			return actuate.Outcome{RequeueAfter: delay}, nil
 		}
+		release = func() { a.cfg.Limiter.Release(at) }
 	}
 	node, live, err := a.reverify(ctx, n, d)
 	if err != nil || node == nil {
-		if reservation != nil {
-			reservation.Cancel()
-		}
-		return 0, err
+		release()
+		return actuate.Outcome{}, err
 	}
 	if a.cfg.DryRun {
 		a.ledger.Record(node.Name, string(node.UID), live.Action == ActionCordon)
 		a.simSeq[node.Name]++
 		id := fmt.Sprintf("cordon/%s/%s/%s/%s/%d", node.UID, VerbDryRun, live.Action, node.ResourceVersion, a.simSeq[node.Name])
-		a.publish(ctx, VerbDryRun, id, a.payload(VerbDryRun, node.Name, string(node.UID), node.ResourceVersion, live))
+		a.publish(VerbDryRun, id, a.payload(VerbDryRun, node.Name, string(node.UID), node.ResourceVersion, live))
 		a.count(live.Action, true)
-		delete(a.announced, n.Name)
-		return 0, nil
+		a.announced.Reset(n.Name)
+		return actuate.Outcome{}, nil
 	}
-	return 0, a.write(ctx, node, live)
+	return a.write(ctx, node, live, release)
 }
 
 // reverify re-reads the node and recounts its pods from the API, and runs
 // Evaluate again on that. It returns a nil node when the action no longer
 // applies (node gone, replaced, or no longer qualifying).
 func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, want Decision) (*corev1.Node, Decision, error) {
-	actx, cancel := context.WithTimeout(ctx, a.cfg.APITimeout)
-	defer cancel()
-	node, err := a.client.CoreV1().Nodes().Get(actx, n.Name, metav1.GetOptions{})
+	node, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
+		return a.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+	})
 	if apierrors.IsNotFound(err) {
 		a.stale(n.Name, "node no longer exists")
 		return nil, Decision{}, nil
@@ -183,7 +168,7 @@ func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, want Decis
 		a.stale(n.Name, "node was replaced (uid changed)")
 		return nil, Decision{}, nil
 	}
-	pods, err := a.countPods(actx, n.Name, n.PodsResourceVersion)
+	pods, err := a.countPods(ctx, n.Name, n.PodsResourceVersion)
 	if err != nil {
 		return nil, Decision{}, fmt.Errorf("recount pods of node %s: %w", n.Name, err)
 	}
@@ -214,7 +199,9 @@ func (a *Actuator) countPods(ctx context.Context, nodeName, notOlderThan string)
 	}
 	count := 0
 	for {
-		list, err := a.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
+		list, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.PodList, error) {
+			return a.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
+		})
 		if err != nil {
 			return 0, err
 		}
@@ -232,8 +219,9 @@ func (a *Actuator) countPods(ctx context.Context, nodeName, notOlderThan string)
 }
 
 // write patches the node with a resourceVersion precondition, then records
-// the Event and the audit message.
-func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision) error {
+// the Event and the audit message. release gives the rate-window slot back
+// when nothing was written.
+func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, release func()) (actuate.Outcome, error) {
 	now := a.cfg.Now()
 	var (
 		patch []byte
@@ -245,23 +233,28 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision) err
 		patch, err = uncordonPatch(a.cfg.Policy, node)
 	}
 	if err != nil {
-		return fmt.Errorf("build patch for node %s: %w", node.Name, err)
+		release()
+		return actuate.Outcome{}, fmt.Errorf("build patch for node %s: %w", node.Name, err)
 	}
-	actx, cancel := context.WithTimeout(ctx, a.cfg.APITimeout)
-	defer cancel()
-	_, err = a.client.CoreV1().Nodes().Patch(actx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "opswire-cordon"})
+	_, err = actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
+		return a.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "opswire-cordon"})
+	})
 	switch {
 	case apierrors.IsConflict(err):
+		// The resourceVersion precondition failed: look again from fresh state.
+		release()
 		a.log.Debug().Str("node", node.Name).Msg("node changed between re-read and write; retrying from fresh state")
-		return fmt.Errorf("%s %s: %w", d.Action, node.Name, ErrConflict)
+		return actuate.Outcome{Retry: true}, nil
 	case apierrors.IsNotFound(err):
+		release()
 		a.stale(node.Name, "node deleted before the write")
-		return nil
+		return actuate.Outcome{}, nil
 	case err != nil:
-		a.fail(ctx, node, d, err)
-		return fmt.Errorf("%s %s: %w", d.Action, node.Name, err)
+		release()
+		a.fail(node, d, err)
+		return actuate.Outcome{}, fmt.Errorf("%s %s: %w", d.Action, node.Name, err)
 	}
-	delete(a.announced, node.Name)
+	a.announced.Reset(node.Name)
 	a.ledger.Record(node.Name, string(node.UID), d.Action == ActionCordon)
 	verb, reason := VerbCordoned, EventCordoned
 	if d.Action == ActionUncordon {
@@ -272,19 +265,17 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision) err
 	a.log.Info().Str("node", node.Name).Str("verb", verb).Int("pods", d.Pods).Int("maxPods", d.MaxPods).
 		Int("minPods", d.MinPods).Str("reason", d.Reason).Msg("node " + verb)
 	id := "cordon/" + string(node.UID) + "/" + verb + "/" + node.ResourceVersion
-	a.publish(ctx, verb, id, a.payload(verb, node.Name, string(node.UID), node.ResourceVersion, d))
-	return nil
+	a.publish(verb, id, a.payload(verb, node.Name, string(node.UID), node.ResourceVersion, d))
+	return actuate.Outcome{}, nil
 }
 
 // refuse announces a cordon refused by the blast-radius cap, once per
 // episode: while the refusal persists, later ticks stay silent.
-func (a *Actuator) refuse(ctx context.Context, n *events.NodeState, d Decision, f Fleet) {
+func (a *Actuator) refuse(n *events.NodeState, d Decision, f Fleet) {
 	a.m.Refusals.WithLabelValues(d.Code).Inc()
-	key := VerbSkipped + "/" + d.Code
-	if a.announced[n.Name] == key {
+	if !a.announced.First(n.Name, VerbSkipped+"/"+d.Code) {
 		return
 	}
-	a.announced[n.Name] = key
 	a.log.Warn().Str("node", n.Name).Int("pods", d.Pods).Str("reason", d.Reason).Msg("cordon refused")
 	a.simSeq[n.Name]++
 	p := a.payload(VerbSkipped, n.Name, n.UID, n.ResourceVersion, d)
@@ -294,23 +285,21 @@ func (a *Actuator) refuse(ctx context.Context, n *events.NodeState, d Decision, 
 		a.rec.Eventf(nodeRef(n), corev1.EventTypeWarning, EventRefused, "opswire did not %s: %s", d.Action, d.Reason)
 	}
 	id := fmt.Sprintf("cordon/%s/%s/%s/%d", n.UID, VerbSkipped, n.ResourceVersion, a.simSeq[n.Name])
-	a.publish(ctx, VerbSkipped, id, p)
+	a.publish(VerbSkipped, id, p)
 }
 
 // fail announces a failed write once per node version; the caller retries.
-func (a *Actuator) fail(ctx context.Context, node *corev1.Node, d Decision, err error) {
+func (a *Actuator) fail(node *corev1.Node, d Decision, err error) {
 	a.m.Failures.WithLabelValues(string(d.Action)).Inc()
 	a.log.Error().Err(err).Str("node", node.Name).Str("action", string(d.Action)).Msg("write failed; will retry")
-	key := VerbFailed + "/" + string(d.Action) + "/" + node.ResourceVersion
-	if a.announced[node.Name] == key {
+	if !a.announced.First(node.Name, VerbFailed+"/"+string(d.Action)+"/"+node.ResourceVersion) {
 		return
 	}
-	a.announced[node.Name] = key
 	a.rec.Eventf(node, corev1.EventTypeWarning, EventActionFailed, "opswire could not %s: %v", d.Action, err)
 	p := a.payload(VerbFailed, node.Name, string(node.UID), node.ResourceVersion, d)
 	p.Error = err.Error()
 	id := "cordon/" + string(node.UID) + "/" + VerbFailed + "/" + string(d.Action) + "/" + node.ResourceVersion
-	a.publish(ctx, VerbFailed, id, p)
+	a.publish(VerbFailed, id, p)
 }
 
 func (a *Actuator) stale(node, why string) {
@@ -342,19 +331,16 @@ func (a *Actuator) payload(verb, node, uid, rv string, d Decision) events.Cordon
 	}
 }
 
-// publish stores one audit message, retrying with the same id until stored
-// or PublishTimeout; a message that cannot be stored is logged and counted.
-func (a *Actuator) publish(ctx context.Context, verb, id string, p events.CordonDecision) {
+// publish hands one audit message to the audit publisher, which keeps it
+// until OPS stores it (with the same id) without holding up this action or
+// the next.
+func (a *Actuator) publish(verb, id string, p events.CordonDecision) {
 	ev, err := envelope.New(id, envelope.Source(a.cfg.Cluster, Service), events.TypeCordon, p.Node, p, a.cfg.Now())
-	if err == nil {
-		pctx, cancel := context.WithTimeout(ctx, a.cfg.PublishTimeout)
-		_, err = natsx.PublishEvent(pctx, a.pub, subject.Ops(a.cfg.Cluster, Service, verb, p.Node), ev, a.cfg.PublishAttempt)
-		cancel()
-	}
 	if err != nil {
-		a.m.PublishFailures.Inc()
-		a.log.Error().Err(err).Str("id", id).Str("node", p.Node).Msg("audit message not stored in OPS")
+		a.log.Error().Err(err).Str("id", id).Str("node", p.Node).Msg("audit message cannot be encoded")
+		return
 	}
+	a.audit.Publish(subject.Ops(a.cfg.Cluster, Service, verb, p.Node), ev)
 }
 
 // nodeRef references a node for an Event without reading it from the API.
@@ -366,6 +352,6 @@ func nodeRef(n *events.NodeState) *corev1.ObjectReference {
 func (a *Actuator) Forget(name string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	delete(a.announced, name)
+	a.announced.Reset(name)
 	delete(a.simSeq, name)
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
-	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -26,6 +25,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 )
@@ -45,6 +45,12 @@ func (p *recordingPublisher) PublishMsg(_ context.Context, m *nats.Msg, _ ...jet
 	}
 	p.msgs = append(p.msgs, m)
 	return &jetstream.PubAck{Stream: "OPS", Sequence: uint64(len(p.msgs))}, nil
+}
+
+// Publish records a message the way the audit publisher would send it
+// (actuate.Audit), synchronously.
+func (p *recordingPublisher) Publish(subj string, ev envelope.Event) {
+	_, _ = p.PublishMsg(context.Background(), ev.Msg(subj))
 }
 
 // decisions decodes every published message.
@@ -137,7 +143,7 @@ func newHarness(t *testing.T, policy Policy, dryRun bool, fleet Fleet, objs ...r
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	h.act = NewActuator(h.client, h.pub, h.rec, h.ledger, fixedFleet(fleet), ActuatorConfig{
 		Cluster: "prod", Policy: policy, DryRun: dryRun, Identity: "replica-a",
-		Now: func() time.Time { return now }, PublishAttempt: time.Second, PublishTimeout: 2 * time.Second,
+		Now: func() time.Time { return now },
 	}, h.m, zerolog.Nop())
 	return h
 }
@@ -376,7 +382,7 @@ func TestActuatorWriteErrors(t *testing.T) {
 	tests := []struct {
 		name          string
 		err           error
-		wantConflict  bool
+		wantRetry     bool // quietly, without an error
 		wantPublished int
 	}{
 		{"conflict is retried quietly", apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, "a", errors.New("modified")), true, 0},
@@ -390,9 +396,9 @@ func TestActuatorWriteErrors(t *testing.T) {
 			state := mirrorOf(n, 100)
 			d := Evaluate(seedPolicy("cordon"), state, false)
 			for range 2 {
-				_, err := h.act.Apply(context.Background(), state, false, d)
-				if err == nil || errors.Is(err, ErrConflict) != tc.wantConflict {
-					t.Fatalf("Apply error = %v", err)
+				out, err := h.act.Apply(context.Background(), state, false, d)
+				if (err == nil) != tc.wantRetry || out.Retry != tc.wantRetry {
+					t.Fatalf("Apply = %+v, %v", out, err)
 				}
 			}
 			msgs := h.pub.decisions(t)
@@ -413,15 +419,15 @@ func TestActuatorRateLimit(t *testing.T) {
 	a, b := apiNode("a"), apiNode("b")
 	objs := append([]runtime.Object{a, b}, append(pods("a", 100), pods("b", 100)...)...)
 	h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, objs...)
-	h.act.cfg.Limiter = rate.NewLimiter(rate.Every(time.Minute), 1)
+	h.act.cfg.Limiter = actuate.NewWindow(1, time.Minute)
 	for i, n := range []*corev1.Node{a, b} {
 		s := mirrorOf(n, 100)
-		retry, err := h.act.Apply(context.Background(), s, false, Evaluate(seedPolicy("cordon"), s, false))
+		out, err := h.act.Apply(context.Background(), s, false, Evaluate(seedPolicy("cordon"), s, false))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if (i == 1) != (retry > 0) {
-			t.Fatalf("node %s: retry in %v", n.Name, retry)
+		if (i == 1) != (out.RequeueAfter > 0) || out.Retry {
+			t.Fatalf("node %s: %+v", n.Name, out)
 		}
 	}
 	if got := h.node(t, "b"); got.Spec.Unschedulable {

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"github.com/opswire/opswire/shared/events"
 )
 
@@ -45,7 +43,7 @@ func BenchmarkEvaluate(b *testing.B) {
 // BenchmarkFleet5000 is the cost of counting the fleet for the cap at the
 // Kubernetes limit of 5,000 nodes; it runs once per wanted cordon and per tick.
 func BenchmarkFleet5000(b *testing.B) {
-	c := NewController(fleetOf(5000), seedPolicy("cordon"), NewLedger(false), 0, NewMetrics(nil), zerolog.Nop())
+	c := NewMirrorFleet(fleetOf(5000), seedPolicy("cordon"), NewLedger(false))
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = c.Fleet()

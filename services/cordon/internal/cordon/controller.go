@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/events"
 )
 
@@ -25,6 +26,7 @@ type Controller struct {
 	nodes    NodeSource
 	policy   Policy
 	ledger   *Ledger
+	fleet    MirrorFleet
 	act      *Actuator
 	queue    workqueue.TypedRateLimitingInterface[string]
 	interval time.Duration
@@ -32,20 +34,18 @@ type Controller struct {
 	log      zerolog.Logger
 }
 
-// NewController builds a controller; call SetActuator before Run.
-func NewController(nodes NodeSource, policy Policy, ledger *Ledger, interval time.Duration, m *Metrics, log zerolog.Logger) *Controller {
+// NewController builds a controller that hands decisions to act.
+func NewController(nodes NodeSource, policy Policy, ledger *Ledger, act *Actuator, interval time.Duration, m *Metrics, log zerolog.Logger) *Controller {
 	rl := workqueue.NewTypedMaxOfRateLimiter(
 		// Per node: failed writes back off from 500 ms to 5 min.
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 5*time.Minute),
 	)
 	return &Controller{
-		nodes: nodes, policy: policy, ledger: ledger, interval: interval, m: m, log: log,
+		nodes: nodes, policy: policy, ledger: ledger, fleet: NewMirrorFleet(nodes, policy, ledger), act: act,
+		interval: interval, m: m, log: log,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[string]{Name: "cordon"}),
 	}
 }
-
-// SetActuator wires the actuator (it needs the controller as its FleetCounter).
-func (c *Controller) SetActuator(a *Actuator) { c.act = a }
 
 // OnNode is the mirror's node handler: it enqueues the node, and forgets a
 // deleted one.
@@ -53,9 +53,7 @@ func (c *Controller) OnNode(old, cur *events.NodeState) {
 	if cur == nil {
 		if old != nil {
 			c.ledger.Forget(old.Name)
-			if c.act != nil {
-				c.act.Forget(old.Name)
-			}
+			c.act.Forget(old.Name)
 		}
 		return
 	}
@@ -69,20 +67,8 @@ func (c *Controller) EnqueueAll() {
 	}
 }
 
-// Fleet counts the nodes opswire holds (including marks the mirror has not
-// shown yet) and the managed nodes.
-func (c *Controller) Fleet() Fleet {
-	var f Fleet
-	for _, n := range c.nodes.Nodes() {
-		if c.ledger.Marked(n) {
-			f.Held++
-		}
-		if c.policy.Managed(n) {
-			f.Managed++
-		}
-	}
-	return f
-}
+// Fleet counts the nodes opswire holds and the managed nodes (MirrorFleet).
+func (c *Controller) Fleet() Fleet { return c.fleet.Fleet() }
 
 // Run works until ctx ends. The caller must have waited for the mirror to
 // sync: the cap is only meaningful on the whole fleet.
@@ -127,40 +113,31 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(name)
-	retryIn, err := c.reconcile(ctx, name)
-	switch {
-	case ctx.Err() != nil:
-		// Leadership ended or shutdown: nothing more may happen.
-	case err != nil:
-		if errors.Is(err, ErrConflict) {
-			c.log.Debug().Err(err).Str("node", name).Msg("requeued")
-		} else {
-			c.log.Warn().Err(err).Str("node", name).Msg("reconcile failed; requeued with backoff")
-		}
-		c.queue.AddRateLimited(name)
-	case retryIn > 0:
-		c.queue.Forget(name)
-		c.queue.AddAfter(name, retryIn)
-	default:
-		c.queue.Forget(name)
+	out, err := c.reconcile(ctx, name)
+	if ctx.Err() != nil {
+		return true // leadership ended or shutdown: nothing more may happen
 	}
+	if err != nil {
+		c.log.Warn().Err(err).Str("node", name).Msg("reconcile failed; requeued with backoff")
+	}
+	actuate.Requeue(c.queue, name, out, err)
 	return true
 }
 
 // reconcile decides on the mirror's state of one node and hands anything
 // but "nothing to do" to the actuator.
-func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration, error) {
+func (c *Controller) reconcile(ctx context.Context, name string) (actuate.Outcome, error) {
 	c.m.Reconciles.Inc()
 	n, ok := c.nodes.Node(name)
 	if !ok {
-		return 0, nil
+		return actuate.Outcome{}, nil
 	}
 	n, marked := c.ledger.View(c.policy, n)
 	d := Evaluate(c.policy, n, marked)
 	c.log.Debug().Str("node", name).Str("action", string(d.Action)).Str("code", d.Code).Int("pods", n.Pods).Msg("evaluated")
-	retryIn, err := c.act.Apply(ctx, n, marked, d)
+	out, err := c.act.Apply(ctx, n, marked, d)
 	if d.Action != ActionNone {
 		c.m.Held.Set(float64(c.Fleet().Held))
 	}
-	return retryIn, err
+	return out, err
 }

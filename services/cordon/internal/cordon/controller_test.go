@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
@@ -59,9 +60,11 @@ func TestControllerCapsABurst(t *testing.T) {
 	mirror := kubestate.New(js, "prod", zerolog.Nop(), nil, kubestate.Handlers{
 		OnNode: func(old, cur *events.NodeState) { ctrl.OnNode(old, cur) },
 	}, subject.KindNode)
-	ctrl = NewController(mirror, policy, ledger, time.Hour, m, zerolog.Nop())
-	ctrl.SetActuator(NewActuator(client, js, record.NewFakeRecorder(100), ledger, ctrl,
-		ActuatorConfig{Cluster: "prod", Policy: policy, Identity: "t"}, m, zerolog.Nop()))
+	audit := actuate.NewAuditor(js, 0, nil, zerolog.Nop())
+	defer audit.Close(time.Second)
+	act := NewActuator(client, audit, record.NewFakeRecorder(100), ledger, NewMirrorFleet(mirror, policy, ledger),
+		ActuatorConfig{Cluster: "prod", Policy: policy, Identity: "t"}, m, zerolog.Nop())
+	ctrl = NewController(mirror, policy, ledger, act, time.Hour, m, zerolog.Nop())
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 2)

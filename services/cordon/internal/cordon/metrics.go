@@ -12,10 +12,8 @@ type Metrics struct {
 	// API no longer agreed with the mirror.
 	Stale prometheus.Counter
 	// Held is the number of nodes currently carrying opswire's mark.
-	Held prometheus.Gauge
-	// PublishFailures counts audit messages that could not be stored in OPS.
-	PublishFailures prometheus.Counter
-	Reconciles      prometheus.Counter
+	Held       prometheus.Gauge
+	Reconciles prometheus.Counter
 }
 
 // NewMetrics registers the metrics on reg (nil: unregistered, for tests).
@@ -39,15 +37,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "opswire_cordon_nodes_cordoned", Help: "Nodes currently carrying opswire's autocordon mark.",
 		}),
-		PublishFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "opswire_cordon_publish_failures_total", Help: "Audit messages that could not be stored in the OPS stream.",
-		}),
 		Reconciles: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "opswire_cordon_reconciles_total", Help: "Node reconciliations run.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Cordons, m.Uncordons, m.Refusals, m.Failures, m.Stale, m.Held, m.PublishFailures, m.Reconciles)
+		reg.MustRegister(m.Cordons, m.Uncordons, m.Refusals, m.Failures, m.Stale, m.Held, m.Reconciles)
 	}
 	return m
 }

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/time/rate"
 
+	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/app"
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/kubestate"
@@ -34,13 +34,18 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	}
 	dryRun := rt.DryRun(cfg.DryRun)
 	metrics := NewMetrics(rt.Server.Registry)
+	wm := actuate.NewMetrics(rt.Server.Registry)
+	// The audit publisher outlives leadership: what was done is stored
+	// even after the lease is gone, for a grace period at shutdown.
+	audit := actuate.NewAuditor(js, 0, wm, rt.Log)
+	defer audit.Close(5 * time.Second)
 
 	// Events go to the API asynchronously; in dry-run nothing is written.
 	recorder, stopEvents := rt.EventRecorder(ctx, client, !dryRun)
 	defer stopEvents()
 
 	var mirror atomic.Pointer[kubestate.Mirror]
-	elector := rt.Elector(client)
+	elector := rt.ActorElector(client, dryRun)
 	rt.Server.AddReadiness("kube-state", func() error {
 		// Standbys are ready; the leader once it holds the node state.
 		if m := mirror.Load(); elector.IsLeader() && (m == nil || !m.Synced()) {
@@ -52,7 +57,8 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	rt.Log.Info().Bool("dryRun", dryRun).Str("mode", cfg.Mode).Int("maxPods", cfg.MaxPods).Int("minPods", cfg.MinPods).
 		Float64("maxPodsPercent", cfg.MaxPodsPercent).Float64("minPodsPercent", cfg.MinPodsPercent).
 		Str("nodeSelector", cfg.NodeSelector).Int("maxCordonedNodes", cfg.MaxCordonedNodes).
-		Float64("maxCordonedPercent", cfg.MaxCordonedPercent).Dur("interval", cfg.Interval.Duration).Msg("cordon policy")
+		Float64("maxCordonedPercent", cfg.MaxCordonedPercent).Int("maxActions", cfg.MaxActionsPerMinute).
+		Dur("rateWindow", cfg.RateWindow.Duration).Dur("interval", cfg.Interval.Duration).Msg("cordon policy")
 
 	return elector.Run(ctx, func(ctx context.Context) error {
 		ledger := NewLedger(dryRun)
@@ -60,12 +66,11 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		m := kubestate.New(js, rt.Cluster, rt.Log, rt.Server.Registry, kubestate.Handlers{
 			OnNode: func(old, cur *events.NodeState) { ctrl.OnNode(old, cur) },
 		}, subject.KindNode)
-		ctrl = NewController(m, policy, ledger, cfg.Interval.Duration, metrics, rt.Log)
-		ctrl.SetActuator(NewActuator(client, js, recorder, ledger, ctrl, ActuatorConfig{
-			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Identity: rt.Options.ID,
-			Limiter:        rate.NewLimiter(rate.Every(time.Minute/time.Duration(cfg.MaxActionsPerMinute)), cfg.MaxActionsPerMinute),
-			PublishTimeout: rt.Config.NATS.Duplicates.Duration / 2,
-		}, metrics, rt.Log))
+		window := actuate.NewWindow(cfg.MaxActionsPerMinute, cfg.RateWindow.Duration)
+		act := NewActuator(client, audit, recorder, ledger, NewMirrorFleet(m, policy, ledger), ActuatorConfig{
+			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Identity: rt.Options.ID, Limiter: window,
+		}, metrics, rt.Log)
+		ctrl = NewController(m, policy, ledger, act, cfg.Interval.Duration, metrics, rt.Log)
 		mirror.Store(m)
 
 		g, gctx := errgroup.WithContext(ctx)
@@ -73,6 +78,13 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		g.Go(func() error {
 			if err := m.WaitSynced(gctx); err != nil {
 				return nil
+			}
+			// The previous leaders' actions count against this leader's
+			// window; nothing is written before they are known.
+			if !dryRun {
+				if err := actuate.SeedFromOPS(gctx, js, window, ActionSubjects(rt.Cluster), wm, rt.Log, nil); err != nil {
+					return nil
+				}
 			}
 			return ctrl.Run(gctx)
 		})
