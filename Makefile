@@ -4,6 +4,7 @@
 #   make test          unit, integration and end-to-end tests of every module
 #                      (builds the real kube-apiserver and etcd once, into .cache/bin)
 #   make lint          gofmt and go vet
+#   make fuzz          every Go fuzz target for FUZZTIME each (part of make test)
 #   make bench         benchmarks; writes docs/benchmarks.md
 #   make controlplane  only build the cached kube-apiserver and etcd
 #   make demo          opswire end to end on this machine, no cluster needed (Ctrl-C stops it)
@@ -19,7 +20,7 @@ GO       ?= go
 # e2e tests start several API servers and processes: keep them sequential on small machines.
 TEST_FLAGS ?= -count=1 -timeout 45m
 
-.PHONY: all build test unit e2e lint bench controlplane clean tidy demo run images
+.PHONY: all build test unit fuzz e2e lint bench controlplane clean tidy demo run images
 
 all: build
 
@@ -33,7 +34,7 @@ build:
 controlplane:
 	@./hack/build-controlplane.sh
 
-test: controlplane unit e2e
+test: controlplane unit fuzz e2e
 
 unit:
 	@for m in $(MODULES); do \
@@ -44,6 +45,22 @@ unit:
 	@echo ">> standalone builds (GOWORK=off)"
 	@for s in $(SERVICES); do \
 		(cd services/$$s && GOWORK=off $(GO) build -o /dev/null ./...) || exit 1; \
+	done
+
+# Every fuzz target of every module, each for FUZZTIME (go test -fuzz takes one
+# target of one package at a time). The targets are found, not listed, so a new
+# one runs without editing this file.
+FUZZTIME ?= 5s
+fuzz:
+	@for m in $(MODULES); do \
+		[ "$$m" = test ] && continue; \
+		for f in $$(cd $$m && grep -rl --include='*_test.go' '^func Fuzz' . ); do \
+			pkg=./$$(dirname $$f); \
+			for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$m/$$f); do \
+				echo ">> fuzz $$m $$pkg $$t ($(FUZZTIME))"; \
+				(cd $$m && $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg) || exit 1; \
+			done; \
+		done; \
 	done
 
 e2e:
