@@ -211,7 +211,12 @@ func dry(verb string, dryRun bool) string {
 // message) is shown as "text (url)", so the target is visible and not a link.
 func Clean(s string) string {
 	s = cleaner.Replace(s)
-	s = mdLink.ReplaceAllString(s, "$1 ($2)")
+	// Until none is left: "[[a](b)](c)" is a link again after one pass.
+	for mdLink.MatchString(s) {
+		s = mdLink.ReplaceAllString(s, "$1 ($2)")
+	}
+	// A "](" left over (a target with parentheses) must not start a link either.
+	s = strings.ReplaceAll(s, "](", "] (")
 	const max = 160
 	if utf8.RuneCountInString(s) > max {
 		r := []rune(s)
