@@ -19,6 +19,8 @@ LDFLAGS  := -s -w -X github.com/opswire/opswire/shared/app.Version=$(VERSION)
 GO       ?= go
 # e2e tests start several API servers and processes: keep them sequential on small machines.
 TEST_FLAGS ?= -count=1 -timeout 45m
+# Unit tests run under the race detector (needs cgo: gcc).
+UNIT_FLAGS ?= -race
 
 .PHONY: all build test unit fuzz e2e lint bench controlplane clean tidy demo run images
 
@@ -40,7 +42,7 @@ unit:
 	@for m in $(MODULES); do \
 		[ "$$m" = test ] && continue; \
 		echo ">> unit tests: $$m"; \
-		(cd $$m && $(GO) test $(TEST_FLAGS) ./...) || exit 1; \
+		(cd $$m && $(GO) test $(TEST_FLAGS) $(UNIT_FLAGS) ./...) || exit 1; \
 	done
 	@echo ">> standalone builds (GOWORK=off)"
 	@for s in $(SERVICES); do \

@@ -144,13 +144,23 @@ func images(g Group, items []*notify.Item) *notify.Notification {
 	fmt.Fprintf(&b, "**%d** nodes over the image-storage threshold", len(items))
 	n.Summary = b.String()
 	n.Columns = []string{"Node", "Images", "Size", "Reason"}
+	truncated := false
 	for _, it := range sortItems(items) {
 		a := it.Image
 		size := Bytes(a.ImageBytes)
 		if a.Percent > 0 {
 			size += fmt.Sprintf(" (%.0f%%)", a.Percent)
 		}
-		n.Rows = append(n.Rows, []string{Clean(a.Node), fmt.Sprintf("%d", a.ImageCount), size, Clean(a.Reason)})
+		count := fmt.Sprintf("%d", a.ImageCount)
+		if a.ImagesTruncated {
+			// The kubelet listed only its largest images: the figures are lower bounds.
+			size, count = "≥ "+size, "≥ "+count
+			truncated = true
+		}
+		n.Rows = append(n.Rows, []string{Clean(a.Node), count, size, Clean(a.Reason)})
+	}
+	if truncated {
+		n.Summary += "\n≥: at least; the kubelet lists only a node's largest images (raise --node-status-max-images to see all)"
 	}
 	return n
 }

@@ -386,3 +386,31 @@ func TestBytes(t *testing.T) {
 		}
 	}
 }
+
+// A truncated image list (the kubelet's 50-image cap) gives lower bounds: the
+// card must say "at least" for that node and only for it.
+func TestImagesTruncatedShowLowerBounds(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	items := []*notify.Item{
+		imageItem("1", events.SeverityWarning, t0, events.ImageAlert{Node: "full", ImageCount: 50, ImageBytes: 50 << 30, ImagesTruncated: true, Reason: "truncated"}),
+		imageItem("2", events.SeverityWarning, t0, events.ImageAlert{Node: "exact", ImageCount: 12, ImageBytes: 60 << 30, Reason: "maxBytes"}),
+	}
+	n := Render(Group{Now: t0}, items)[0]
+	rows := map[string][]string{}
+	for _, r := range n.Rows {
+		rows[r[0]] = r
+	}
+	if got := rows["full"]; got[1] != "≥ 50" || !strings.HasPrefix(got[2], "≥ ") {
+		t.Errorf("truncated node row = %q, want lower bounds marked ≥", got)
+	}
+	if got := rows["exact"]; strings.Contains(got[1]+got[2], "≥") {
+		t.Errorf("complete node row = %q, must not be marked as a lower bound", got)
+	}
+	if !strings.Contains(n.Summary, "--node-status-max-images") {
+		t.Errorf("summary %q does not explain the lower bound", n.Summary)
+	}
+	n = Render(Group{Now: t0}, items[1:])[0]
+	if strings.Contains(n.Summary, "at least") {
+		t.Errorf("summary %q explains a truncation that did not happen", n.Summary)
+	}
+}
