@@ -20,17 +20,17 @@ type fuzzMsg struct {
 }
 
 func (m fuzzMsg) Metadata() (*jetstream.MsgMetadata, error) { return nil, jetstream.ErrNotJSMessage }
-func (m fuzzMsg) Data() []byte                               { return m.data }
-func (m fuzzMsg) Headers() nats.Header                       { return m.h }
-func (m fuzzMsg) Subject() string                            { return m.subj }
-func (m fuzzMsg) Reply() string                              { return "" }
-func (m fuzzMsg) Ack() error                                 { return nil }
-func (m fuzzMsg) DoubleAck(context.Context) error            { return nil }
-func (m fuzzMsg) Nak() error                                 { return nil }
-func (m fuzzMsg) NakWithDelay(time.Duration) error           { return nil }
-func (m fuzzMsg) InProgress() error                          { return nil }
-func (m fuzzMsg) Term() error                                { return nil }
-func (m fuzzMsg) TermWithReason(string) error                { return nil }
+func (m fuzzMsg) Data() []byte                              { return m.data }
+func (m fuzzMsg) Headers() nats.Header                      { return m.h }
+func (m fuzzMsg) Subject() string                           { return m.subj }
+func (m fuzzMsg) Reply() string                             { return "" }
+func (m fuzzMsg) Ack() error                                { return nil }
+func (m fuzzMsg) DoubleAck(context.Context) error           { return nil }
+func (m fuzzMsg) Nak() error                                { return nil }
+func (m fuzzMsg) NakWithDelay(time.Duration) error          { return nil }
+func (m fuzzMsg) InProgress() error                         { return nil }
+func (m fuzzMsg) Term() error                               { return nil }
+func (m fuzzMsg) TermWithReason(string) error               { return nil }
 
 // FuzzDecode: whatever lands on kube.> (a buggy or hostile publisher, an
 // older watcher) must decode to an object, a deletion or an error the mirror
