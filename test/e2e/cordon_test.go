@@ -143,15 +143,20 @@ func TestCordonHysteresisAndOwnership(t *testing.T) {
 	if ops.Count(func(m harness.Msg) bool { return m.Subject == "ops.e2e.cordon.cordoned.node-a_example" }) != 1 {
 		t.Fatal("cordon not published on ops.<cluster>.cordon.cordoned.<node> with the node name encoded")
 	}
+	// Exactly once, counted at the source: the stream drops a repeated id
+	// for its whole duplicate window, so OPS alone cannot show a repeat.
 	harness.Eventually(t, 10*time.Second, "Events on node A", func() bool {
-		return len(cordonEvents(t, c, "node-a.example", "OpswireCordoned")) == 1 &&
-			len(cordonEvents(t, c, "node-a.example", "OpswireUncordoned")) == 1
+		return cordonEventCount(t, c, "node-a.example", "OpswireCordoned") == 1 &&
+			cordonEventCount(t, c, "node-a.example", "OpswireUncordoned") == 1
 	})
 	if v := cordon.Metric(`opswire_cordon_cordons_total{dry_run="false",mode="cordon"}`); v != 1 {
 		t.Fatalf("cordons metric = %v", v)
 	}
 	if v := cordon.Metric(`opswire_cordon_uncordons_total{dry_run="false"}`); v != 1 {
 		t.Fatalf("uncordons metric = %v", v)
+	}
+	if v := cordon.Metric("opswire_audit_stored_total"); v != 2 {
+		t.Fatalf("audit publishes acknowledged = %v, want 2 (one cordon, one uncordon)", v)
 	}
 }
 
@@ -207,10 +212,17 @@ func TestCordonBlastRadiusCap(t *testing.T) {
 		t.Fatalf("refusal lacks its reason: %+v", refusal)
 	}
 	harness.Eventually(t, 10*time.Second, "refusal Events", func() bool {
-		return len(cordonEvents(t, c, refusal.Node, "OpswireCordonRefused")) == 1
+		return cordonEventCount(t, c, refusal.Node, "OpswireCordonRefused") == 1
 	})
 	if v := cordon.Metric("opswire_cordon_nodes_cordoned"); v != 2 {
 		t.Fatalf("nodes_cordoned gauge = %v", v)
+	}
+	// At the source (OPS would hide a repeated id): two writes, ten publishes.
+	if v := cordon.Metric(`opswire_cordon_cordons_total{dry_run="false",mode="cordon"}`); v != 2 {
+		t.Fatalf("cordons metric = %v", v)
+	}
+	if v := cordon.Metric("opswire_audit_stored_total"); v != nodes {
+		t.Fatalf("audit publishes acknowledged = %v, want %d", v, nodes)
 	}
 }
 
@@ -250,6 +262,9 @@ func TestCordonDryRun(t *testing.T) {
 	}
 	if got := len(cordonMsgs(t, ops, "e2e", "dry", "")); got != 2 {
 		t.Fatalf("%d decisions, want 2 (no repeats on ticks)", got)
+	}
+	if v := cordon.Metric("opswire_audit_stored_total"); v != 2 {
+		t.Fatalf("audit publishes acknowledged = %v, want 2 (a repeat with the same id would hide in OPS)", v)
 	}
 }
 
@@ -353,8 +368,10 @@ func TestCordonFailover(t *testing.T) {
 	if got := len(ops.All()); got != 4 {
 		t.Fatalf("%d decisions, want 4: %v", got, ops.All())
 	}
+	// Counted at the source: one cordon Event per node across all leaders
+	// (the killed leader's metrics are gone with it).
 	for _, node := range []string{"f-1", "f-2"} {
-		if got := len(cordonEvents(t, c, node, "OpswireCordoned")); got != 1 {
+		if got := cordonEventCount(t, c, node, "OpswireCordoned"); got != 1 {
 			t.Fatalf("%s: %d cordon Events", node, got)
 		}
 	}
