@@ -42,7 +42,11 @@ func rulesOf(t *testing.T, o *unstructured.Unstructured) []rule {
 // server is TestDeployOnRealCluster.
 func TestDeployManifests(t *testing.T) {
 	lease := func(svc string) []rule {
-		return []rule{{"coordination.k8s.io", "leases", "create", ""}, {"coordination.k8s.io", "leases", "get,update", "opswire-" + svc}}
+		names := "opswire-" + svc
+		if svc == "cordon" || svc == "cleanup" {
+			names += ",opswire-" + svc + "-dryrun" // a dry-run replica's own Lease (docs/actuate.md)
+		}
+		return []rule{{"coordination.k8s.io", "leases", "create", ""}, {"coordination.k8s.io", "leases", "get,update", names}}
 	}
 	events := rule{"", "events", "create,patch", ""}
 	cleanupRules := []rule{events, {"", "nodes", "get", ""}, {"", "pods", "get,delete", ""}}
