@@ -172,8 +172,9 @@ func TestCleanupFailover(t *testing.T) {
 	if len(perPod) != total {
 		t.Fatalf("%d OPS subjects, want only the %d deletions:\n%s", len(perPod), total, ops.Describe())
 	}
-	if v := next.Metric("opswire_audit_window_seeded"); v >= 0 {
-		t.Logf("new leader's window seeded with %v earlier deletions", v)
+	// The new leader took over inside the dead leader's window and counted its deletions.
+	if v := next.Metric("opswire_rate_window_seeded_actions"); v != perWindow {
+		t.Fatalf("new leader's window seeded with %v deletions from OPS, want %d", v, perWindow)
 	}
 	t.Logf("100 deletions over %v", times[total-1].Sub(times[0]).Round(time.Millisecond))
 }

@@ -59,8 +59,13 @@ type ActuatorConfig struct {
 	Limiter *actuate.Window
 	// APITimeout bounds each API call (actuate.DefaultAPITimeout when 0).
 	APITimeout time.Duration
-	// Now is the clock (time.Now when nil).
+	// Now is the clock of decisions and audit times: the API server's
+	// (ServerClock.Now; time.Now when nil).
 	Now func() time.Time
+	// WindowNow is the clock of the rate window (time.Now when nil). It must
+	// be monotonic: the API server's clock is a lower bound that steps by up
+	// to a second as samples come in, which would open window slots early.
+	WindowNow func() time.Time
 }
 
 // Actuator is the one place through which the cleanup actor writes to the
@@ -88,6 +93,9 @@ type Actuator struct {
 func NewActuator(client kubernetes.Interface, audit actuate.Audit, recorder record.EventRecorder, m *Metrics, log zerolog.Logger, cfg ActuatorConfig) *Actuator {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.WindowNow == nil {
+		cfg.WindowNow = time.Now
 	}
 	if cfg.APITimeout <= 0 {
 		cfg.APITimeout = actuate.DefaultAPITimeout
@@ -117,7 +125,7 @@ func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision,
 	if a.cfg.DryRun && a.reported.Has(pod.UID, VerbDryRun+"/"+d.Reason) {
 		return Outcome{}, nil
 	}
-	now := a.cfg.Now()
+	now := a.cfg.WindowNow()
 	release := func() {}
 	if !a.cfg.DryRun {
 		if wait := a.cfg.Limiter.Reserve(now); wait > 0 {
@@ -145,7 +153,7 @@ func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision,
 			Msg("live pod no longer matches the mirrored decision")
 		switch ld.Action {
 		case Wait:
-			return Outcome{RequeueAfter: ld.Until.Sub(now)}, nil
+			return Outcome{RequeueAfter: ld.Until.Sub(a.cfg.Now())}, nil
 		case Skip:
 			a.reportOnce(state, ld, VerbSkipped, "")
 			return Outcome{}, nil

@@ -95,7 +95,7 @@ func newRig(t *testing.T, policy Policy, dryRun bool, limiter *actuate.Window, o
 		limiter = actuate.NewWindow(100, time.Minute)
 	}
 	r.act = NewActuator(r.client, r.pub, r.recorder, r.metrics, zerolog.Nop(), ActuatorConfig{
-		Cluster: "c1", Policy: policy, DryRun: dryRun, Limiter: limiter, Now: func() time.Time { return t0 },
+		Cluster: "c1", Policy: policy, DryRun: dryRun, Limiter: limiter, Now: func() time.Time { return t0 }, WindowNow: func() time.Time { return t0 },
 	})
 	return r
 }

@@ -265,7 +265,7 @@ func BenchmarkTick(b *testing.B) {
 	}
 	// A FakeRecorder without a channel drops events instead of blocking.
 	act := NewActuator(fake.NewClientset(), &recPub{}, &record.FakeRecorder{}, NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
-		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute), Now: func() time.Time { return t0 },
+		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute), Now: func() time.Time { return t0 }, WindowNow: func() time.Time { return t0 },
 	})
 	ctl := NewController(testPolicy(), act, nil, time.Hour, 1, func() time.Time { return t0 }, zerolog.Nop())
 	ctx := context.Background()

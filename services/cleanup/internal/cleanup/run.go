@@ -101,7 +101,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		// The previous leaders' removals count against this leader's window;
 		// nothing is deleted before they are known.
 		if !dryRun {
-			if err := actuate.SeedFromOPS(lctx, js, window, ActionSubjects(rt.Cluster), wm, log, clock.Now); err != nil {
+			if err := actuate.SeedFromOPS(lctx, js, window, ActionSubjects(rt.Cluster), wm, log, time.Now); err != nil {
 				return nil
 			}
 		}
