@@ -16,8 +16,12 @@ import (
 // bound of the server's time now: deadlines may fire up to a second (plus the
 // request's latency) late, never early. Elapsed time is measured with the
 // monotonic clock, so a step of the local wall clock (NTP) changes nothing.
-// Of the samples of the last sampleTTL the highest bound is kept (the one
-// closest to the truth); older ones are replaced by the next response.
+// The highest bound seen is kept (the closest to the truth): a sample above it
+// replaces it; a sample below it by no more than a Date header's truncation
+// plus slack (stepBack) is consistent with it and changes nothing, so the
+// clock does not jump back and forth by fractions of a second (the audit
+// times stay ordered); a sample further below means the server's clock was
+// stepped back, and the clock follows it.
 //
 // Until the first response, Now is the local clock; the actuator's re-check
 // runs right after a GET, so no write is decided on the local clock.
@@ -32,8 +36,9 @@ type ServerClock struct {
 	Skew func(seconds float64)
 }
 
-// sampleTTL is how long a sample may stay the best one.
-const sampleTTL = 10 * time.Second
+// stepBack is how far below the kept bound a new sample may be and still be
+// consistent with it: the Date header's truncation (1 s) plus latency slack.
+const stepBack = 1500 * time.Millisecond
 
 // NewServerClock returns a clock that follows the Date headers it is shown
 // (Observe, or a transport wrapped with Wrap).
@@ -64,7 +69,7 @@ func (c *ServerClock) Observe(date string, recv time.Time) {
 		return
 	}
 	c.mu.Lock()
-	if !c.synced || recv.Sub(c.at) > sampleTTL || !d.Before(c.date.Add(recv.Sub(c.at))) {
+	if !c.synced || !d.Before(c.date.Add(recv.Sub(c.at))) || c.date.Add(recv.Sub(c.at)).Sub(d) > stepBack {
 		c.date, c.at, c.synced = d, recv, true
 	}
 	skew := recv.Round(0).Sub(c.date.Add(recv.Sub(c.at)))

@@ -39,15 +39,20 @@ func TestServerClock(t *testing.T) {
 	if want := server.Add(2 * time.Second); !c.Now().Equal(want) {
 		t.Fatalf("Now = %v, want %v", c.Now(), want)
 	}
-	// After sampleTTL, the next sample replaces the old one even if lower
-	// (the server's clock may have been stepped back).
-	local = local.Add(sampleTTL + time.Second)
-	c.Observe(server.Add(5*time.Second).Format(http.TimeFormat), local)
-	if want := server.Add(5 * time.Second); !c.Now().Equal(want) {
+	// Much later, a sample a little below the extrapolated bound is
+	// consistent with it (Date truncation): no step back.
+	local = local.Add(time.Hour)
+	c.Observe(server.Add(time.Hour+time.Second).Format(http.TimeFormat), local)
+	if want := server.Add(time.Hour + 2*time.Second); !c.Now().Equal(want) {
+		t.Fatalf("Now = %v, want %v (no step back within the truncation)", c.Now(), want)
+	}
+	// A sample far below: the server's clock was stepped back; follow it.
+	c.Observe(server.Add(time.Hour-time.Minute).Format(http.TimeFormat), local)
+	if want := server.Add(time.Hour - time.Minute); !c.Now().Equal(want) {
 		t.Fatalf("Now = %v, want %v", c.Now(), want)
 	}
 	c.Observe("garbage", local)
-	if want := server.Add(5 * time.Second); !c.Now().Equal(want) {
+	if want := server.Add(time.Hour - time.Minute); !c.Now().Equal(want) {
 		t.Fatalf("a bad Date header changed the clock: %v", c.Now())
 	}
 }
