@@ -8,9 +8,42 @@ import (
 
 // Receiver types.
 const (
-	ReceiverFeishu  = "feishu"
-	ReceiverWebhook = "webhook"
+	ReceiverFeishu   = "feishu"
+	ReceiverWebhook  = "webhook"
+	ReceiverDingTalk = "dingtalk"
+	ReceiverWeCom    = "wecom"
+	ReceiverSlack    = "slack"
+	ReceiverTeams    = "teams"
 )
+
+// receiverTypes are the accepted types, in the order errors list them.
+var receiverTypes = []string{ReceiverFeishu, ReceiverWebhook, ReceiverDingTalk, ReceiverWeCom, ReceiverSlack, ReceiverTeams}
+
+// ReceiverDefaults are a receiver type's documented limits: the rates of
+// one bot or hook and the request budget in bytes (0 = no such window, or
+// the sink's own budget).
+type ReceiverDefaults struct {
+	PerSecond, PerMinute, PerHour, BodyLimit int
+}
+
+// DefaultsFor returns the limits opswire assumes for a receiver type
+// (docs/notifier.md cites each): Feishu 5/s and 100/min; DingTalk and WeCom
+// 20/min per bot; Slack 1/s per webhook; Teams 4/s, 60/30 s (kept as
+// 60/min), 100/h, 150/2 h and 1800/day (kept as 75/h, which satisfies all
+// three). The generic webhook keeps Feishu's figures as a polite default.
+func DefaultsFor(typ string) ReceiverDefaults {
+	switch typ {
+	case ReceiverDingTalk:
+		return ReceiverDefaults{PerMinute: 20, BodyLimit: 20000}
+	case ReceiverWeCom:
+		return ReceiverDefaults{PerMinute: 20, BodyLimit: 4096}
+	case ReceiverSlack:
+		return ReceiverDefaults{PerSecond: 1, BodyLimit: 40000}
+	case ReceiverTeams:
+		return ReceiverDefaults{PerSecond: 4, PerMinute: 60, PerHour: 75, BodyLimit: 28000}
+	}
+	return ReceiverDefaults{PerSecond: 5, PerMinute: 100, BodyLimit: 20000}
+}
 
 // Names of the receivers and routes the seed's sendReport.apiurl and
 // delException.apiurl turn into, without any notifier configuration.
@@ -28,7 +61,8 @@ var receiverName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 // from a file path, or from an environment variable (a Kubernetes Secret).
 type Receiver struct {
 	Name string `json:"name"`
-	// Type is feishu (default) or webhook (generic JSON POST).
+	// Type is feishu (default), webhook (generic JSON POST), dingtalk,
+	// wecom, slack or teams.
 	Type       string `json:"type"`
 	URL        Secret `json:"url"`
 	URLFile    string `json:"urlFile"`
@@ -36,12 +70,19 @@ type Receiver struct {
 	Secret     Secret `json:"secret"`
 	SecretFile string `json:"secretFile"`
 	SecretEnv  string `json:"secretEnv"`
-	// Keyword is put into the title for bots with keyword security.
+	// Keyword is put into the title for bots with keyword security
+	// (feishu, dingtalk).
 	Keyword string `json:"keyword"`
-	// RatePerSecond and RatePerMinute default to Feishu's 5/s and 100/min
-	// per bot; receivers with the same URL share one budget.
+	// RatePerSecond, RatePerMinute and RatePerHour default to the type's
+	// documented limits (DefaultsFor); receivers with the same URL share one
+	// budget.
 	RatePerSecond int `json:"ratePerSecond"`
 	RatePerMinute int `json:"ratePerMinute"`
+	RatePerHour   int `json:"ratePerHour"`
+	// BodyLimit is the request budget in bytes for dingtalk, wecom (the
+	// markdown content), slack and teams; 0 uses the type's default.
+	// Feishu receivers use notifier.bodyLimit.
+	BodyLimit int `json:"bodyLimit"`
 	// Timeout bounds one HTTP request; 0 uses notifier.requestTimeout.
 	Timeout Duration `json:"timeout"`
 }
@@ -138,11 +179,18 @@ func (c *Config) NotifierReceivers() []Receiver {
 		if r.Type == "" {
 			r.Type = ReceiverFeishu
 		}
+		d := DefaultsFor(r.Type)
 		if r.RatePerSecond == 0 {
-			r.RatePerSecond = 5
+			r.RatePerSecond = d.PerSecond
 		}
 		if r.RatePerMinute == 0 {
-			r.RatePerMinute = 100
+			r.RatePerMinute = d.PerMinute
+		}
+		if r.RatePerHour == 0 {
+			r.RatePerHour = d.PerHour
+		}
+		if r.BodyLimit == 0 && r.Type != ReceiverFeishu {
+			r.BodyLimit = d.BodyLimit
 		}
 		if r.Timeout.Duration == 0 {
 			r.Timeout = c.Notifier.RequestTimeout
@@ -236,8 +284,8 @@ func (n *Notifier) validate(p string, errs *Errors, implicit ...string) {
 			errs.add(rp+".name", "duplicate receiver name %q", r.Name)
 		}
 		names[r.Name] = true
-		if r.Type != "" && r.Type != ReceiverFeishu && r.Type != ReceiverWebhook {
-			errs.add(rp+".type", "must be %q or %q, got %q", ReceiverFeishu, ReceiverWebhook, r.Type)
+		if r.Type != "" && !contains(receiverTypes, r.Type) {
+			errs.add(rp+".type", "must be one of %s, got %q", strings.Join(receiverTypes, ", "), r.Type)
 		}
 		if n := countSet(r.URL.IsSet(), r.URLFile != "", r.URLEnv != ""); n != 1 {
 			errs.add(rp+".url", "exactly one of url, urlFile or urlEnv is required")
@@ -245,8 +293,19 @@ func (n *Notifier) validate(p string, errs *Errors, implicit ...string) {
 		if countSet(r.Secret.IsSet(), r.SecretFile != "", r.SecretEnv != "") > 1 {
 			errs.add(rp+".secret", "at most one of secret, secretFile or secretEnv may be set")
 		}
-		if r.Type == ReceiverWebhook && r.Keyword != "" {
-			errs.add(rp+".keyword", "only feishu receivers use a keyword")
+		if r.Type != "" && r.Type != ReceiverFeishu && r.Type != ReceiverDingTalk {
+			if r.Keyword != "" {
+				errs.add(rp+".keyword", "only feishu and dingtalk receivers use a keyword")
+			}
+			if r.Type != ReceiverWebhook && countSet(r.Secret.IsSet(), r.SecretFile != "", r.SecretEnv != "") > 0 {
+				errs.add(rp+".secret", "%s webhooks are not signed (the URL is the secret); only feishu and dingtalk take a secret", r.Type)
+			}
+		}
+		if r.RatePerHour < 0 {
+			errs.add(rp+".ratePerHour", "must not be negative")
+		}
+		if r.BodyLimit < 0 || (r.BodyLimit > 0 && r.BodyLimit < 1024) {
+			errs.add(rp+".bodyLimit", "must be 0 (the type's default) or at least 1024 bytes")
 		}
 		if r.RatePerSecond < 0 {
 			errs.add(rp+".ratePerSecond", "must not be negative")
@@ -352,4 +411,13 @@ func checkSubjectPattern(s string) string {
 		}
 	}
 	return ""
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
 }

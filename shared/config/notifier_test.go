@@ -104,7 +104,12 @@ func TestNotifierValidation(t *testing.T) {
 		{"two secrets", "notifier:\n  receivers:\n  - name: a\n    url: u\n    secret: s\n    secretFile: /f\n", []string{"notifier.receivers[0].secret"}},
 		{"seed secrets", "sendReport:\n  apiurl: https://x/hook/a\n  secret: s\n  secretEnv: E\n", []string{"sendReport.secret"}},
 		{"seed secret without apiurl", "delException:\n  secretFile: /f\n  keyword: k\n", []string{"delException.apiurl"}},
-		{"bad type", "notifier:\n  receivers:\n  - name: a\n    type: slack\n    url: u\n", []string{"notifier.receivers[0].type"}},
+		{"bad type", "notifier:\n  receivers:\n  - name: a\n    type: telegram\n    url: u\n", []string{"notifier.receivers[0].type"}},
+		{"signed dingtalk with keyword", "notifier:\n  receivers:\n  - name: a\n    type: dingtalk\n    url: u\n    secretEnv: S\n    keyword: k\n", nil},
+		{"every new type", "notifier:\n  receivers:\n  - {name: a, type: wecom, url: u}\n  - {name: b, type: slack, url: u}\n  - {name: c, type: teams, url: u, ratePerHour: 10, bodyLimit: 20000}\n", nil},
+		{"secret on slack", "notifier:\n  receivers:\n  - name: a\n    type: slack\n    url: u\n    secret: s\n", []string{"notifier.receivers[0].secret"}},
+		{"keyword on wecom", "notifier:\n  receivers:\n  - name: a\n    type: wecom\n    url: u\n    keyword: k\n", []string{"notifier.receivers[0].keyword"}},
+		{"bad receiver limits", "notifier:\n  receivers:\n  - name: a\n    type: teams\n    url: u\n    ratePerHour: -1\n    bodyLimit: 10\n", []string{"notifier.receivers[0].ratePerHour", "notifier.receivers[0].bodyLimit"}},
 		{"keyword on webhook", "notifier:\n  receivers:\n  - name: a\n    type: webhook\n    url: u\n    keyword: k\n", []string{"notifier.receivers[0].keyword"}},
 		{"negative rate", "notifier:\n  receivers:\n  - name: a\n    url: u\n    ratePerMinute: -1\n", []string{"notifier.receivers[0].ratePerMinute"}},
 		{"bad subject", "notifier:\n  receivers:\n  - name: a\n    url: u\n  routes:\n  - receivers: [a]\n    subjects: ['ops.>.x', 'ops..a', 'ops.a*']\n", []string{"notifier.routes[0].subjects"}},
@@ -139,5 +144,18 @@ func TestNotifierValidation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestReceiverTypeDefaults(t *testing.T) {
+	c, err := Parse([]byte("notifier:\n  receivers:\n  - {name: f, url: u}\n  - {name: d, type: dingtalk, url: u}\n  - {name: w, type: wecom, url: u}\n  - {name: s, type: slack, url: u}\n  - {name: t, type: teams, url: u}\n  - {name: t2, type: teams, url: u, ratePerSecond: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][4]int{"f": {5, 100, 0, 0}, "d": {0, 20, 0, 20000}, "w": {0, 20, 0, 4096}, "s": {1, 0, 0, 40000}, "t": {4, 60, 75, 28000}, "t2": {2, 60, 75, 28000}}
+	for _, r := range c.NotifierReceivers() {
+		if got := [4]int{r.RatePerSecond, r.RatePerMinute, r.RatePerHour, r.BodyLimit}; got != want[r.Name] {
+			t.Errorf("%s (%s): rates and budget %v, want %v", r.Name, r.Type, got, want[r.Name])
+		}
 	}
 }

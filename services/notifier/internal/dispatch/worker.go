@@ -128,7 +128,11 @@ func (w *worker) deliver(ctx context.Context, b *batch) bool {
 			log.Warn().Err(err).Str("reason", string(reason)).Dur("retryIn", backoff).Msg("send failed; retrying")
 		}
 		lastErr = err
-		t := time.NewTimer(backoff)
+		wait := backoff
+		if ra := notify.RetryAfterOf(err); ra > wait {
+			wait = min(ra, x.s.GiveUpAfter) // the receiver said when; sooner would be refused again
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -23,21 +23,28 @@ const maxAnswer = 64 << 10
 // PostJSON sends body to rawURL and returns the status and the answer.
 // Transport failures come back as *notify.SendError with ReasonTransport.
 func PostJSON(ctx context.Context, client *http.Client, rawURL string, body []byte) (int, []byte, error) {
+	status, _, b, err := PostJSONHeader(ctx, client, rawURL, body)
+	return status, b, err
+}
+
+// PostJSONHeader is PostJSON that also returns the answer's headers (for
+// Retry-After).
+func PostJSONHeader(ctx context.Context, client *http.Client, rawURL string, body []byte) (int, http.Header, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, bytes.NewReader(body))
 	if err != nil {
-		return 0, nil, &notify.SendError{Reason: notify.ReasonBadRequest, Err: errors.New("cannot build the request (bad URL)")}
+		return 0, nil, nil, &notify.SendError{Reason: notify.ReasonBadRequest, Err: errors.New("cannot build the request (bad URL)")}
 	}
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, nil, &notify.SendError{Reason: notify.ReasonTransport, Err: RedactURL(err)}
+		return 0, nil, nil, &notify.SendError{Reason: notify.ReasonTransport, Err: RedactURL(err)}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
-		return 0, nil, &notify.SendError{Reason: notify.ReasonTransport, Err: RedactURL(err)}
+		return 0, nil, nil, &notify.SendError{Reason: notify.ReasonTransport, Err: RedactURL(err)}
 	}
-	return resp.StatusCode, b, nil
+	return resp.StatusCode, resp.Header, b, nil
 }
 
 // NoRedirects returns a copy of client (nil: a new one) that never follows

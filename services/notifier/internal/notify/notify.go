@@ -62,6 +62,8 @@ const (
 	ReasonBadRequest  Reason = "bad_request"  // malformed body, 4xx, other codes
 	ReasonTooLarge    Reason = "too_large"    // body over the limit even with no rows
 	ReasonRedirect    Reason = "redirect"     // HTTP 3xx: never followed (a 302 turns the POST into a GET)
+	ReasonNotFound    Reason = "not_found"    // the hook, channel or workflow no longer exists (Slack no_service, HTTP 404/410)
+	ReasonForbidden   Reason = "forbidden"    // the service refuses this sender (Slack action_prohibited, HTTP 401/403)
 )
 
 // SendError is a failed send with its classification. Its text never contains
@@ -74,6 +76,9 @@ type SendError struct {
 	Code   int
 	Msg    string
 	Err    error
+	// RetryAfter is how long the receiver asked the client to wait (Slack's
+	// and Teams' Retry-After); the retry loop waits at least that long.
+	RetryAfter time.Duration
 }
 
 func (e *SendError) Error() string {
@@ -91,6 +96,15 @@ func (e *SendError) Error() string {
 }
 
 func (e *SendError) Unwrap() error { return e.Err }
+
+// RetryAfterOf returns the wait a receiver asked for, 0 if none.
+func RetryAfterOf(err error) time.Duration {
+	var se *SendError
+	if errors.As(err, &se) {
+		return se.RetryAfter
+	}
+	return 0
+}
 
 // ReasonOf returns the reason of a send error, "other" if it has none.
 func ReasonOf(err error) Reason {

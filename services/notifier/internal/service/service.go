@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/opswire/opswire/services/notifier/internal/dingtalk"
 	"github.com/opswire/opswire/services/notifier/internal/dispatch"
 	"github.com/opswire/opswire/services/notifier/internal/feishu"
 	"github.com/opswire/opswire/services/notifier/internal/lease"
@@ -327,6 +328,8 @@ func BuildReceivers(rs []config.Receiver, n config.Notifier, client *http.Client
 		switch r.Type {
 		case config.ReceiverWebhook:
 			sink, err = webhook.New(u, client)
+		case config.ReceiverDingTalk:
+			sink, err = dingtalk.New(dingtalk.Options{URL: u, Secret: secret, Keyword: r.Keyword, BodyLimit: r.BodyLimit, MaxRows: n.TopRows, Client: client})
 		default:
 			sink, err = feishu.New(feishu.Options{URL: u, Secret: secret, Keyword: r.Keyword, BodyLimit: n.BodyLimit, MaxRows: n.TopRows, Client: client})
 		}
@@ -336,10 +339,10 @@ func BuildReceivers(rs []config.Receiver, n config.Notifier, client *http.Client
 		}
 		sum := sha256.Sum256([]byte(u.Value()))
 		budget := hex.EncodeToString(sum[:20])
-		perSecond, perMinute := r.RatePerSecond, r.RatePerMinute
+		perSecond, perMinute, perHour := r.RatePerSecond, r.RatePerMinute, r.RatePerHour
 		lim := limits.Get(budget, func() *ratelimit.Limiter {
 			return ratelimit.New(RateMargin, ratelimit.Window{Limit: perSecond, Period: time.Second},
-				ratelimit.Window{Limit: perMinute, Period: time.Minute})
+				ratelimit.Window{Limit: perMinute, Period: time.Minute}, ratelimit.Window{Limit: perHour, Period: time.Hour})
 		})
 		out = append(out, dispatch.Receiver{Name: r.Name, Sink: sink, Limiter: lim, Budget: budget, Timeout: r.Timeout.Duration})
 	}

@@ -1,0 +1,8 @@
+package dingtalk
+
+import "encoding/json"
+
+func jsonSize(v any) (int, error) {
+	b, err := json.Marshal(v)
+	return len(b), err
+}
