@@ -286,3 +286,93 @@ func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
 	}
 	return m.GetGauge().GetValue()
 }
+
+// TestControllerNotReadyTimeoutRequeues: with statefulNotReadyTimeout, a held
+// StatefulSet pod is looked at again when the timeout releases it, with no
+// node change and no tick (the tick interval is an hour here).
+func TestControllerNotReadyTimeoutRequeues(t *testing.T) {
+	policy := testPolicy()
+	policy.StatefulNotReadyTimeout = time.Minute
+	dts := time.Now().Add(-10 * time.Minute)
+	ts := metav1.NewTime(dts)
+	since := metav1.NewTime(time.Now().Add(-time.Minute + 400*time.Millisecond)) // released in 400 ms
+	live := livePod(liveSTS, func(p *corev1.Pod) { p.DeletionTimestamp = &ts; p.Status.Phase = corev1.PodRunning })
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: since}}}}
+	state := &memState{
+		pods: map[string]*events.PodState{"apps/web-1": pod(func(p *events.PodState) {
+			p.DeletionTimestamp = &dts
+			p.Owner = &events.Owner{Kind: "StatefulSet", Name: "db"}
+		})},
+		nodes: map[string]*events.NodeState{"n1": liveNode(node)},
+	}
+	for _, n := range []string{"n2", "n3", "n4"} {
+		state.nodes[n] = &events.NodeState{Name: n, Ready: "True"}
+	}
+	client := fake.NewClientset(live, node)
+	pub := &recPub{}
+	act := NewActuator(client, pub, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+		Cluster: "c1", Policy: policy, Limiter: actuate.NewWindow(10, time.Minute),
+	})
+	ctl := NewController(policy, act, nil, time.Hour, 1, nil, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); ctl.Run(ctx, state) }()
+	defer func() { cancel(); <-done }()
+
+	if got := waitPublished(t, pub, 1); got[0] != "ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/NodeNotConfirmedDown" {
+		t.Fatalf("first decision %v", got)
+	}
+	gone := waitGone(t, client, "web-1", 3*time.Second)
+	if due := since.Add(time.Minute); gone.Before(due) {
+		t.Fatalf("force-deleted %v before statefulNotReadyTimeout released it", due.Sub(gone))
+	}
+}
+
+// TestControllerNodeDeletionReleases: a StatefulSet pod held on an Unknown
+// node is force-deleted once the node object is deleted.
+func TestControllerNodeDeletionReleases(t *testing.T) {
+	dts := time.Now().Add(-10 * time.Minute)
+	ts := metav1.NewTime(dts)
+	live := livePod(liveSTS, func(p *corev1.Pod) { p.DeletionTimestamp = &ts; p.Status.Phase = corev1.PodRunning })
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}}}
+	state := &memState{
+		pods: map[string]*events.PodState{"apps/web-1": pod(func(p *events.PodState) {
+			p.DeletionTimestamp = &dts
+			p.Owner = &events.Owner{Kind: "StatefulSet", Name: "db"}
+		})},
+		nodes: map[string]*events.NodeState{"n1": liveNode(node)},
+	}
+	for _, n := range []string{"n2", "n3", "n4"} {
+		state.nodes[n] = &events.NodeState{Name: n, Ready: "True"}
+	}
+	client := fake.NewClientset(live, node)
+	pub := &recPub{}
+	act := NewActuator(client, pub, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
+	})
+	ctl := NewController(testPolicy(), act, nil, time.Hour, 1, nil, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); ctl.Run(ctx, state) }()
+	defer func() { cancel(); <-done }()
+
+	if got := waitPublished(t, pub, 1); got[0] != "ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/NodeNotConfirmedDown" {
+		t.Fatalf("first decision %v", got)
+	}
+	if err := client.CoreV1().Nodes().Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	state.mu.Lock()
+	old := state.nodes["n1"]
+	delete(state.nodes, "n1")
+	state.mu.Unlock()
+	ctl.OnNode(old, nil, state)
+	waitGone(t, client, "web-1", 3*time.Second)
+	for deadline := time.Now().Add(3 * time.Second); ctl.NodeCount().Nodes != 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("node count %+v after the deletion, want 3 nodes", ctl.NodeCount())
+		}
+	}
+}
