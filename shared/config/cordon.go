@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -13,6 +14,16 @@ const (
 	CordonModeCordon = "cordon" // spec.unschedulable
 	CordonModeTaint  = "taint"  // a NoSchedule taint
 )
+
+// What the blast-radius caps count (autoCordon.capCounts).
+const (
+	CapCountsUnavailable = "unavailable" // opswire's marks + managed nodes cordoned by anyone or NotReady
+	CapCountsMarks       = "marks"       // opswire's marks only
+)
+
+// TaintClusterAutoscalerToBeDeleted is the taint cluster-autoscaler puts on
+// a node it is about to delete; it always counts as "held by someone else".
+const TaintClusterAutoscalerToBeDeleted = "ToBeDeletedByClusterAutoscaler"
 
 // AutoCordon is the seed's autoCordon section plus opswire's safety settings.
 type AutoCordon struct {
@@ -39,6 +50,27 @@ type AutoCordon struct {
 	// nodes (MaxCordonedPercent).
 	MaxCordonedNodes   int     `json:"maxCordonedNodes"`
 	MaxCordonedPercent float64 `json:"maxCordonedPercent"`
+	// CapCounts says which nodes count toward the caps: "unavailable"
+	// (default: opswire's marks plus managed nodes that are cordoned by anyone
+	// or NotReady, i.e. all schedulable capacity already out of service) or
+	// "marks" (opswire's own marks only).
+	CapCounts string `json:"capCounts"`
+	// IgnoreTaintKeys are taint keys that do not make a node "tainted by a
+	// person" (e.g. permanent placement taints such as dedicated=gpu). An entry
+	// ending in "*" is a prefix. Kubernetes' own node.kubernetes.io/* and
+	// node.cloudprovider.kubernetes.io/* taints are always ignored.
+	IgnoreTaintKeys []string `json:"ignoreTaintKeys"`
+	// AlwaysCountTaintKeys are taint keys that always make a node "tainted by
+	// someone else", even when IgnoreTaintKeys or the Kubernetes prefixes
+	// would ignore them (e.g. cluster-autoscaler's ToBeDeletedByClusterAutoscaler).
+	AlwaysCountTaintKeys []string `json:"alwaysCountTaintKeys"`
+	// DrainEvictingPercent: a node opswire cordoned whose pods are being
+	// evicted through the Eviction API (DisruptionTarget condition, reason
+	// EvictionByEvictionAPI) — at least two, and at least this share of its
+	// pods — is being drained: opswire hands it over (removes its mark, keeps
+	// the cordon), so it stays cordoned until a person uncordons it. 0 turns
+	// the recognition off.
+	DrainEvictingPercent float64 `json:"drainEvictingPercent"`
 	// MaxActionsPerMinute rate-limits writes: at most this many cordons and
 	// uncordons in any sliding RateWindow (default one minute), counting the
 	// previous leaders' actions recorded in OPS.
@@ -55,6 +87,9 @@ func (a *AutoCordon) setDefaults() {
 	a.Mode = CordonModeCordon
 	a.TaintKey = "node.kubernetes.io/autocordon"
 	a.MaxCordonedPercent = 20
+	a.CapCounts = CapCountsUnavailable
+	a.AlwaysCountTaintKeys = []string{TaintClusterAutoscalerToBeDeleted}
+	a.DrainEvictingPercent = 50
 	a.MaxActionsPerMinute = 60
 	a.RateWindow = D(time.Minute)
 }
@@ -95,11 +130,36 @@ func (a *AutoCordon) validate(p string, errs *Errors) {
 	if a.MaxCordonedPercent < 0 || a.MaxCordonedPercent > 100 {
 		errs.add(join(p, "maxCordonedPercent"), "must be in [0, 100], got %v", a.MaxCordonedPercent)
 	}
+	if a.CapCounts != CapCountsUnavailable && a.CapCounts != CapCountsMarks {
+		errs.add(join(p, "capCounts"), "must be %q or %q, got %q", CapCountsUnavailable, CapCountsMarks, a.CapCounts)
+	}
+	validateTaintKeys(join(p, "ignoreTaintKeys"), a.IgnoreTaintKeys, errs)
+	validateTaintKeys(join(p, "alwaysCountTaintKeys"), a.AlwaysCountTaintKeys, errs)
+	if a.DrainEvictingPercent < 0 || a.DrainEvictingPercent > 100 {
+		errs.add(join(p, "drainEvictingPercent"), "must be in [0, 100], got %v", a.DrainEvictingPercent)
+	}
 	if a.MaxActionsPerMinute < 1 {
 		errs.add(join(p, "maxActionsPerMinute"), "must be at least 1")
 	}
 	if a.RateWindow.Duration <= 0 {
 		errs.add(join(p, "rateWindow"), "must be positive")
+	}
+}
+
+// validateTaintKeys checks a list of taint keys, where an entry may end in
+// "*" (a prefix; "*" alone matches every key).
+func validateTaintKeys(field string, keys []string, errs *Errors) {
+	for i, k := range keys {
+		key := strings.TrimSuffix(k, "*")
+		if key == "" && k == "*" {
+			continue
+		}
+		if strings.HasSuffix(k, "*") {
+			key = strings.TrimSuffix(key, "/")
+		}
+		if msgs := validation.IsQualifiedName(key); len(msgs) > 0 {
+			errs.add(fmt.Sprintf("%s[%d]", field, i), "%q is not a taint key or a prefix ending in *: %s", k, strings.Join(msgs, "; "))
+		}
 	}
 }
 

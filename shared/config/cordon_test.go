@@ -27,6 +27,10 @@ func TestAutoCordonDefaults(t *testing.T) {
 		{"dryRun", a.DryRun, false},
 		{"nodeSelector", a.NodeSelector, ""},
 		{"selector matches everything", a.Selector().Empty(), true},
+		{"capCounts", a.CapCounts, CapCountsUnavailable},
+		{"ignoreTaintKeys", len(a.IgnoreTaintKeys), 0},
+		{"alwaysCountTaintKeys", strings.Join(a.AlwaysCountTaintKeys, ","), "ToBeDeletedByClusterAutoscaler"},
+		{"drainEvictingPercent", a.DrainEvictingPercent, 50.0},
 	}
 	for _, ck := range checks {
 		if ck.got != ck.want {
@@ -57,6 +61,12 @@ func TestAutoCordonValidation(t *testing.T) {
 		{"negative node cap", "maxCordonedNodes: -1", "autoCordon.maxCordonedNodes"},
 		{"percent cap over 100", "maxCordonedPercent: 101", "autoCordon.maxCordonedPercent"},
 		{"no actions per minute", "maxActionsPerMinute: 0", "autoCordon.maxActionsPerMinute"},
+		{"cap counts marks", "capCounts: marks", ""},
+		{"unknown cap counts", "capCounts: all", "autoCordon.capCounts"},
+		{"taint key lists", "ignoreTaintKeys: [dedicated, 'example.com/*', '*']\nalwaysCountTaintKeys: [ToBeDeletedByClusterAutoscaler]", ""},
+		{"invalid ignored taint key", "ignoreTaintKeys: [ok, 'not a key']", "autoCordon.ignoreTaintKeys[1]"},
+		{"invalid always-count taint key", "alwaysCountTaintKeys: ['a b*']", "autoCordon.alwaysCountTaintKeys[0]"},
+		{"drain percent over 100", "drainEvictingPercent: 150", "autoCordon.drainEvictingPercent"},
 		{"zero interval", "interval: 0s", "autoCordon.interval"},
 		{"misspelt key", "maxPod: 5", "autoCordon.maxPod"},
 	}

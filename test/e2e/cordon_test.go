@@ -417,7 +417,8 @@ func TestCordonSeedConfig(t *testing.T) {
 }
 
 // TestCordonTaintMode: in taint mode opswire adds its NoSchedule taint next
-// to a person's placement taint, and on release removes only its own.
+// to a placement taint listed in ignoreTaintKeys (without it, the seed's
+// rule would leave the tainted node alone), and on release removes only its own.
 func TestCordonTaintMode(t *testing.T) {
 	cp := harness.StartControlPlane(t)
 	n := harness.StartNATS(t)
@@ -427,7 +428,7 @@ func TestCordonTaintMode(t *testing.T) {
 	if _, err := c.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := harness.WriteConfig(t, cordonConfig("500ms", "  mode: taint\n  taintKey: example.com/busy\n  maxCordonedPercent: 100\n"))
+	cfg := harness.WriteConfig(t, cordonConfig("500ms", "  mode: taint\n  taintKey: example.com/busy\n  maxCordonedPercent: 100\n  ignoreTaintKeys: [dedicated]\n"))
 	startWatcher(t, cp, n, cfg, "w1")
 	ops := harness.CollectOps(t, n, "ops.e2e.cordon.>")
 	cordon := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: cp.Kubeconfig, NATSURL: n.URL, ID: "c1"})

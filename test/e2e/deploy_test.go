@@ -68,7 +68,7 @@ func TestDeployManifests(t *testing.T) {
 			objs := kustomizeBuild(t, ov.dir(t))
 			wantCluster := map[string][]rule{
 				"opswire-watcher": {{"", "pods,nodes", "list,watch", ""}},
-				"opswire-cordon":  {events, {"", "nodes", "get,patch", ""}, {"", "pods", "list", ""}},
+				"opswire-cordon":  {events, {"", "nodes", "get,list,patch", ""}, {"", "pods", "list", ""}},
 				"opswire-cleanup": ov.cleanupRules,
 			}
 			wantRoles := map[string][]rule{}

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -26,6 +25,7 @@ import (
 const (
 	VerbCordoned   = "cordoned"
 	VerbUncordoned = "uncordoned"
+	VerbHandedOver = "handedover"
 	VerbSkipped    = "skipped"
 	VerbDryRun     = "dryrun"
 	VerbFailed     = "failed"
@@ -35,6 +35,7 @@ const (
 const (
 	EventCordoned     = "OpswireCordoned"
 	EventUncordoned   = "OpswireUncordoned"
+	EventHandedOver   = "OpswireCordonHandedOver"
 	EventRefused      = "OpswireCordonRefused"
 	EventActionFailed = "OpswireCordonFailed"
 )
@@ -43,15 +44,21 @@ const (
 const Service = "cordon"
 
 // ActionSubjects are the OPS subjects of the writes the rate window counts
-// (cordons and uncordons; never refusals, failures or dry runs).
+// (cordons, uncordons and handovers; never refusals, failures or dry runs).
 func ActionSubjects(cluster string) []string {
-	return []string{subject.Ops(cluster, Service, VerbCordoned) + ".>", subject.Ops(cluster, Service, VerbUncordoned) + ".>"}
+	return []string{subject.Ops(cluster, Service, VerbCordoned) + ".>", subject.Ops(cluster, Service, VerbUncordoned) + ".>",
+		subject.Ops(cluster, Service, VerbHandedOver) + ".>"}
 }
 
-// FleetCounter counts, for the blast-radius cap, the nodes opswire holds and
-// the nodes it manages.
+// FleetCounter counts, for the blast-radius cap, the nodes that count toward
+// it and the nodes opswire manages (Fleets): exclude is the node being
+// decided on.
 type FleetCounter interface {
-	Fleet() Fleet
+	// Mirror counts on the mirror and the ledger: free, possibly stale.
+	Mirror(exclude string) Fleet
+	// Live counts from the API, at least as new as resourceVersion
+	// notOlderThan ("" any).
+	Live(ctx context.Context, notOlderThan, exclude string) (Fleet, error)
 }
 
 // ActuatorConfig holds the actuator's settings.
@@ -87,6 +94,9 @@ type Actuator struct {
 	// announced holds, per node, the refusals and failures published in the
 	// current episode, so a condition that persists across ticks is announced once.
 	announced *actuate.Announced
+	// lastWrite is the resourceVersion of opswire's newest write: the API
+	// count for the cap asks for a list at least that new.
+	lastWrite string
 	// simSeq numbers the decisions that write nothing (dry-run, refusals) per
 	// node: the node's resourceVersion does not change for them, so it alone
 	// cannot make their message ids unique.
@@ -117,7 +127,9 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 		a.announced.Reset(n.Name)
 		return actuate.Outcome{}, nil
 	}
-	fleet := a.fleet.Fleet()
+	// A first check of the cap on the mirror: free, and it refuses most
+	// capped decisions without an API call. The one that binds is below.
+	fleet := a.fleet.Mirror(n.Name)
 	d, ok := Admit(a.cfg.Policy, d, marked, fleet)
 	if !ok {
 		a.refuse(n, d, fleet)
@@ -133,10 +145,25 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 		}
 		release = func() { a.cfg.Limiter.Release(at) }
 	}
-	node, live, err := a.reverify(ctx, n, d)
+	node, live, liveMarked, err := a.reverify(ctx, n, d)
 	if err != nil || node == nil {
 		release()
 		return actuate.Outcome{}, err
+	}
+	// The cap on the live decision, counted from the API: a node unmarked
+	// live is a new cordon whatever the mirror said (a mirror "re-apply"
+	// included), and a stale mirror cannot hide the marks that hold it.
+	if live.Action == ActionCordon && !liveMarked {
+		f, err := a.fleet.Live(ctx, newestRV(a.lastWrite, node.ResourceVersion), node.Name)
+		if err != nil {
+			release() // fail closed: no cordon without a count
+			return actuate.Outcome{}, fmt.Errorf("count the fleet for the cap before cordoning %s: %w", node.Name, err)
+		}
+		if refused, ok := Admit(a.cfg.Policy, live, false, f); !ok {
+			release()
+			a.refuse(stateFromNode(node, live.Pods), refused, f)
+			return actuate.Outcome{}, nil
+		}
 	}
 	if a.cfg.DryRun {
 		a.ledger.Record(node.Name, string(node.UID), live.Action == ActionCordon)
@@ -152,70 +179,59 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 
 // reverify re-reads the node and recounts its pods from the API, and runs
 // Evaluate again on that. It returns a nil node when the action no longer
-// applies (node gone, replaced, or no longer qualifying).
-func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, want Decision) (*corev1.Node, Decision, error) {
+// applies (node gone, replaced, or no longer qualifying), and whether the
+// live node carries opswire's mark.
+func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, want Decision) (*corev1.Node, Decision, bool, error) {
 	node, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
 		return a.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 	})
 	if apierrors.IsNotFound(err) {
 		a.stale(n.Name, "node no longer exists")
-		return nil, Decision{}, nil
+		return nil, Decision{}, false, nil
 	}
 	if err != nil {
-		return nil, Decision{}, fmt.Errorf("re-read node %s: %w", n.Name, err)
+		return nil, Decision{}, false, fmt.Errorf("re-read node %s: %w", n.Name, err)
 	}
 	if string(node.UID) != n.UID {
 		a.stale(n.Name, "node was replaced (uid changed)")
-		return nil, Decision{}, nil
+		return nil, Decision{}, false, nil
 	}
-	pods, err := a.countPods(ctx, n.Name, n.PodsResourceVersion)
+	c, err := recountPods(ctx, a.client, a.cfg.APITimeout, n.Name, n.PodsResourceVersion)
 	if err != nil {
-		return nil, Decision{}, fmt.Errorf("recount pods of node %s: %w", n.Name, err)
+		return nil, Decision{}, false, fmt.Errorf("recount pods of node %s: %w", n.Name, err)
 	}
-	live := stateFromNode(node, pods)
-	a.ledger.Correct(node.Name, hasLabel(live, events.LabelAutoCordon))
-	live, liveMarked := a.ledger.View(a.cfg.Policy, live)
-	got := Evaluate(a.cfg.Policy, live, liveMarked)
-	if got.Action != want.Action {
+	live := stateFromNode(node, c.Pods)
+	live.Evicting = c.Evicting
+	apiMarked := hasLabel(live, events.LabelAutoCordon)
+	live, liveMarked := a.ledger.View(a.cfg.Policy, live) // dry-run: the simulated mark
+	// What the API just said is newer than the mirror: a mark found live is
+	// counted from now on, even while the mirror does not show it.
+	a.ledger.Learn(node.Name, string(node.UID), node.ResourceVersion, apiMarked)
+	got, ok := agree(a.cfg.Policy, want, Evaluate(a.cfg.Policy, live, liveMarked), live)
+	if !ok {
 		a.stale(n.Name, fmt.Sprintf("live state says %s (%s)", got.Action, got.Reason))
-		return nil, Decision{}, nil
+		return nil, Decision{}, false, nil
 	}
-	return node, got, nil
+	return node, got, liveMarked, nil
 }
 
-// countPods counts the node's non-terminated pods with a field-selector LIST,
-// by the same rule as the watcher and the scheduler: every pod bound to the
-// node that has not Succeeded or Failed.
-//
-// notOlderThan is the resourceVersion the watcher counted at: the list is
-// then at least as new as the count the decision was made on, and the API
-// server answers it from its watch cache (in the benchmark 4 ms instead of
-// 16 ms for a consistent read). Without it (an older watcher), the list is a
-// consistent read.
-func (a *Actuator) countPods(ctx context.Context, nodeName, notOlderThan string) (int, error) {
-	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nodeName).String(), Limit: 500}
-	if notOlderThan != "" {
-		opts.ResourceVersion, opts.ResourceVersionMatch = notOlderThan, metav1.ResourceVersionMatchNotOlderThan
+// agree decides whether the live decision confirms the mirror's. Normally
+// only the same action does. A drain is the exception, both ways: a live
+// handover where the mirror wanted a release (the evictions reached the API
+// first), and the mirror's handover where the live state would release the
+// node (the evicted pods are already gone: the mirror saw the drain, and the
+// handover is the safer of the two, it only removes the mark).
+func agree(p Policy, want, got Decision, live *events.NodeState) (Decision, bool) {
+	switch {
+	case got.Action == want.Action:
+		return got, true
+	case want.Action == ActionUncordon && got.Action == ActionHandOver:
+		return got, true
+	case want.Action == ActionHandOver && got.Action == ActionUncordon && live.Unschedulable && p.cordonedByMark(live):
+		want.Pods = got.Pods
+		return want, true
 	}
-	count := 0
-	for {
-		list, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.PodList, error) {
-			return a.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
-		})
-		if err != nil {
-			return 0, err
-		}
-		for i := range list.Items {
-			p := &list.Items[i]
-			if p.Spec.NodeName == nodeName && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-				count++
-			}
-		}
-		if list.Continue == "" {
-			return count, nil
-		}
-		opts.Continue = list.Continue
-	}
+	return got, false
 }
 
 // write patches the node with a resourceVersion precondition, then records
@@ -227,16 +243,19 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, rel
 		patch []byte
 		err   error
 	)
-	if d.Action == ActionCordon {
+	switch d.Action {
+	case ActionCordon:
 		patch, _, err = cordonPatch(a.cfg.Policy, node, d, now, a.cfg.Identity)
-	} else {
+	case ActionHandOver:
+		patch, err = handoverPatch(a.cfg.Policy, node)
+	default:
 		patch, err = uncordonPatch(a.cfg.Policy, node)
 	}
 	if err != nil {
 		release()
 		return actuate.Outcome{}, fmt.Errorf("build patch for node %s: %w", node.Name, err)
 	}
-	_, err = actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
+	patched, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
 		return a.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "opswire-cordon"})
 	})
 	switch {
@@ -255,10 +274,14 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, rel
 		return actuate.Outcome{}, fmt.Errorf("%s %s: %w", d.Action, node.Name, err)
 	}
 	a.announced.Reset(node.Name)
-	a.ledger.Record(node.Name, string(node.UID), d.Action == ActionCordon)
+	a.ledger.RecordAt(node.Name, string(node.UID), patched.ResourceVersion, d.Action == ActionCordon)
+	a.lastWrite = newestRV(a.lastWrite, patched.ResourceVersion)
 	verb, reason := VerbCordoned, EventCordoned
-	if d.Action == ActionUncordon {
+	switch d.Action {
+	case ActionUncordon:
 		verb, reason = VerbUncordoned, EventUncordoned
+	case ActionHandOver:
+		verb, reason = VerbHandedOver, EventHandedOver
 	}
 	a.rec.Eventf(node, corev1.EventTypeNormal, reason, "opswire %s (%s): %s", verb, a.cfg.Policy.Mode, d.Reason)
 	a.count(d.Action, false)
@@ -309,9 +332,12 @@ func (a *Actuator) stale(node, why string) {
 
 func (a *Actuator) count(action Action, dryRun bool) {
 	dr := strconv.FormatBool(dryRun)
-	if action == ActionCordon {
+	switch action {
+	case ActionCordon:
 		a.m.Cordons.WithLabelValues(a.cfg.Policy.Mode, dr).Inc()
-	} else {
+	case ActionHandOver:
+		a.m.Handovers.WithLabelValues(dr).Inc()
+	default:
 		a.m.Uncordons.WithLabelValues(dr).Inc()
 	}
 }
@@ -319,7 +345,7 @@ func (a *Actuator) count(action Action, dryRun bool) {
 func (a *Actuator) payload(verb, node, uid, rv string, d Decision) events.CordonDecision {
 	sev := events.SeverityInfo
 	switch verb {
-	case VerbCordoned, VerbSkipped:
+	case VerbCordoned, VerbHandedOver, VerbSkipped:
 		sev = events.SeverityWarning
 	case VerbFailed:
 		sev = events.SeverityCritical
@@ -354,4 +380,16 @@ func (a *Actuator) Forget(name string) {
 	defer a.mu.Unlock()
 	a.announced.Reset(name)
 	delete(a.simSeq, name)
+}
+
+// newestRV returns the newer of two resourceVersions (etcd revisions; ""
+// or unparsable count as older).
+func newestRV(a, b string) string {
+	if rvAtLeast(a, b) || b == "" {
+		return a
+	}
+	if rvAtLeast(b, a) || a == "" {
+		return b
+	}
+	return a
 }

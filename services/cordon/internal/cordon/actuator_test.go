@@ -75,10 +75,11 @@ type published struct {
 	D           events.CordonDecision
 }
 
-// fixedFleet is a FleetCounter with set numbers.
+// fixedFleet is a FleetCounter with set numbers, from the mirror and the API alike.
 type fixedFleet Fleet
 
-func (f fixedFleet) Fleet() Fleet { return Fleet(f) }
+func (f fixedFleet) Mirror(string) Fleet                                 { return Fleet(f) }
+func (f fixedFleet) Live(context.Context, string, string) (Fleet, error) { return Fleet(f), nil }
 
 func apiNode(name string, opts ...func(*corev1.Node)) *corev1.Node {
 	n := &corev1.Node{
@@ -172,6 +173,7 @@ func (h *harness) writes() []k8stesting.Action {
 
 func TestActuatorWrites(t *testing.T) {
 	taintPolicy := seedPolicy("taint")
+	taintPolicy.IgnoreTaintKeys = []string{"dedicated"} // a placement taint, not a person's hold
 	tests := []struct {
 		name       string
 		policy     Policy

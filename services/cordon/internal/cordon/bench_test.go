@@ -43,9 +43,9 @@ func BenchmarkEvaluate(b *testing.B) {
 // BenchmarkFleet5000 is the cost of counting the fleet for the cap at the
 // Kubernetes limit of 5,000 nodes; it runs once per wanted cordon and per tick.
 func BenchmarkFleet5000(b *testing.B) {
-	c := NewMirrorFleet(fleetOf(5000), seedPolicy("cordon"), NewLedger(false))
+	c := NewFleets(fleetOf(5000), NewLedger(false), seedPolicy("cordon"), nil, 0)
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = c.Fleet()
+		_ = c.Mirror("")
 	}
 }

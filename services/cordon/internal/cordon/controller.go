@@ -26,7 +26,7 @@ type Controller struct {
 	nodes    NodeSource
 	policy   Policy
 	ledger   *Ledger
-	fleet    MirrorFleet
+	fleet    FleetCounter
 	act      *Actuator
 	queue    workqueue.TypedRateLimitingInterface[string]
 	interval time.Duration
@@ -34,14 +34,16 @@ type Controller struct {
 	log      zerolog.Logger
 }
 
-// NewController builds a controller that hands decisions to act.
+// NewController builds a controller that hands decisions to act. It counts
+// the fleet with the actuator's counter (from the mirror, and from the API
+// at leadership start).
 func NewController(nodes NodeSource, policy Policy, ledger *Ledger, act *Actuator, interval time.Duration, m *Metrics, log zerolog.Logger) *Controller {
 	rl := workqueue.NewTypedMaxOfRateLimiter(
 		// Per node: failed writes back off from 500 ms to 5 min.
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 5*time.Minute),
 	)
 	return &Controller{
-		nodes: nodes, policy: policy, ledger: ledger, fleet: NewMirrorFleet(nodes, policy, ledger), act: act,
+		nodes: nodes, policy: policy, ledger: ledger, fleet: act.fleet, act: act,
 		interval: interval, m: m, log: log,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[string]{Name: "cordon"}),
 	}
@@ -67,8 +69,9 @@ func (c *Controller) EnqueueAll() {
 	}
 }
 
-// Fleet counts the nodes opswire holds and the managed nodes (MirrorFleet).
-func (c *Controller) Fleet() Fleet { return c.fleet.Fleet() }
+// Fleet counts, from the mirror and the ledger, the nodes counting toward
+// the cap and the managed nodes.
+func (c *Controller) Fleet() Fleet { return c.fleet.Mirror("") }
 
 // Run works until ctx ends. The caller must have waited for the mirror to
 // sync: the cap is only meaningful on the whole fleet.
@@ -81,12 +84,17 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.queue.ShutDown()
 	}()
 	go c.tick(ctx)
-	f := c.Fleet()
-	c.m.Held.Set(float64(f.Held))
-	if limit, setting, unlimited := c.policy.CordonLimit(f.Managed); !unlimited && limit == 0 {
-		c.log.Warn().Int("managedNodes", f.Managed).Str("setting", setting).
-			Msg("the blast-radius cap allows no cordon at all with this many managed nodes; raise it if that is not intended")
+	// The mirror may be stale (a lagging or stopped watcher): learn from the
+	// API which nodes carry opswire's mark before the first decision, so a new
+	// leader holds on to its predecessor's marks and counts them.
+	f, err := c.fleet.Live(ctx, "", "")
+	if err != nil {
+		c.log.Warn().Err(err).Msg("could not count the fleet from the API at start; every new cordon counts it again first")
+		f = c.Fleet()
+	} else {
+		c.log.Info().Int("marked", f.Marks).Int("outOfService", f.Held).Int("managed", f.Managed).Msg("fleet counted from the API")
 	}
+	c.m.Held.Set(float64(f.Marks))
 	c.EnqueueAll()
 	for c.processNext(ctx) {
 	}
@@ -102,7 +110,7 @@ func (c *Controller) tick(ctx context.Context) {
 			return
 		case <-t.C:
 			c.EnqueueAll()
-			c.m.Held.Set(float64(c.Fleet().Held))
+			c.m.Held.Set(float64(c.Fleet().Marks))
 		}
 	}
 }
@@ -137,7 +145,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (actuate.Outcom
 	c.log.Debug().Str("node", name).Str("action", string(d.Action)).Str("code", d.Code).Int("pods", n.Pods).Msg("evaluated")
 	out, err := c.act.Apply(ctx, n, marked, d)
 	if d.Action != ActionNone {
-		c.m.Held.Set(float64(c.Fleet().Held))
+		c.m.Held.Set(float64(c.Fleet().Marks))
 	}
 	return out, err
 }

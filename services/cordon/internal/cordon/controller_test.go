@@ -27,8 +27,23 @@ import (
 // TestControllerCapsABurst runs the mirror, controller and actuator on a real
 // (embedded) nats-server and a fake API: ten nodes cross the threshold at
 // once, and the mirror never shows opswire's own writes (no watcher). The
-// default cap (20 % of 10 managed nodes) must still hold at exactly 2.
+// default cap (20 % of 11 managed nodes, 2) must still hold: at exactly 2
+// marks when only opswire's marks count, and at 1 more when the node a
+// person cordoned counts too (the default).
 func TestControllerCapsABurst(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		capCounts string
+		want      int
+	}{
+		{"opswire's marks only", config.CapCountsMarks, 2},
+		{"a person's cordon counts", config.CapCountsUnavailable, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testControllerCapsABurst(t, tc.capCounts, tc.want) })
+	}
+}
+
+func testControllerCapsABurst(t *testing.T, capCounts string, want int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, js := natstest.Connect(t)
@@ -43,7 +58,7 @@ func TestControllerCapsABurst(t *testing.T) {
 		objs = append(objs, pods(n.Name, 100)...)
 		publishNode(ctx, t, js, stateFromNode(n, 100))
 	}
-	// A node a person cordoned, and one that opts out: neither counts as held.
+	// A node a person cordoned, and one that opts out: neither is touched.
 	person := apiNode("manual", func(n *corev1.Node) { n.Spec.Unschedulable = true })
 	optOut := apiNode("optout", func(n *corev1.Node) { n.Labels[events.LabelDoNotCordon] = "" })
 	for _, n := range []*corev1.Node{person, optOut} {
@@ -54,6 +69,7 @@ func TestControllerCapsABurst(t *testing.T) {
 	client := fake.NewClientset(objs...)
 
 	policy := seedPolicy("cordon")
+	policy.CapCounts = capCounts
 	ledger := NewLedger(false)
 	m := NewMetrics(nil)
 	var ctrl *Controller
@@ -62,7 +78,7 @@ func TestControllerCapsABurst(t *testing.T) {
 	}, subject.KindNode)
 	audit := actuate.NewAuditor(js, 0, nil, zerolog.Nop())
 	defer audit.Close(time.Second)
-	act := NewActuator(client, audit, record.NewFakeRecorder(100), ledger, NewMirrorFleet(mirror, policy, ledger),
+	act := NewActuator(client, audit, record.NewFakeRecorder(100), ledger, NewFleets(mirror, ledger, policy, client, 0),
 		ActuatorConfig{Cluster: "prod", Policy: policy, Identity: "t"}, m, zerolog.Nop())
 	ctrl = NewController(mirror, policy, ledger, act, time.Hour, m, zerolog.Nop())
 
@@ -95,8 +111,8 @@ func TestControllerCapsABurst(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if c, s := ops.count(VerbCordoned), ops.count(VerbSkipped); c != 2 || s != 8 {
-		t.Fatalf("published %d cordoned and %d skipped, want 2 and 8", c, s)
+	if c, s := ops.count(VerbCordoned), ops.count(VerbSkipped); c != want || s != 10-want {
+		t.Fatalf("published %d cordoned and %d skipped, want %d and %d", c, s, want, 10-want)
 	}
 	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -114,8 +130,8 @@ func TestControllerCapsABurst(t *testing.T) {
 			t.Errorf("%s was touched", n.Name)
 		}
 	}
-	if held != 2 {
-		t.Fatalf("%d nodes carry opswire's mark, want 2", held)
+	if held != want {
+		t.Fatalf("%d nodes carry opswire's mark, want %d", held, want)
 	}
 }
 

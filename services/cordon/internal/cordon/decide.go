@@ -13,6 +13,9 @@ const (
 	ActionNone     Action = "none"
 	ActionCordon   Action = "cordon"
 	ActionUncordon Action = "uncordon"
+	// ActionHandOver removes opswire's mark and keeps the cordon: the node
+	// is a person's from then on (a drain).
+	ActionHandOver Action = "handover"
 )
 
 // Reason codes: stable, machine-readable, used as metric labels and in logs.
@@ -22,6 +25,8 @@ const (
 	CodeUnmanaged         = "unmanaged"          // outside nodeSelector or a control-plane node
 	CodeBelowMax          = "below-max"          // unmarked, fewer than maxPods
 	CodeHeldByOther       = "held-by-other"      // cordoned/tainted by someone else
+	CodeTainted           = "tainted"            // a person's taint: the seed's rule leaves the node alone
+	CodeDrained           = "drained"            // handover: a person is draining a node opswire cordoned
 	CodeMaxReached        = "max-reached"        // cordon: count reached maxPods
 	CodeReapply           = "reapply"            // cordon: marked but the effect was removed
 	CodeMinReached        = "min-reached"        // uncordon: count fell to minPods
@@ -46,15 +51,19 @@ type Decision struct {
 //
 // The rules, in order:
 //  1. donotcordon label: nothing, whatever else holds.
-//  2. marked and pods <= minPods: uncordon (lift what opswire applied). This
+//  2. marked, cordoned by opswire's mark, and being drained (most of its
+//     pods evicted through the Eviction API): hand the node over to the
+//     person draining it (remove the mark, keep the cordon).
+//  3. marked and pods <= minPods: uncordon (lift what opswire applied). This
 //     holds outside nodeSelector too, so narrowing the selector never strands
 //     a node opswire cordoned.
-//  3. marked, managed, pods >= maxPods, but the effect was removed (e.g. a
+//  4. marked, managed, pods >= maxPods, but the effect was removed (e.g. a
 //     person uncordoned without removing the mark): apply it again; the way
 //     to keep opswire off a node is the donotcordon label.
-//  4. marked otherwise: hold (hysteresis: between the bounds nothing changes).
-//  5. unmarked: cordon only if managed, pods >= maxPods and nobody else has
-//     cordoned or tainted it with opswire's key.
+//  5. marked otherwise: hold (hysteresis: between the bounds nothing changes).
+//  6. unmarked: cordon only if managed, pods >= maxPods, nobody else has
+//     cordoned or tainted it with opswire's key, and no person tainted it
+//     (the seed's rule; Policy.personTaint says which taints count).
 func Evaluate(p Policy, n *events.NodeState, marked bool) Decision {
 	d := Decision{Action: ActionNone, Pods: n.Pods}
 	if hasLabel(n, events.LabelDoNotCordon) {
@@ -67,6 +76,9 @@ func Evaluate(p Policy, n *events.NodeState, marked bool) Decision {
 	}
 	if marked {
 		switch {
+		case n.Unschedulable && p.drained(n) && p.cordonedByMark(n):
+			return d.with(ActionHandOver, CodeDrained, "%d of its %d pods are being evicted through the Eviction API: a person is draining the node; "+
+				"opswire removes its mark and leaves the node cordoned until a person uncordons it", n.Evicting, n.Pods)
 		case n.Pods <= d.MinPods:
 			return d.with(ActionUncordon, CodeMinReached, "%d non-terminated pods <= minPods %d", n.Pods, d.MinPods)
 		case n.Pods >= d.MaxPods && p.Managed(n) && !p.applied(n, p.Mode):
@@ -83,6 +95,9 @@ func Evaluate(p Policy, n *events.NodeState, marked bool) Decision {
 	case p.heldBySomeoneElse(n):
 		return d.with(ActionNone, CodeHeldByOther, "node is already cordoned or tainted without opswire's mark")
 	}
+	if t, ok := p.personTaint(n); ok {
+		return d.with(ActionNone, CodeTainted, "node carries the taint %s and not opswire's label: left alone", describeTaint(t))
+	}
 	return d.with(ActionCordon, CodeMaxReached, "%d non-terminated pods >= maxPods %d", n.Pods, d.MaxPods)
 }
 
@@ -93,8 +108,13 @@ func (d Decision) with(a Action, code, format string, args ...any) Decision {
 
 // Fleet is what the blast-radius cap is computed from.
 type Fleet struct {
-	// Held counts nodes carrying opswire's mark (managed or not).
+	// Held counts the nodes that count toward the cap, other than the node
+	// being decided on: every node carrying opswire's mark (managed or not)
+	// and, with capCounts "unavailable", every managed node that is
+	// cordoned by anyone or NotReady.
 	Held int
+	// Marks counts the nodes carrying opswire's mark (all of them).
+	Marks int
 	// Managed counts nodes eligible for new cordons (Policy.Managed).
 	Managed int
 }
@@ -113,11 +133,18 @@ func Admit(p Policy, d Decision, marked bool, f Fleet) (Decision, bool) {
 	refused := d
 	refused.Code = CodeCapReached
 	if setting == "maxCordonedPercent" {
-		refused.Reason = fmt.Sprintf("%s; refused: opswire already holds %d node(s), the cap is %d (maxCordonedPercent %g%% of %d managed nodes)",
-			d.Reason, f.Held, limit, p.MaxCordonedPercent, f.Managed)
+		refused.Reason = fmt.Sprintf("%s; refused: %s, the cap is %d (maxCordonedPercent %g%% of %d managed nodes, at least 1)",
+			d.Reason, p.describeHeld(f), limit, p.MaxCordonedPercent, f.Managed)
 	} else {
-		refused.Reason = fmt.Sprintf("%s; refused: opswire already holds %d node(s), the cap is %d (maxCordonedNodes)",
-			d.Reason, f.Held, limit)
+		refused.Reason = fmt.Sprintf("%s; refused: %s, the cap is %d (maxCordonedNodes)",
+			d.Reason, p.describeHeld(f), limit)
 	}
 	return refused, false
+}
+
+func (p Policy) describeHeld(f Fleet) string {
+	if !p.CountsUnavailable() {
+		return fmt.Sprintf("opswire already holds %d node(s)", f.Held)
+	}
+	return fmt.Sprintf("%d node(s) are already out of service (%d marked by opswire, the others cordoned by someone else or NotReady)", f.Held, f.Marks)
 }

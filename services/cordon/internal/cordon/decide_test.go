@@ -1,6 +1,7 @@
 package cordon
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -12,7 +13,14 @@ import (
 
 func seedPolicy(mode string) Policy {
 	return Policy{MaxPods: 100, MinPods: 90, Mode: mode, TaintKey: events.LabelAutoCordon,
-		Selector: labels.Everything(), MaxCordonedPercent: 20}
+		Selector: labels.Everything(), MaxCordonedPercent: 20, CapCounts: config.CapCountsUnavailable,
+		AlwaysCountTaintKeys: []string{config.TaintClusterAutoscalerToBeDeleted}, DrainEvictingPercent: 50}
+}
+
+func withPolicy(mode string, edit func(*Policy)) Policy {
+	p := seedPolicy(mode)
+	edit(&p)
+	return p
 }
 
 type nodeOpt func(*events.NodeState)
@@ -28,8 +36,23 @@ func node(pods int, opts ...nodeOpt) *events.NodeState {
 
 func withLabel(k, v string) nodeOpt     { return func(n *events.NodeState) { n.Labels[k] = v } }
 func unschedulable(n *events.NodeState) { n.Unschedulable = true }
-func tainted(key string) nodeOpt {
-	return func(n *events.NodeState) { n.Taints = append(n.Taints, events.Taint{Key: key, Effect: "NoSchedule"}) }
+func tainted(key string) nodeOpt        { return taintedWith(key, "", "NoSchedule") }
+func taintedWith(key, value, effect string) nodeOpt {
+	return func(n *events.NodeState) {
+		n.Taints = append(n.Taints, events.Taint{Key: key, Value: value, Effect: effect})
+	}
+}
+func evicting(k int) nodeOpt { return func(n *events.NodeState) { n.Evicting = k } }
+
+// withMark writes opswire's annotation listing the effects it applied.
+func withMark(effects ...string) nodeOpt {
+	return func(n *events.NodeState) {
+		b, _ := json.Marshal(Mark{Effects: effects})
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[events.AnnotationAutoCordon] = string(b)
+	}
 }
 
 func TestEvaluate(t *testing.T) {
@@ -91,7 +114,47 @@ func TestEvaluate(t *testing.T) {
 		{"cordoned by a person", seedPolicy("cordon"), node(200, unschedulable), false, ActionNone, CodeHeldByOther},
 		{"tainted with our key by a person", seedPolicy("cordon"), node(200, tainted(mark)), false, ActionNone, CodeHeldByOther},
 		{"person's cordon, low count: never uncordoned", seedPolicy("cordon"), node(0, unschedulable), false, ActionNone, CodeBelowMax},
-		{"unrelated taint does not block", seedPolicy("cordon"), node(200, tainted("dedicated")), false, ActionCordon, CodeMaxReached},
+		// the seed's taint rule: a node a person tainted, without opswire's label, is left alone
+		{"person's maintenance taint", seedPolicy("cordon"), node(100, taintedWith("maintenance", "true", "NoSchedule")), false, ActionNone, CodeTainted},
+		{"person's NoExecute taint", seedPolicy("cordon"), node(100, taintedWith("maintenance", "", "NoExecute")), false, ActionNone, CodeTainted},
+		{"person's PreferNoSchedule taint counts too", seedPolicy("cordon"), node(100, taintedWith("maintenance", "", "PreferNoSchedule")), false, ActionNone, CodeTainted},
+		{"placement taint counts by default", seedPolicy("cordon"), node(200, taintedWith("dedicated", "gpu", "NoSchedule")), false, ActionNone, CodeTainted},
+		{"ignored placement taint does not block", withPolicy("cordon", func(p *Policy) { p.IgnoreTaintKeys = []string{"dedicated"} }),
+			node(200, taintedWith("dedicated", "gpu", "NoSchedule")), false, ActionCordon, CodeMaxReached},
+		{"ignored prefix", withPolicy("cordon", func(p *Policy) { p.IgnoreTaintKeys = []string{"example.com/*"} }),
+			node(200, tainted("example.com/pool")), false, ActionCordon, CodeMaxReached},
+		{"ignored prefix, other key still counts", withPolicy("cordon", func(p *Policy) { p.IgnoreTaintKeys = []string{"example.com/*"} }),
+			node(200, tainted("example.com/pool"), tainted("maintenance")), false, ActionNone, CodeTainted},
+		{"Kubernetes' node.kubernetes.io taint is not a person's", seedPolicy("cordon"), node(100, taintedWith("node.kubernetes.io/not-ready", "", "NoExecute")), false, ActionCordon, CodeMaxReached},
+		{"cloud provider's taint is not a person's", seedPolicy("cordon"), node(100, tainted("node.cloudprovider.kubernetes.io/uninitialized")), false, ActionCordon, CodeMaxReached},
+		{"cluster-autoscaler's deletion taint always counts", withPolicy("cordon", func(p *Policy) { p.IgnoreTaintKeys = []string{"*"} }),
+			node(100, taintedWith(config.TaintClusterAutoscalerToBeDeleted, "1700000000", "NoSchedule")), false, ActionNone, CodeTainted},
+		{"always-count beats the Kubernetes prefix", withPolicy("cordon", func(p *Policy) { p.AlwaysCountTaintKeys = []string{"node.kubernetes.io/out-of-service"} }),
+			node(100, taintedWith("node.kubernetes.io/out-of-service", "", "NoExecute")), false, ActionNone, CodeTainted},
+		{"ignore everything", withPolicy("cordon", func(p *Policy) { p.IgnoreTaintKeys, p.AlwaysCountTaintKeys = []string{"*"}, nil }),
+			node(100, tainted("maintenance")), false, ActionCordon, CodeMaxReached},
+		{"person's taint below max: nothing anyway", seedPolicy("cordon"), node(50, tainted("maintenance")), false, ActionNone, CodeBelowMax},
+		{"marked, tainted later by a person: still released at min", seedPolicy("cordon"), node(90, unschedulable, tainted("maintenance")), true, ActionUncordon, CodeMinReached},
+		// drains: a node opswire cordoned that a person drains is handed over
+		{"drain: every pod evicting", seedPolicy("cordon"), node(100, unschedulable, evicting(100)), true, ActionHandOver, CodeDrained},
+		{"drain: half the pods evicting", seedPolicy("cordon"), node(100, unschedulable, evicting(50), withMark(EffectCordon)), true, ActionHandOver, CodeDrained},
+		{"drain beats the release at min", seedPolicy("cordon"), node(40, unschedulable, evicting(38)), true, ActionHandOver, CodeDrained},
+		{"drain at the very end (2 of 2 left)", seedPolicy("cordon"), node(2, unschedulable, evicting(2)), true, ActionHandOver, CodeDrained},
+		{"one eviction is not a drain", seedPolicy("cordon"), node(100, unschedulable, evicting(1)), true, ActionNone, CodeHolding},
+		{"the only pod evicted is not a drain", seedPolicy("cordon"), node(1, unschedulable, evicting(1)), true, ActionUncordon, CodeMinReached},
+		{"a descheduler's few evictions are not a drain", seedPolicy("cordon"), node(100, unschedulable, evicting(10)), true, ActionNone, CodeHolding},
+		{"a descheduler's eviction at min: released", seedPolicy("cordon"), node(90, unschedulable, evicting(5)), true, ActionUncordon, CodeMinReached},
+		{"drain recognition off", withPolicy("cordon", func(p *Policy) { p.DrainEvictingPercent = 0 }),
+			node(90, unschedulable, evicting(90)), true, ActionUncordon, CodeMinReached},
+		{"drain threshold 100%", withPolicy("cordon", func(p *Policy) { p.DrainEvictingPercent = 100 }),
+			node(100, unschedulable, evicting(99)), true, ActionNone, CodeHolding},
+		{"evictions on a node that is no longer cordoned: normal rules", seedPolicy("cordon"), node(120, evicting(120)), true, ActionCordon, CodeReapply},
+		{"drain of an unmarked node: not ours", seedPolicy("cordon"), node(100, unschedulable, evicting(100)), false, ActionNone, CodeHeldByOther},
+		{"taint mode: the drain's own cordon stays, opswire lifts its taint", seedPolicy("taint"),
+			node(90, unschedulable, tainted(mark), evicting(90), withMark(EffectTaint)), true, ActionUncordon, CodeMinReached},
+		{"mode switched to taint, mark lists the cordon: handed over", seedPolicy("taint"),
+			node(100, unschedulable, evicting(100), withMark(EffectCordon)), true, ActionHandOver, CodeDrained},
+		{"donotcordon beats a drain", seedPolicy("cordon"), node(100, unschedulable, evicting(100), withLabel(events.LabelDoNotCordon, "")), true, ActionNone, CodeDoNotCordon},
 		// taint mode
 		{"taint mode at max", seedPolicy("taint"), node(100), false, ActionCordon, CodeMaxReached},
 		{"taint mode, person cordoned", seedPolicy("taint"), node(100, unschedulable), false, ActionNone, CodeHeldByOther},
@@ -167,7 +230,16 @@ func TestAdmit(t *testing.T) {
 		{"default 20% of 10: first", caps(0, 20), cordon, false, Fleet{Held: 0, Managed: 10}, true, ""},
 		{"default 20% of 10: second", caps(0, 20), cordon, false, Fleet{Held: 1, Managed: 10}, true, ""},
 		{"default 20% of 10: third refused", caps(0, 20), cordon, false, Fleet{Held: 2, Managed: 10}, false, "maxCordonedPercent"},
-		{"20% of 4 rounds down to none", caps(0, 20), cordon, false, Fleet{Held: 0, Managed: 4}, false, "maxCordonedPercent"},
+		{"20% of 4 allows at least one", caps(0, 20), cordon, false, Fleet{Held: 0, Managed: 4}, true, ""},
+		{"20% of 4: the second refused", caps(0, 20), cordon, false, Fleet{Held: 1, Managed: 4}, false, "at least 1"},
+		{"seed config on 3 nodes: one", caps(0, 20), cordon, false, Fleet{Held: 0, Managed: 3}, true, ""},
+		{"a single managed node: one", caps(0, 20), cordon, false, Fleet{Held: 0, Managed: 1}, true, ""},
+		{"capacity already out of service counts", caps(0, 20), cordon, false, Fleet{Held: 2, Marks: 0, Managed: 10}, false, "out of service"},
+		{"only marks counted", func() Policy { p := caps(0, 20); p.CapCounts = config.CapCountsMarks; return p }(),
+			cordon, false, Fleet{Held: 2, Marks: 2, Managed: 10}, false, "opswire already holds 2"},
+		{"live reapply on an unmarked node is a new cordon: capped", caps(0, 20),
+			Decision{Action: ActionCordon, Code: CodeMaxReached, Reason: "x"}, false, Fleet{Held: 2, Managed: 10}, false, "maxCordonedPercent"},
+		{"handover is never capped", caps(1, 1), Decision{Action: ActionHandOver, Code: CodeDrained}, true, Fleet{Held: 9, Managed: 10}, true, ""},
 		{"absolute cap tighter than percent", caps(1, 50), cordon, false, Fleet{Held: 1, Managed: 10}, false, "maxCordonedNodes"},
 		{"percent tighter than absolute", caps(5, 10), cordon, false, Fleet{Held: 1, Managed: 10}, false, "maxCordonedPercent"},
 		{"no caps at all", caps(0, 0), cordon, false, Fleet{Held: 500, Managed: 10}, true, ""},

@@ -1,32 +1,152 @@
 package cordon
 
-// MirrorFleet counts, for the blast-radius cap, the nodes opswire holds
-// (including marks the mirror has not shown yet, from the ledger) and the
-// managed nodes, on the mirror's state. Both the controller and the actuator
-// read it; neither needs the other to build it.
-type MirrorFleet struct {
-	nodes  NodeSource
-	policy Policy
-	ledger *Ledger
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/opswire/opswire/shared/events"
+)
+
+// Fleets counts the nodes the blast-radius cap is computed from: from the
+// mirror (cheap, for the gauge and a first check) and from the API (before
+// every new cordon, so that a stale mirror cannot let the cap be exceeded).
+type Fleets struct {
+	nodes   NodeSource
+	ledger  *Ledger
+	policy  Policy
+	client  kubernetes.Interface // nil: no API count (unit tests of the mirror path)
+	timeout time.Duration
 }
 
-// NewMirrorFleet counts on nodes with the policy and the ledger's marks.
-func NewMirrorFleet(nodes NodeSource, policy Policy, ledger *Ledger) MirrorFleet {
-	return MirrorFleet{nodes: nodes, policy: policy, ledger: ledger}
+// NewFleets builds the counter; client may be nil, then Live counts from the
+// mirror only.
+func NewFleets(nodes NodeSource, ledger *Ledger, policy Policy, client kubernetes.Interface, timeout time.Duration) *Fleets {
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	return &Fleets{nodes: nodes, ledger: ledger, policy: policy, client: client, timeout: timeout}
 }
 
-// Fleet implements FleetCounter.
-func (f MirrorFleet) Fleet() Fleet {
-	var out Fleet
+var _ FleetCounter = (*Fleets)(nil)
+
+// tally merges the nodes counting toward the cap by name, so a node seen by
+// several sources (the mirror, the ledger, two API lists) counts once.
+type tally struct {
+	p       Policy
+	exclude string
+	held    map[string]bool
+	marks   map[string]bool
+}
+
+func newTally(p Policy, exclude string) *tally {
+	return &tally{p: p, exclude: exclude, held: map[string]bool{}, marks: map[string]bool{}}
+}
+
+func (t *tally) add(n *events.NodeState, marked bool) {
+	switch {
+	case n.Name == t.exclude:
+	case marked:
+		t.marks[n.Name], t.held[n.Name] = true, true
+	case t.p.CountsUnavailable() && t.p.Managed(n) && Unavailable(n):
+		t.held[n.Name] = true
+	}
+}
+
+func (t *tally) fleet(managed int) Fleet {
+	return Fleet{Held: len(t.held), Marks: len(t.marks), Managed: managed}
+}
+
+// Mirror counts from the mirror and the ledger (marks written but not shown
+// yet). exclude is the node being decided on ("" none): a node that is
+// itself out of service does not block its own cordon.
+func (f *Fleets) Mirror(exclude string) Fleet {
+	t, managed := newTally(f.policy, exclude), 0
 	for _, n := range f.nodes.Nodes() {
-		if f.ledger.Marked(n) {
-			out.Held++
-		}
 		if f.policy.Managed(n) {
-			out.Managed++
+			managed++
+		}
+		t.add(n, f.ledger.Marked(n))
+	}
+	return t.fleet(managed)
+}
+
+// Live counts from the API: every node carrying opswire's label and, with
+// capCounts "unavailable", every cordoned node, each by a LIST served from
+// the API server's watch cache (resourceVersionMatch=NotOlderThan
+// notOlderThan, or any version when ""), so the count includes every write
+// up to that version, whatever the mirror shows. NotReady comes from the
+// mirror (the API cannot select it), the managed fleet too. Marks found in
+// the API are taught to the ledger, so the mirror path counts them as well.
+func (f *Fleets) Live(ctx context.Context, notOlderThan, exclude string) (Fleet, error) {
+	if f.client == nil {
+		return f.Mirror(exclude), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	opts := metav1.ListOptions{ResourceVersion: "0"}
+	if notOlderThan != "" {
+		opts.ResourceVersion, opts.ResourceVersionMatch = notOlderThan, metav1.ResourceVersionMatchNotOlderThan
+	}
+	t := newTally(f.policy, exclude)
+	marked, err := f.list(ctx, opts, func(o *metav1.ListOptions) { o.LabelSelector = markSelector.String() })
+	if err != nil {
+		return Fleet{}, fmt.Errorf("list nodes carrying opswire's mark: %w", err)
+	}
+	for i := range marked {
+		n := &marked[i]
+		f.ledger.Learn(n.Name, string(n.UID), n.ResourceVersion, true)
+		t.add(stateFromNode(n, 0), true)
+	}
+	if f.policy.CountsUnavailable() {
+		cordoned, err := f.list(ctx, opts, func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.unschedulable", "true").String()
+		})
+		if err != nil {
+			return Fleet{}, fmt.Errorf("list cordoned nodes: %w", err)
+		}
+		for i := range cordoned {
+			s := stateFromNode(&cordoned[i], 0)
+			t.add(s, hasLabel(s, events.LabelAutoCordon))
 		}
 	}
-	return out
+	managed := 0
+	for _, n := range f.nodes.Nodes() {
+		if f.policy.Managed(n) {
+			managed++
+			if n.Ready == "False" || n.Ready == "Unknown" {
+				t.add(&events.NodeState{Name: n.Name, Ready: n.Ready, Labels: n.Labels}, false)
+			}
+		}
+	}
+	for _, name := range f.ledger.SimulatedMarks() {
+		t.add(&events.NodeState{Name: name}, true)
+	}
+	return t.fleet(managed), nil
 }
 
-var _ FleetCounter = MirrorFleet{}
+// markSelector selects the nodes carrying opswire's label.
+var markSelector = func() labels.Selector {
+	r, err := labels.NewRequirement(events.LabelAutoCordon, selection.Exists, nil)
+	if err != nil {
+		panic(err)
+	}
+	return labels.NewSelector().Add(*r)
+}()
+
+func (f *Fleets) list(ctx context.Context, base metav1.ListOptions, sel func(*metav1.ListOptions)) ([]corev1.Node, error) {
+	opts := base
+	sel(&opts)
+	list, err := f.client.CoreV1().Nodes().List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}

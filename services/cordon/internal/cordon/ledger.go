@@ -3,6 +3,7 @@ package cordon
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/opswire/opswire/shared/events"
@@ -26,6 +27,9 @@ type Ledger struct {
 type pendingMark struct {
 	uid    string
 	marked bool
+	// rv is the node's resourceVersion the entry is true at ("" unknown): a
+	// mirror state at least that new supersedes the entry, whatever it shows.
+	rv string
 }
 
 // NewLedger builds a ledger; simulate is true in dry-run.
@@ -34,15 +38,49 @@ func NewLedger(simulate bool) *Ledger {
 }
 
 // Record notes that opswire (would have) set or removed its mark on a node.
-func (l *Ledger) Record(name, uid string, marked bool) {
+func (l *Ledger) Record(name, uid string, marked bool) { l.RecordAt(name, uid, "", marked) }
+
+// RecordAt notes the node's mark as of resourceVersion rv: opswire's own
+// write (rv = the version the write produced), or what the API showed.
+func (l *Ledger) RecordAt(name, uid, rv string, marked bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.pending[name] = pendingMark{uid: uid, marked: marked}
+	l.pending[name] = pendingMark{uid: uid, marked: marked, rv: rv}
+}
+
+// Learn replaces what the ledger believes with what the API just said
+// (a re-verifying GET, a LIST): it is newer than anything the ledger or a
+// lagging mirror hold, so a mark found live is counted until the mirror
+// catches up. In dry-run the simulated marks stay, since the API never
+// carries them.
+func (l *Ledger) Learn(name, uid, rv string, liveMarked bool) {
+	if l.simulate {
+		return
+	}
+	l.RecordAt(name, uid, rv, liveMarked)
+}
+
+// SimulatedMarks returns, in dry-run, the nodes a dry run marked (and nil in
+// a real run, where the API carries every mark opswire wrote).
+func (l *Ledger) SimulatedMarks() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	if !l.simulate {
+		return nil
+	}
+	for name, p := range l.pending {
+		if p.marked {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // Marked reports whether the node carries opswire's mark, as far as opswire
 // knows: its own recent writes first, then the mirror. An entry is dropped
-// as soon as the mirror agrees with it, or when the node was replaced.
+// as soon as the mirror agrees with it or shows a newer version,
+// or when the node was replaced.
 func (l *Ledger) Marked(n *events.NodeState) bool {
 	fromMirror := hasLabel(n, events.LabelAutoCordon)
 	l.mu.Lock()
@@ -51,25 +89,11 @@ func (l *Ledger) Marked(n *events.NodeState) bool {
 	if !ok {
 		return fromMirror
 	}
-	if p.uid != n.UID || (!l.simulate && p.marked == fromMirror) {
+	if p.uid != n.UID || (!l.simulate && (p.marked == fromMirror || rvNewer(n.ResourceVersion, p.rv))) {
 		delete(l.pending, n.Name)
 		return fromMirror
 	}
 	return p.marked
-}
-
-// Correct replaces what the ledger believes with what the API just said: a
-// fresh GET is newer than anything the ledger or the mirror hold. In dry-run
-// the simulated mark stays, since the API never carries it.
-func (l *Ledger) Correct(name string, liveMarked bool) {
-	if l.simulate {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if p, ok := l.pending[name]; ok && p.marked != liveMarked {
-		delete(l.pending, name)
-	}
 }
 
 // Forget drops what is known about a deleted node.
@@ -108,4 +132,17 @@ func (l *Ledger) View(p Policy, n *events.NodeState) (*events.NodeState, bool) {
 		v.Unschedulable = false
 	}
 	return &v, marked
+}
+
+// rvNewer reports whether resourceVersion a is newer than b (false when
+// either is unknown). A mirror state of exactly the entry's version agrees
+// with it by construction, so only a newer one supersedes it.
+func rvNewer(a, b string) bool { return rvAtLeast(a, b) && a != b }
+
+// rvAtLeast reports whether resourceVersion a is at least b (etcd revisions;
+// false when either is unknown).
+func rvAtLeast(a, b string) bool {
+	ai, errA := strconv.ParseUint(a, 10, 64)
+	bi, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && ai >= bi
 }

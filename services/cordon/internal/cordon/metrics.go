@@ -6,6 +6,8 @@ import "github.com/prometheus/client_golang/prometheus"
 type Metrics struct {
 	Cordons   *prometheus.CounterVec // {mode, dry_run}
 	Uncordons *prometheus.CounterVec // {dry_run}
+	// Handovers counts drained nodes handed over to the person draining them.
+	Handovers *prometheus.CounterVec // {dry_run}
 	Refusals  *prometheus.CounterVec // {reason}
 	Failures  *prometheus.CounterVec // {action}
 	// Stale counts actions dropped because the re-verification against the
@@ -25,6 +27,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Uncordons: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opswire_cordon_uncordons_total", Help: "Nodes released by opswire (dry_run=true: decided only).",
 		}, []string{"dry_run"}),
+		Handovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_cordon_handovers_total", Help: "Drained nodes opswire handed over: mark removed, cordon kept (dry_run=true: decided only).",
+		}, []string{"dry_run"}),
 		Refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opswire_cordon_refusals_total", Help: "Wanted actions not taken, by reason (cap-reached, rate-limited).",
 		}, []string{"reason"}),
@@ -42,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Cordons, m.Uncordons, m.Refusals, m.Failures, m.Stale, m.Held, m.Reconciles)
+		reg.MustRegister(m.Cordons, m.Uncordons, m.Handovers, m.Refusals, m.Failures, m.Stale, m.Held, m.Reconciles)
 	}
 	return m
 }

@@ -102,7 +102,14 @@ func cordonPatch(p Policy, node *corev1.Node, d Decision, now time.Time, by stri
 
 // uncordonPatch removes the mark and undoes exactly the effects the mark
 // lists. Without a readable mark it undoes the current mode's effect.
-func uncordonPatch(p Policy, node *corev1.Node) ([]byte, error) {
+func uncordonPatch(p Policy, node *corev1.Node) ([]byte, error) { return releasePatch(p, node, false) }
+
+// handoverPatch hands a node a person is draining over to that person: it
+// removes opswire's mark and the taints the mark lists, and keeps the cordon
+// (spec.unschedulable), which from then on is the person's to lift.
+func handoverPatch(p Policy, node *corev1.Node) ([]byte, error) { return releasePatch(p, node, true) }
+
+func releasePatch(p Policy, node *corev1.Node, keepCordon bool) ([]byte, error) {
 	m, ok := readMark(node.Annotations)
 	if !ok {
 		m = Mark{Effects: []string{p.Mode}, TaintKeys: []string{p.TaintKey}}
@@ -112,7 +119,7 @@ func uncordonPatch(p Policy, node *corev1.Node) ([]byte, error) {
 		Labels:      map[string]*string{events.LabelAutoCordon: nil},
 		Annotations: map[string]*string{events.AnnotationAutoCordon: nil},
 	}}
-	if slices.Contains(m.Effects, EffectCordon) && node.Spec.Unschedulable {
+	if !keepCordon && slices.Contains(m.Effects, EffectCordon) && node.Spec.Unschedulable {
 		var unset *bool // JSON null: the field is removed, i.e. schedulable
 		patch.Spec.Unschedulable = &unset
 	}

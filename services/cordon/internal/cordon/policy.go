@@ -1,7 +1,10 @@
 package cordon
 
 import (
+	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -25,7 +28,16 @@ type Policy struct {
 	IncludeControlPlane            bool
 	MaxCordonedNodes               int
 	MaxCordonedPercent             float64
+	// CapCounts is config.CapCountsUnavailable or config.CapCountsMarks.
+	CapCounts            string
+	IgnoreTaintKeys      []string
+	AlwaysCountTaintKeys []string
+	DrainEvictingPercent float64
 }
+
+// Taint key prefixes Kubernetes itself manages (node conditions, the node
+// lifecycle and cloud controllers): they never make a node "tainted by a person".
+var kubernetesTaintPrefixes = []string{"node.kubernetes.io/", "node.cloudprovider.kubernetes.io/"}
 
 // NewPolicy builds the policy of a validated autoCordon section.
 func NewPolicy(c config.AutoCordon) Policy {
@@ -35,6 +47,8 @@ func NewPolicy(c config.AutoCordon) Policy {
 		Mode: c.Mode, TaintKey: c.TaintKey,
 		Selector: c.Selector(), IncludeControlPlane: c.IncludeControlPlane,
 		MaxCordonedNodes: c.MaxCordonedNodes, MaxCordonedPercent: c.MaxCordonedPercent,
+		CapCounts: c.CapCounts, IgnoreTaintKeys: c.IgnoreTaintKeys, AlwaysCountTaintKeys: c.AlwaysCountTaintKeys,
+		DrainEvictingPercent: c.DrainEvictingPercent,
 	}
 }
 
@@ -80,8 +94,10 @@ func (p Policy) CordonLimit(managed int) (limit int, setting string, unlimited b
 		limit, setting, unlimited = p.MaxCordonedNodes, "maxCordonedNodes", false
 	}
 	if p.MaxCordonedPercent > 0 {
-		// Rounded down: the cap is a ceiling that must never be exceeded.
-		byPercent := int(math.Floor(float64(managed) * p.MaxCordonedPercent / 100))
+		// Rounded down: the cap is a ceiling that must never be exceeded;
+		// but at least one node, so that on a small cluster a percentage never
+		// forbids every cordon (20 % of 3 nodes allows one).
+		byPercent := max(1, int(math.Floor(float64(managed)*p.MaxCordonedPercent/100)))
 		if byPercent < limit {
 			limit, setting = byPercent, "maxCordonedPercent"
 		}
@@ -103,6 +119,71 @@ func (p Policy) applied(n *events.NodeState, mode string) bool {
 // and opswire neither adds to it nor ever undoes it.
 func (p Policy) heldBySomeoneElse(n *events.NodeState) bool {
 	return n.Unschedulable || hasTaint(n, p.TaintKey, "")
+}
+
+// personTaint returns the first taint on the node that a person (or a tool
+// acting for one) put there: the seed's rule leaves such a node alone. Keys in
+// AlwaysCountTaintKeys always count; Kubernetes' own taints and the keys in
+// IgnoreTaintKeys never do; every other taint does, whatever its effect.
+func (p Policy) personTaint(n *events.NodeState) (events.Taint, bool) {
+	for _, t := range n.Taints {
+		switch {
+		case matchesKey(p.AlwaysCountTaintKeys, t.Key):
+			return t, true
+		case matchesKey(p.IgnoreTaintKeys, t.Key):
+		case slices.ContainsFunc(kubernetesTaintPrefixes, func(pre string) bool { return strings.HasPrefix(t.Key, pre) }):
+		default:
+			return t, true
+		}
+	}
+	return events.Taint{}, false
+}
+
+// matchesKey matches a taint key against a list of keys and prefixes (an
+// entry ending in "*").
+func matchesKey(list []string, key string) bool {
+	for _, k := range list {
+		if pre, ok := strings.CutSuffix(k, "*"); ok && strings.HasPrefix(key, pre) || k == key {
+			return true
+		}
+	}
+	return false
+}
+
+// Unavailable reports a node that already takes no new pods: cordoned (by
+// anyone) or NotReady (Ready False or Unknown; a node that reports no Ready
+// condition yet is not counted).
+func Unavailable(n *events.NodeState) bool {
+	return n.Unschedulable || n.Ready == "False" || n.Ready == "Unknown"
+}
+
+// CountsUnavailable reports whether nodes out of service for other reasons
+// count toward the caps (capCounts: unavailable).
+func (p Policy) CountsUnavailable() bool { return p.CapCounts != config.CapCountsMarks }
+
+// drained reports a node being drained: at least two of its pods, and at
+// least DrainEvictingPercent of them, are being evicted through the Eviction
+// API at once. A single eviction (a descheduler's) is not a drain.
+func (p Policy) drained(n *events.NodeState) bool {
+	return p.DrainEvictingPercent > 0 && n.Evicting >= 2 &&
+		float64(n.Evicting)*100 >= p.DrainEvictingPercent*float64(n.Pods)
+}
+
+// cordonedByMark reports whether opswire's mark on the node includes the
+// cordon effect (spec.unschedulable), which a drain cannot tell apart from a
+// person's cordon. Without a readable mark, the current mode says.
+func (p Policy) cordonedByMark(n *events.NodeState) bool {
+	if m, ok := readMark(n.Annotations); ok {
+		return slices.Contains(m.Effects, EffectCordon)
+	}
+	return p.Mode == EffectCordon
+}
+
+func describeTaint(t events.Taint) string {
+	if t.Value == "" {
+		return fmt.Sprintf("%s:%s", t.Key, t.Effect)
+	}
+	return fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect)
 }
 
 func hasLabel(n *events.NodeState, key string) bool {

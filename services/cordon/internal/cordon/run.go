@@ -67,7 +67,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 			OnNode: func(old, cur *events.NodeState) { ctrl.OnNode(old, cur) },
 		}, subject.KindNode)
 		window := actuate.NewWindow(cfg.MaxActionsPerMinute, cfg.RateWindow.Duration)
-		act := NewActuator(client, audit, recorder, ledger, NewMirrorFleet(m, policy, ledger), ActuatorConfig{
+		act := NewActuator(client, audit, recorder, ledger, NewFleets(m, ledger, policy, client, 0), ActuatorConfig{
 			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Identity: rt.Options.ID, Limiter: window,
 		}, metrics, rt.Log)
 		ctrl = NewController(m, policy, ledger, act, cfg.Interval.Duration, metrics, rt.Log)
