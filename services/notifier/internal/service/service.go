@@ -34,6 +34,7 @@ import (
 	"github.com/opswire/opswire/services/notifier/internal/ratelimit"
 	"github.com/opswire/opswire/services/notifier/internal/route"
 	"github.com/opswire/opswire/services/notifier/internal/slack"
+	"github.com/opswire/opswire/services/notifier/internal/teams"
 	"github.com/opswire/opswire/services/notifier/internal/webhook"
 	"github.com/opswire/opswire/services/notifier/internal/wecom"
 	"github.com/opswire/opswire/shared/app"
@@ -334,6 +335,8 @@ func BuildReceivers(rs []config.Receiver, n config.Notifier, client *http.Client
 			sink, err = wecom.New(wecom.Options{URL: u, ContentLimit: r.BodyLimit, MaxRows: n.TopRows, Client: client})
 		case config.ReceiverSlack:
 			sink, err = slack.New(slack.Options{URL: u, BodyLimit: r.BodyLimit, MaxRows: n.TopRows, Client: client})
+		case config.ReceiverTeams:
+			sink, err = teams.New(teams.Options{URL: u, BodyLimit: r.BodyLimit, MaxRows: n.TopRows, Client: client})
 		case config.ReceiverDingTalk:
 			sink, err = dingtalk.New(dingtalk.Options{URL: u, Secret: secret, Keyword: r.Keyword, BodyLimit: r.BodyLimit, MaxRows: n.TopRows, Client: client})
 		default:

@@ -1,0 +1,8 @@
+package teams
+
+import "encoding/json"
+
+func jsonLen(v any) (int, error) {
+	b, err := json.Marshal(v)
+	return len(b), err
+}
