@@ -98,6 +98,45 @@ func cordonStaleFailover(t *testing.T, personCordoned int) {
 	}
 }
 
+// TestCordonCapCountsNotReadyNodes: capacity already out of service counts
+// toward the cap by default. With maxCordonedNodes 1 and one node NotReady,
+// a node at maxPods is refused; once that node is Ready again, it is cordoned.
+func TestCordonCapCountsNotReadyNodes(t *testing.T) {
+	cp := harness.StartControlPlane(t)
+	n := harness.StartNATS(t)
+	c := cp.Client
+	for i := range 4 {
+		harness.CreateNode(t, c, harness.Node(fmt.Sprintf("nr-%d", i), nil))
+	}
+	setReady := func(name string, status corev1.ConditionStatus) {
+		harness.SetNodeStatus(t, c, name, func(s *corev1.NodeStatus) {
+			s.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test",
+				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		})
+	}
+	setReady("nr-0", corev1.ConditionUnknown) // the node lifecycle controller's verdict on a lost kubelet
+	cfg := harness.WriteConfig(t, cordonConfig("500ms", "  maxCordonedNodes: 1\n  maxCordonedPercent: 100\n"))
+	startWatcher(t, cp, n, cfg, "w1")
+	harness.Eventually(t, 10*time.Second, "KUBE shows nr-0 NotReady", func() bool {
+		s := lastNode(t, n.JS, "kube.e2e.node.nr-0")
+		return s != nil && s.Ready == "Unknown"
+	})
+	ops := harness.CollectOps(t, n, "ops.e2e.cordon.>")
+	cordon := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: cordonRBAC(t, cp, "default"), NATSURL: n.URL, ID: "c1"})
+	cordon.WaitReady(t, 60*time.Second)
+
+	cordonFill(t, c, "nr-1", 0, 5)
+	m := ops.WaitFor(t, 10*time.Second, "nr-1 refused", harness.Subject("ops.e2e.cordon.skipped.nr-1"))
+	if d := cordonDecision(t, m); d.Code != "cap-reached" || d.Held != 1 || d.Cap != 1 || !strings.Contains(d.Reason, "out of service") {
+		t.Fatalf("refusal %+v", d)
+	}
+	if cordonCountMarks(t, c) != 0 {
+		t.Fatal("cordoned beyond the cap")
+	}
+	setReady("nr-0", corev1.ConditionTrue)
+	ops.WaitFor(t, 10*time.Second, "nr-1 cordoned once nr-0 is back", harness.Subject("ops.e2e.cordon.cordoned.nr-1"))
+}
+
 // TestCordonLeavesPersonTaintedNodeAlone is the seed's taint rule: a node a
 // person tainted (maintenance=true:NoSchedule), without opswire's label, is
 // left alone at maxPods: no label, no cordon, no taint. A taint Kubernetes
