@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Builds the real kube-apiserver and etcd the end-to-end harness runs, from the
-# Go module proxy, into .cache/bin (git-ignored). Skips what is already built.
+# Builds the real kube-apiserver, etcd and nats-server the end-to-end harness
+# runs, from the Go module proxy, into .cache/bin (git-ignored). Skips what is
+# already built. (Most tests embed nats-server; the 3-node cluster test runs
+# real nats-server processes, at the version of test/go.mod.)
 # The first build of kube-apiserver takes 5-15 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K8S_VERSION=v1.37.2
 ETCD_VERSION=v3.6.16
+NATS_VERSION=$(cd test && GOWORK=off go list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)
 BIN="${OPSWIRE_BIN_DIR:-$PWD/.cache/bin}"
 mkdir -p "$BIN"
 export GOWORK=off GOFLAGS=-mod=mod
@@ -14,6 +17,11 @@ if [ ! -x "$BIN/etcd-$ETCD_VERSION" ]; then
   echo ">> building etcd $ETCD_VERSION (about a minute, once)"
   (cd hack/etcd && go build -o "$BIN/etcd-$ETCD_VERSION.tmp" go.etcd.io/etcd/server/v3)
   mv "$BIN/etcd-$ETCD_VERSION.tmp" "$BIN/etcd-$ETCD_VERSION"
+fi
+if [ ! -x "$BIN/nats-server-$NATS_VERSION" ]; then
+  echo ">> building nats-server $NATS_VERSION (under a minute, once)"
+  (cd test && go build -o "$BIN/nats-server-$NATS_VERSION.tmp" github.com/nats-io/nats-server/v2)
+  mv "$BIN/nats-server-$NATS_VERSION.tmp" "$BIN/nats-server-$NATS_VERSION"
 fi
 if [ ! -x "$BIN/kube-apiserver-$K8S_VERSION" ]; then
   echo ">> building kube-apiserver $K8S_VERSION (5-15 minutes on 2 cores, once; later runs reuse $BIN)"

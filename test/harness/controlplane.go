@@ -32,8 +32,12 @@ type ControlPlane struct {
 	Config     *rest.Config
 	Client     kubernetes.Interface
 	Dir        string
+	EtcdURL    string // etcd's client URL (the test may compact it)
 
 	etcd, apiserver *proc
+	apiBin, apiLog  string
+	apiArgs         []string
+	apiRestarts     int
 }
 
 // StartControlPlane starts etcd and kube-apiserver on free loopback ports,
@@ -77,7 +81,8 @@ func StartControlPlane(t testing.TB) *ControlPlane {
 	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(cp.Token+",admin,admin,system:masters\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cp.apiserver = startLogged(t, apiLog, apiBin,
+	cp.EtcdURL, cp.apiBin, cp.apiLog = etcdURL, apiBin, apiLog
+	cp.apiArgs = []string{
 		"--etcd-servers", etcdURL,
 		"--secure-port", strconv.Itoa(apiPort), "--bind-address", "127.0.0.1",
 		"--cert-dir", filepath.Join(dir, "certs"),
@@ -89,7 +94,8 @@ func StartControlPlane(t testing.TB) *ControlPlane {
 		"--service-cluster-ip-range", "10.0.0.0/24",
 		"--disable-admission-plugins", "ServiceAccount",
 		"--max-requests-inflight", "1000", "--max-mutating-requests-inflight", "500",
-		"-v", "0")
+		"-v", "0"}
+	cp.apiserver = startLogged(t, apiLog, apiBin, cp.apiArgs...)
 	cp.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
 	cp.waitReady(t, 90*time.Second)
 

@@ -1,0 +1,207 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// APIProxy is a reverse proxy in front of the kube-apiserver, for fault
+// tests: it counts the requests that pass (by method and path, at the source,
+// so a repeated write is seen even when the API answers it with a conflict)
+// and it can cut its clients off (in-flight requests, watches included, end;
+// new ones get 503) as if their API server were down, while the real one
+// stays up for the test. Clients keep their own credentials (RBAC applies).
+type APIProxy struct {
+	URL string
+
+	mu       sync.Mutex
+	cut      bool
+	cancel   context.CancelFunc
+	ctx      context.Context
+	requests []APIRequest
+}
+
+// APIRequest is one request the proxy saw.
+type APIRequest struct {
+	Method string
+	Path   string
+	Query  url.Values
+	Status int // the API's answer (0 while in flight or when cut)
+	// Expired: the answer said the requested resourceVersion is too old
+	// (410 Gone, as an HTTP status or as a watch's ERROR event).
+	Expired bool
+}
+
+// IsList reports whether the request asks for a full state: a LIST, or a
+// WATCH with sendInitialEvents (client-go's streaming list).
+func (r APIRequest) IsList() bool {
+	if r.Method != http.MethodGet {
+		return false
+	}
+	if r.Query.Get("watch") == "true" || r.Query.Get("watch") == "1" {
+		return r.Query.Get("sendInitialEvents") == "true"
+	}
+	// A GET of one object has a name after the resource: /api/v1/pods is a
+	// list, /api/v1/namespaces/x/pods a list, /api/v1/namespaces/x/pods/y not.
+	parts := strings.Split(strings.Trim(r.Path, "/"), "/")
+	switch {
+	case len(parts) == 3: // api/v1/pods
+		return true
+	case len(parts) == 5 && parts[2] == "namespaces": // api/v1/namespaces/x/pods
+		return true
+	}
+	return false
+}
+
+// StartAPIProxy starts a proxy to cp (closed on cleanup).
+func StartAPIProxy(t testing.TB, cp *ControlPlane) *APIProxy {
+	t.Helper()
+	target, err := url.Parse(cp.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &APIProxy{}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.FlushInterval = -1 // watches stream
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	rp.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64}
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		http.Error(w, "proxy: "+err.Error(), http.StatusBadGateway)
+	}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		cut, ctx, idx := p.cut, p.ctx, len(p.requests)
+		if !cut {
+			p.requests = append(p.requests, APIRequest{Method: r.Method, Path: r.URL.Path, Query: r.URL.Query()})
+		}
+		p.mu.Unlock()
+		if cut {
+			http.Error(w, "proxy: cut off", http.StatusServiceUnavailable)
+			return
+		}
+		// A cut ends the requests in flight, watches included, the way an API
+		// server ends a watch: the stream closes cleanly, and the client
+		// watches again from its last resourceVersion. (A context without the
+		// server's value keeps the reverse proxy from aborting the stream.)
+		rctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-r.Context().Done():
+			case <-rctx.Done():
+			}
+			stop()
+		}()
+		rec := &statusRecorder{ResponseWriter: w}
+		rp.ServeHTTP(rec, r.WithContext(rctx))
+		p.mu.Lock()
+		p.requests[idx].Status, p.requests[idx].Expired = rec.code, rec.expired || rec.code == http.StatusGone
+		p.mu.Unlock()
+	}))
+	p.URL = srv.URL
+	t.Cleanup(func() {
+		p.mu.Lock()
+		p.cancel()
+		p.mu.Unlock()
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return p
+}
+
+// Cut ends every request in flight and refuses new ones until Restore.
+func (p *APIProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	p.cancel()
+}
+
+// Restore lets requests through again.
+func (p *APIProxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+}
+
+// Requests returns the requests seen so far that match.
+func (p *APIProxy) Requests(match func(APIRequest) bool) []APIRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []APIRequest
+	for _, r := range p.requests {
+		if match == nil || match(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Count is len(Requests(match)).
+func (p *APIProxy) Count(match func(APIRequest) bool) int { return len(p.Requests(match)) }
+
+// Kubeconfig copies a kubeconfig file, pointing its clusters at the proxy.
+func (p *APIProxy) Kubeconfig(t testing.TB, src string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = p.URL
+		c.InsecureSkipTLSVerify = true
+		c.CertificateAuthorityData, c.CertificateAuthority = nil, ""
+	}
+	dst := filepath.Join(t.TempDir(), "proxy-"+filepath.Base(src))
+	if err := clientcmd.WriteToFile(*cfg, dst); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// statusRecorder keeps the status code of a proxied answer; Unwrap lets the
+// reverse proxy flush streamed watches.
+type statusRecorder struct {
+	http.ResponseWriter
+	code    int
+	expired bool
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	// The Status of a watch's ERROR event carries this message in JSON and
+	// in protobuf alike (strings are stored as they are).
+	if !s.expired && bytes.Contains(b, tooOld) {
+		s.expired = true
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+var tooOld = []byte("too old resource version")
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
