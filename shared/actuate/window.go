@@ -2,9 +2,11 @@ package actuate
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -98,8 +100,8 @@ func (w *Window) insert(t time.Time) {
 // (e.g. ops.<cluster>.cordon.cordoned.>), never skipped, dryrun or failed.
 func RecentActions(ctx context.Context, js jetstream.JetStream, filters []string, since time.Time) ([]time.Time, error) {
 	var times []time.Time
-	// One consumer per filter: with several FilterSubjects and a start time,
-	// nats-server 2.15 starts one message late (seen in TestSeedFromOPS).
+	// One filter at a time (a consumer with several FilterSubjects and a
+	// start time started one message late on nats-server 2.15).
 	for _, f := range filters {
 		ts, err := recent(ctx, js, f, since)
 		if err != nil {
@@ -111,53 +113,56 @@ func RecentActions(ctx context.Context, js jetstream.JetStream, filters []string
 	return times, nil
 }
 
-// recent reads one filter with an ephemeral consumer (deliver by start time,
-// no acks) and stops after the messages pending when it was created.
+// recent reads one filter with direct gets (AllowDirect is on for OPS): the
+// first message stored at or after since, then each next one, until none is
+// left. No consumer is created, so an actor needs no consumer permission on
+// OPS and cannot pull from, change or delete the notifier's durable consumers
+// (docs/security.md).
 func recent(ctx context.Context, js jetstream.JetStream, filter string, since time.Time) ([]time.Time, error) {
-	cons, err := js.CreateConsumer(ctx, subject.OpsStream, jetstream.ConsumerConfig{
-		FilterSubject:     filter,
-		DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
-		OptStartTime:      &since,
-		AckPolicy:         jetstream.AckNonePolicy,
-		MemoryStorage:     true,
-		InactiveThreshold: 30 * time.Second,
-	})
-	if err != nil {
-		return nil, err
+	prefix := js.Options().APIPrefix
+	if prefix == "" {
+		prefix = jetstream.DefaultAPIPrefix
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = js.DeleteConsumer(dctx, subject.OpsStream, cons.CachedInfo().Name)
-	}()
-	pending := int(cons.CachedInfo().NumPending)
-	times := make([]time.Time, 0, pending)
-	for len(times) < pending {
-		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		batch, err := cons.Fetch(min(pending-len(times), 256), jetstream.FetchContext(fctx))
+	if !strings.HasSuffix(prefix, ".") {
+		prefix += "."
+	}
+	subj := prefix + "DIRECT.GET." + subject.OpsStream
+	req := directGet{StartTime: &since, NextFor: filter}
+	var times []time.Time
+	for {
+		body, err := json.Marshal(req)
 		if err != nil {
-			cancel()
 			return nil, err
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			md, err := msg.Metadata()
-			if err != nil {
-				cancel()
-				return nil, err
-			}
-			times = append(times, md.Timestamp)
-		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		msg, err := js.Conn().RequestWithContext(rctx, subj, body)
 		cancel()
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		if err != nil {
 			return nil, err
 		}
-		if n == 0 {
-			return nil, fmt.Errorf("%d of %d pending messages delivered", len(times), pending)
+		if st := msg.Header.Get("Status"); st == "404" {
+			return times, nil
+		} else if st != "" {
+			return nil, fmt.Errorf("direct get: status %s %s", st, msg.Header.Get("Description"))
 		}
+		seq, err := strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("direct get: sequence %q: %w", msg.Header.Get(jetstream.SequenceHeader), err)
+		}
+		ts, err := time.Parse(time.RFC3339Nano, msg.Header.Get(jetstream.TimeStampHeaer))
+		if err != nil {
+			return nil, fmt.Errorf("direct get: time stamp: %w", err)
+		}
+		times = append(times, ts)
+		req = directGet{Seq: seq + 1, NextFor: filter}
 	}
-	return times, nil
+}
+
+// directGet is the body of a JetStream direct-get request.
+type directGet struct {
+	Seq       uint64     `json:"seq,omitempty"`
+	StartTime *time.Time `json:"start_time,omitempty"`
+	NextFor   string     `json:"next_by_subj,omitempty"`
 }
 
 // SeedFromOPS seeds w with the actions stored on filters during the last

@@ -133,6 +133,10 @@ func (rt *Runtime) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, e
 	no := natsx.Options{
 		URL: o.NATSURL, Name: rt.Spec.Binary() + "/" + o.ID, Creds: o.NATSCreds, User: o.NATSUser,
 		Password: o.NATSPassword, TLSCert: o.NATSTLSCert, TLSKey: o.NATSTLSKey, TLSCA: o.NATSTLSCA,
+		InboxPrefix: o.NATSInboxPrefix,
+	}
+	if no.InboxPrefix == "" {
+		no.InboxPrefix = natsx.InboxPrefix(o.NATSUser)
 	}
 	if rt.Spec.Actor {
 		// No buffering while disconnected: an actor's audit publisher retries

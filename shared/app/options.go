@@ -32,12 +32,15 @@ type Options struct {
 	NATSTLSCert  string
 	NATSTLSKey   string
 	NATSTLSCA    string
-	Cluster      string
-	LogLevel     string
-	LogFormat    string
-	Listen       string
-	DryRun       bool
-	ID           string
+	// NATSInboxPrefix is the reply-subject prefix; empty derives
+	// _INBOX_<nats-user> (natsx.InboxPrefix), "_INBOX" is nats.go's default.
+	NATSInboxPrefix string
+	Cluster         string
+	LogLevel        string
+	LogFormat       string
+	Listen          string
+	DryRun          bool
+	ID              string
 	// ManageStreams: create or update the KUBE and OPS streams at start
 	// (the default), or only wait for them to exist, so that the NATS user
 	// needs no right to change them.
@@ -87,6 +90,7 @@ func parse(spec Spec, args []string, getenv func(string) string, out io.Writer) 
 	str(&o.NATSTLSCert, "nats-tls-cert", "", "client certificate for NATS TLS")
 	str(&o.NATSTLSKey, "nats-tls-key", "", "client key for NATS TLS")
 	str(&o.NATSTLSCA, "nats-tls-ca", "", "CA bundle for NATS TLS")
+	str(&o.NATSInboxPrefix, "nats-inbox-prefix", "", "reply-subject prefix; default _INBOX_<nats-user> (_INBOX without a user)")
 	str(&o.Cluster, "cluster", "", "cluster name in subjects; default config cluster.name, else \"default\"")
 	str(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&o.LogFormat, "log-format", "json", "json or console")

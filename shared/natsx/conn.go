@@ -8,6 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,6 +27,11 @@ type Options struct {
 	TLSCert  string
 	TLSKey   string
 	TLSCA    string
+	// InboxPrefix replaces "_INBOX" in the connection's reply subjects
+	// (requests, JetStream API answers, publish acks, pull deliveries), so the
+	// server can allow each user only its own inboxes (docs/security.md).
+	// Empty keeps nats.go's "_INBOX".
+	InboxPrefix string
 	// ReconnectBufSize bounds what is buffered while disconnected (default 8 MiB).
 	ReconnectBufSize int
 }
@@ -45,10 +53,22 @@ func Connect(o Options, log zerolog.Logger) (*nats.Conn, error) {
 				log.Warn().Err(err).Msg("nats disconnected")
 			}
 		}),
+		// A failed (re)connect attempt: a wrong CA, a refused password or a
+		// server that is down. Logged when the reason changes, else at most
+		// every 30 s; the error names the server, never the credentials.
+		nats.ReconnectErrHandler(connectFailures(log)),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info().Str("server", nc.ConnectedServerName()).Msg("nats reconnected")
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if refusedConsumerDelete(err) {
+				// The deploy lets no service delete a KUBE consumer; nats.go's
+				// ordered consumer tries to delete its previous consumer when
+				// it resets, and the server removes that one after its
+				// inactive threshold instead.
+				log.Debug().Err(err).Msg("consumer delete refused; the server expires the consumer")
+				return
+			}
 			ev := log.Error().Err(err)
 			if sub != nil {
 				ev = ev.Str("subject", sub.Subject)
@@ -71,7 +91,12 @@ func Connect(o Options, log zerolog.Logger) (*nats.Conn, error) {
 		opts = append(opts, nats.ClientCert(o.TLSCert, o.TLSKey))
 	}
 	if o.TLSCA != "" {
+		// Verifies the server's certificate against this CA and the host name
+		// of the URL (nats.go never skips verification unless told to).
 		opts = append(opts, nats.RootCAs(o.TLSCA))
+	}
+	if o.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
 	}
 	url := o.URL
 	if url == "" {
@@ -82,6 +107,58 @@ func Connect(o Options, log zerolog.Logger) (*nats.Conn, error) {
 		return nil, fmt.Errorf("nats connect: %w", err)
 	}
 	return nc, nil
+}
+
+// InboxPrefix is the reply-subject prefix of a NATS user: _INBOX_<user>
+// (replies to <prefix>.<id>). The deploy's permissions allow each user to
+// subscribe to its own _INBOX_<user>.> only. A user name that cannot be a
+// subject token keeps nats.go's shared "_INBOX".
+func InboxPrefix(user string) string {
+	if user == "" || strings.ContainsAny(user, ".*> \t\r\n") {
+		return ""
+	}
+	return "_INBOX_" + user
+}
+
+// refusedConsumerDelete is a permissions violation for a JetStream consumer
+// delete request.
+func refusedConsumerDelete(err error) bool {
+	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "Publish to \"$JS.API.CONSUMER.DELETE.")
+}
+
+// connectFailures logs failed connection attempts without flooding: a new
+// reason at once, the same reason again after 30 s.
+func connectFailures(log zerolog.Logger) nats.ConnErrHandler {
+	var mu sync.Mutex
+	var last string
+	var at time.Time
+	return func(nc *nats.Conn, err error) {
+		if err == nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err.Error() == last && time.Since(at) < 30*time.Second {
+			return
+		}
+		last, at = err.Error(), time.Now()
+		log.Warn().Err(err).Str("servers", serverList(nc)).Msg("nats connect failed")
+	}
+}
+
+// serverList is the connection's known servers, comma-separated, with any
+// credentials in a URL redacted.
+func serverList(nc *nats.Conn) string {
+	if nc == nil {
+		return ""
+	}
+	var out []string
+	for _, s := range nc.Servers() {
+		if pu, err := url.Parse(s); err == nil {
+			out = append(out, pu.Redacted())
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 // WaitConnected blocks until the connection is up or ctx ends.

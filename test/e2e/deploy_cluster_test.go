@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -95,12 +96,9 @@ func TestDeployOnRealCluster(t *testing.T) {
 		procs[svc].WaitReady(t, 60*time.Second)
 	}
 
+	// The audit user watches OPS live (it may not create consumers).
 	audit := connectAs(t, n, "audit", pw["audit"])
-	ajs, err := jetstream.New(audit.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ops := harness.Collect(t, ajs, "OPS", "ops.>", jetstream.DeliverAllPolicy)
+	ops := subscribeLive(t, audit.nc, "ops.>")
 
 	c := cp.Client
 	ctx := context.Background()
@@ -275,32 +273,25 @@ func deployRBACRefusals(t *testing.T, cp *harness.ControlPlane, kubeconfigs map[
 }
 
 // deployNATSRefusals: each NATS user is refused the subjects it must not
-// publish or read; what is refused is never stored.
+// publish or read; what is refused is never stored, and the notifier's
+// durable consumer of another cluster name is left untouched.
 func deployNATSRefusals(t *testing.T, n *harness.NATS, pw map[string]string) {
-	cases := []struct {
-		user, subject string
-		subscribe     bool
-	}{
-		{"cleanup", "kube.default.node.forged", false},
-		{"cordon", "kube.default.pod.shop.forged", false},
-		{"cordon", "ops.default.cleanup.deleted.shop.forged", false},
-		{"report", "ops.default.cordon.cordoned.forged", false},
-		{"watcher", "ops.default.cordon.cordoned.forged", false},
-		{"notifier", "ops.default.report.restarts", false},
-		{"notifier", "kube.default.node.forged", false},
-		{"audit", "ops.default.cordon.cordoned.forged", false},
-		{"audit", "kube.default.node.forged", false},
-		{"audit", "ctl.default.report.run", false},
-		{"cordon", "$JS.API.STREAM.DELETE.OPS", false},
-		{"cordon", "$JS.API.STREAM.UPDATE.OPS", false},
-		{"cleanup", "$JS.API.STREAM.UPDATE.KUBE", false},
-		{"report", "$JS.API.STREAM.CREATE.OPS", false},
-		{"notifier", "$JS.API.STREAM.UPDATE.OPS", false},
-		{"audit", "$JS.API.STREAM.PURGE.OPS", false},
-		{"cleanup", "ops.>", true},
-		{"notifier", "kube.>", true},
+	// A durable consumer as the notifier makes it for a cluster named
+	// prod-eu: the audit user's and actors' refusals below must not depend on
+	// the cluster or receiver name.
+	notifier := connectAs(t, n, "notifier", pw["notifier"])
+	njs, err := jetstream.New(notifier.nc)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range cases {
+	ctx := context.Background()
+	const durable = "opswire-notifier-prod-eu-feishu"
+	if _, err := njs.CreateConsumer(ctx, "OPS", jetstream.ConsumerConfig{
+		Durable: durable, FilterSubject: "ops.prod-eu.>", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 20,
+	}); err != nil {
+		t.Fatalf("the notifier creates its consumer: %v", err)
+	}
+	for _, tc := range deployNATSRefusalCases(durable) {
 		verb := "publish"
 		if tc.subscribe {
 			verb = "subscribe"
@@ -311,7 +302,9 @@ func deployNATSRefusals(t *testing.T, n *harness.NATS, pw map[string]string) {
 			if tc.subscribe {
 				_, err = u.nc.SubscribeSync(tc.subject)
 			} else {
-				err = u.nc.Publish(tc.subject, []byte(`{"forged":true}`))
+				// With a reply subject, as a JetStream API request: the
+				// server answers nothing, it refuses the publish.
+				err = u.nc.PublishRequest(tc.subject, u.nc.NewInbox(), []byte(`{"forged":true}`))
 			}
 			if err == nil {
 				err = u.nc.Flush()
@@ -322,21 +315,126 @@ func deployNATSRefusals(t *testing.T, n *harness.NATS, pw map[string]string) {
 			u.violation(t, tc.subject)
 		})
 	}
-	// Nothing forged reached the streams (read as the audit user).
+	// Nothing forged reached the streams (read as the audit user, by direct get).
 	audit := connectAs(t, n, "audit", pw["audit"])
 	js, err := jetstream.New(audit.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for stream, subj := range map[string]string{"KUBE": "kube.default.node.forged", "OPS": "ops.default.cordon.cordoned.forged"} {
-		s, err := js.Stream(context.Background(), stream)
+		s, err := js.Stream(ctx, stream)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("audit reads stream %s: %v", stream, err)
 		}
-		if _, err := s.GetLastMsgForSubject(context.Background(), subj); err == nil {
-			t.Errorf("a forged message on %s was stored in %s", subj, stream)
+		if _, err := s.GetLastMsgForSubject(ctx, subj); !errors.Is(err, jetstream.ErrMsgNotFound) {
+			t.Errorf("a forged message on %s in %s: want not found, got %v", subj, stream, err)
 		}
 	}
+	// The audit user does read what is stored (its read path).
+	if s, err := js.Stream(ctx, "OPS"); err != nil {
+		t.Fatal(err)
+	} else if _, err := s.GetLastMsgForSubject(ctx, "ops.default.cordon.cordoned.deploy-node-a"); err != nil {
+		t.Errorf("audit cannot read a stored OPS message: %v", err)
+	}
+	// The durable consumer is untouched: same filter, nothing delivered.
+	c, err := njs.Consumer(ctx, "OPS", durable)
+	if err != nil {
+		t.Fatalf("consumer %s after the refusals: %v", durable, err)
+	}
+	if info := c.CachedInfo(); info.Config.FilterSubject != "ops.prod-eu.>" || info.Delivered.Consumer != 0 || info.NumWaiting != 0 {
+		t.Errorf("consumer %s was changed or pulled from: filter %q, delivered %d, waiting %d",
+			durable, info.Config.FilterSubject, info.Delivered.Consumer, info.NumWaiting)
+	}
+	for _, stream := range []string{"KUBE", "OPS"} {
+		if _, err := js.Stream(ctx, stream); err != nil {
+			t.Errorf("stream %s after the refusals: %v", stream, err)
+		}
+	}
+}
+
+type natsRefusal struct {
+	user, subject string
+	subscribe     bool
+}
+
+// deployNATSRefusalCases: what each user must be refused; durable is a
+// notifier consumer of another cluster name.
+func deployNATSRefusalCases(durable string) []natsRefusal {
+	pub := func(user string, subjects ...string) []natsRefusal {
+		var out []natsRefusal
+		for _, s := range subjects {
+			out = append(out, natsRefusal{user: user, subject: s})
+		}
+		return out
+	}
+	sub := func(user string, subjects ...string) []natsRefusal {
+		out := pub(user, subjects...)
+		for i := range out {
+			out[i].subscribe = true
+		}
+		return out
+	}
+	var cases []natsRefusal
+	// Data subjects: each service publishes only its own.
+	cases = append(cases, pub("cleanup", "kube.default.node.forged")...)
+	cases = append(cases, pub("cordon", "kube.default.pod.shop.forged", "ops.default.cleanup.deleted.shop.forged")...)
+	cases = append(cases, pub("report", "ops.default.cordon.cordoned.forged")...)
+	cases = append(cases, pub("watcher", "ops.default.cordon.cordoned.forged")...)
+	cases = append(cases, pub("notifier", "ops.default.report.restarts", "kube.default.node.forged")...)
+	cases = append(cases, sub("cleanup", "ops.>")...)
+	cases = append(cases, sub("notifier", "kube.>")...)
+	// Streams: only the watcher creates and updates KUBE and OPS; nobody deletes or purges them.
+	cases = append(cases, pub("cordon", "$JS.API.STREAM.DELETE.OPS", "$JS.API.STREAM.UPDATE.OPS", "$JS.API.STREAM.DELETE.KUBE")...)
+	cases = append(cases, pub("cleanup", "$JS.API.STREAM.UPDATE.KUBE", "$JS.API.STREAM.DELETE.KUBE")...)
+	cases = append(cases, pub("report", "$JS.API.STREAM.CREATE.OPS", "$JS.API.STREAM.DELETE.KUBE")...)
+	cases = append(cases, pub("watcher", "$JS.API.STREAM.DELETE.KUBE", "$JS.API.STREAM.PURGE.OPS")...)
+	cases = append(cases, pub("notifier", "$JS.API.STREAM.UPDATE.OPS", "$JS.API.STREAM.DELETE.KUBE")...)
+	// Consumers: no actor touches OPS consumers (the notifier's), none
+	// deletes or lists a KUBE consumer.
+	for _, actor := range []string{"watcher", "cordon", "cleanup", "report"} {
+		cases = append(cases, pub(actor,
+			"$JS.API.CONSUMER.DELETE.KUBE.someone-else",
+			"$JS.API.CONSUMER.NAMES.KUBE",
+			"$JS.API.CONSUMER.LIST.KUBE",
+			"$JS.API.CONSUMER.DELETE.OPS."+durable,
+			"$JS.API.CONSUMER.DELETE.OPS.opswire-notifier-default-feishu",
+			"$JS.API.CONSUMER.MSG.NEXT.OPS."+durable,
+			"$JS.API.CONSUMER.CREATE.OPS."+durable,
+			"$JS.API.CONSUMER.CREATE.OPS."+durable+".ops.prod-eu.cordon",
+			"$JS.API.CONSUMER.DURABLE.CREATE.OPS."+durable,
+			"$JS.API.CONSUMER.CREATE.OPS",
+		)...)
+	}
+	// audit: publishes nothing but read-only API requests.
+	cases = append(cases, pub("audit",
+		"ops.default.cordon.cordoned.forged", "kube.default.node.forged", "ctl.default.report.run",
+		"notify.default.feishu.forged", "dlq.default.forged",
+		"$JS.API.STREAM.PURGE.OPS", "$JS.API.STREAM.DELETE.KUBE", "$JS.API.STREAM.UPDATE.OPS",
+		"$JS.API.STREAM.MSG.DELETE.OPS",
+		"$JS.API.CONSUMER.CREATE.OPS",
+		"$JS.API.CONSUMER.CREATE.OPS.audit-view",
+		"$JS.API.CONSUMER.CREATE.KUBE.audit-view.kube.default",
+		"$JS.API.CONSUMER.CREATE.OPS."+durable,
+		"$JS.API.CONSUMER.CREATE.OPS."+durable+".ops.prod-eu.cordon",
+		"$JS.API.CONSUMER.DURABLE.CREATE.OPS."+durable,
+		"$JS.API.CONSUMER.MSG.NEXT.OPS."+durable,
+		"$JS.API.CONSUMER.MSG.NEXT.OPS.opswire-notifier-default-feishu",
+		"$JS.API.CONSUMER.DELETE.OPS."+durable,
+		"$JS.API.CONSUMER.DELETE.KUBE.someone-else",
+		"$JS.API.CONSUMER.PAUSE.OPS."+durable,
+		"$JS.API.CONSUMER.UNPIN.OPS."+durable,
+		"$JS.ACK.OPS."+durable+".1.1.1.1700000000000000000.0",
+		"$JS.FC.OPS.forged",
+	)...)
+	// Inboxes: each user reads only its own replies.
+	for _, u := range []string{"watcher", "cordon", "cleanup", "report", "notifier", "audit"} {
+		other := "notifier"
+		if u == "notifier" {
+			other = "watcher"
+		}
+		cases = append(cases, sub(u, "_INBOX.>", "_INBOX_"+other+".>", "_INBOX_"+other+".reply1")...)
+	}
+	return cases
 }
 
 // grepLines returns the lines of s containing any of words.

@@ -203,10 +203,12 @@ type natsUser struct {
 	errs []error
 }
 
+// Its replies use the user's own inbox prefix, as the services' do
+// (natsx.InboxPrefix): the deploy allows each user only _INBOX_<user>.>.
 func connectAs(t *testing.T, n *harness.NATS, user, password string) *natsUser {
 	t.Helper()
 	u := &natsUser{}
-	u.nc = n.Connect(t, nats.UserInfo(user, password), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	u.nc = n.Connect(t, nats.UserInfo(user, password), nats.CustomInboxPrefix("_INBOX_"+user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		u.mu.Lock()
 		u.errs = append(u.errs, err)
 		u.mu.Unlock()
@@ -286,4 +288,44 @@ func deploymentEnv(t *testing.T, objs []*unstructured.Unstructured, name string)
 		}
 	}
 	return out
+}
+
+// liveMsgs keeps every message of a core subscription: how the audit user,
+// which may not create consumers, watches OPS.
+type liveMsgs struct {
+	mu   sync.Mutex
+	msgs []harness.Msg
+}
+
+func subscribeLive(t *testing.T, nc *nats.Conn, subj string) *liveMsgs {
+	t.Helper()
+	l := &liveMsgs{}
+	sub, err := nc.Subscribe(subj, func(m *nats.Msg) {
+		l.mu.Lock()
+		l.msgs = append(l.msgs, harness.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+		l.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return l
+}
+
+// WaitFor polls until a message matches.
+func (l *liveMsgs) WaitFor(t *testing.T, timeout time.Duration, what string, match func(harness.Msg) bool) {
+	t.Helper()
+	harness.Eventually(t, timeout, what, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, m := range l.msgs {
+			if match(m) {
+				return true
+			}
+		}
+		return false
+	})
 }
