@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -13,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
 
 	"github.com/opswire/opswire/shared/config"
 )
@@ -79,6 +84,69 @@ func TestDeployManifests(t *testing.T) {
 			checkWorkloads(t, objs, ov.replicas, ov.natsReplicas)
 			checkConfigs(t, objs, ov.streams)
 		})
+	}
+}
+
+// TestDeployCertManager: the cert-manager component renders on top of the
+// production overlay and asks for the Secret nats-tls with the names
+// deploy/make-certs.sh puts in its certificate (either source fits the
+// StatefulSet and the services).
+func TestDeployCertManager(t *testing.T) {
+	dir := t.TempDir()
+	rel := func(p string) string {
+		r, err := filepath.Rel(dir, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- " +
+		rel(deployPath(t, "overlays", "production")) + "\ncomponents:\n- " + rel(deployPath(t, "components", "nats-tls-cert-manager")) + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs := kustomizeBuild(t, dir)
+	cert := findObj(objs, "Certificate", "nats-tls")
+	if cert == nil {
+		t.Fatal("no Certificate nats-tls rendered")
+	}
+	if cert.GetNamespace() != "opswire" {
+		t.Errorf("Certificate nats-tls in namespace %q", cert.GetNamespace())
+	}
+	secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	usages, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "usages")
+	pemBytes, err := os.ReadFile(filepath.Join(makeCerts(t, ""), "tls.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(pemBytes)
+	if block == nil {
+		t.Fatal("make-certs.sh: tls.crt is not PEM")
+	}
+	x, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(dnsNames)
+	script := append([]string(nil), x.DNSNames...)
+	sort.Strings(script)
+	if secretName != "nats-tls" || !reflect.DeepEqual(dnsNames, script) {
+		t.Errorf("Certificate: secret %q, names %v; want nats-tls and make-certs.sh's names %v", secretName, dnsNames, script)
+	}
+	if !strings.Contains(strings.Join(usages, ","), "server auth") || !strings.Contains(strings.Join(usages, ","), "client auth") {
+		t.Errorf("Certificate usages %v: routes need server auth and client auth", usages)
+	}
+	for _, kind := range []string{"Issuer", "Certificate"} {
+		n := 0
+		for _, o := range objs {
+			if o.GetKind() == kind {
+				n++
+			}
+		}
+		if n != 2 {
+			t.Errorf("%d %s objects, want 2 (self-signed root and CA)", n, kind)
+		}
 	}
 }
 
@@ -210,17 +278,36 @@ func checkPod(t *testing.T, name string, spec corev1.PodTemplateSpec) {
 		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 			t.Errorf("%s/%s: want cpu/memory requests and a memory limit", name, c.Name)
 		}
+		if name == "nats" {
+			checkNATSProbes(t, c)
+			continue
+		}
 		if c.LivenessProbe == nil || c.ReadinessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet == nil {
 			t.Errorf("%s/%s: want HTTP liveness and readiness probes", name, c.Name)
 			continue
 		}
-		if name != "nats" {
-			if c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
-				t.Errorf("%s: probes on %s and %s, want /healthz and /readyz", name, c.LivenessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Path)
-			}
-			if spec.Annotations["prometheus.io/scrape"] != "true" || spec.Annotations["prometheus.io/port"] != "8080" {
-				t.Errorf("%s: no Prometheus scrape annotations", name)
-			}
+		if c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+			t.Errorf("%s: probes on %s and %s, want /healthz and /readyz", name, c.LivenessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Path)
+		}
+		if spec.Annotations["prometheus.io/scrape"] != "true" || spec.Annotations["prometheus.io/port"] != "8080" {
+			t.Errorf("%s: no Prometheus scrape annotations", name)
+		}
+	}
+}
+
+// checkNATSProbes: NATS monitoring listens on the loopback only, so its
+// probes run in the container against 127.0.0.1:8222, and no port of the pod
+// or Service exposes it.
+func checkNATSProbes(t *testing.T, c corev1.Container) {
+	t.Helper()
+	for what, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		if p == nil || p.Exec == nil || !strings.Contains(strings.Join(p.Exec.Command, " "), "http://127.0.0.1:8222/healthz") {
+			t.Errorf("nats: %s probe %+v, want an exec probe of http://127.0.0.1:8222/healthz", what, p)
+		}
+	}
+	for _, p := range c.Ports {
+		if p.ContainerPort == 8222 {
+			t.Errorf("nats: container port 8222 exposed (%s)", p.Name)
 		}
 	}
 }
@@ -254,7 +341,10 @@ func checkConfigs(t *testing.T, objs []*unstructured.Unstructured, streamReplica
 	}
 	dir := t.TempDir()
 	files, _, _ := unstructured.NestedStringMap(nc.Object, "data")
+	certs := makeCerts(t, "")
 	for name, body := range files {
+		// The certificates the StatefulSet mounts at /etc/nats/tls, made by deploy/make-certs.sh.
+		body = strings.ReplaceAll(body, "/etc/nats/tls/", certs+"/")
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -276,6 +366,43 @@ func checkConfigs(t *testing.T, objs []*unstructured.Unstructured, streamReplica
 	if clustered := len(o.Routes) == 3 && o.Cluster.Name == "opswire"; clustered != (streamReplicas == 3) {
 		t.Errorf("nats.conf: %d routes, cluster %q; want a 3-node cluster exactly when streams have 3 replicas", len(o.Routes), o.Cluster.Name)
 	}
+	if o.HTTPHost != "127.0.0.1" || o.HTTPPort != 8222 {
+		t.Errorf("nats.conf: monitoring on %s:%d, want 127.0.0.1:8222 (no authentication there)", o.HTTPHost, o.HTTPPort)
+	}
+	// Production: TLS for clients (required, no plain connections) and
+	// mutual TLS on routes.
+	production := streamReplicas == 3
+	if (o.TLSConfig != nil) != production || o.AllowNonTLS {
+		t.Errorf("nats.conf: client TLS %v (allow non-TLS %v), want TLS exactly in production", o.TLSConfig != nil, o.AllowNonTLS)
+	}
+	if production && (o.Cluster.TLSConfig == nil || o.Cluster.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert) {
+		t.Errorf("nats.conf: routes without mutual TLS")
+	}
+	for _, svc := range deployServices {
+		env := strings.Join(deploymentEnv(t, objs, "opswire-"+svc), " ")
+		if strings.Contains(env, "OPSWIRE_NATS_TLS_CA=/etc/opswire-tls/ca.crt") != production {
+			t.Errorf("opswire-%s: OPSWIRE_NATS_TLS_CA in %q, want it exactly in production", svc, env)
+		}
+	}
+}
+
+// makeCerts runs deploy/make-certs.sh and returns the directory with ca.crt,
+// tls.crt and tls.key; extraSANs are added to the server certificate.
+func makeCerts(t *testing.T, extraSANs string) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("sh", deployPath(t, "make-certs.sh"))
+	cmd.Env = append(os.Environ(), "OUT_DIR="+dir, "EXTRA_SANS="+extraSANs)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make-certs.sh: %v", err)
+	}
+	var secret corev1.Secret
+	if err := yaml.Unmarshal(out, &secret); err != nil || secret.Name != "nats-tls" || len(secret.Data["tls.crt"]) == 0 ||
+		len(secret.Data["tls.key"]) == 0 || len(secret.Data["ca.crt"]) == 0 || len(secret.Data) != 3 {
+		t.Fatalf("make-certs.sh printed no Secret nats-tls with exactly tls.crt, tls.key and ca.crt (%v, %d bytes)", err, len(out))
+	}
+	return dir
 }
 
 func prefixed(services []string) []string {
