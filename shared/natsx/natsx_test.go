@@ -3,9 +3,12 @@ package natsx
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -92,5 +95,49 @@ func TestWaitStreams(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("WaitStreams after creation: %v", err)
+	}
+}
+
+func TestInboxPrefix(t *testing.T) {
+	for user, want := range map[string]string{
+		"cordon": "_INBOX_cordon", "audit": "_INBOX_audit", "": "", "a.b": "", "a*": "", "a>": "", "a b": "",
+	} {
+		if got := InboxPrefix(user); got != want {
+			t.Errorf("InboxPrefix(%q) = %q, want %q", user, got, want)
+		}
+	}
+}
+
+// TestInboxPrefixJetStream: with a custom inbox prefix, JetStream API answers
+// and publish acks arrive (nats.go's jetstream replies on the prefix).
+func TestInboxPrefixJetStream(t *testing.T) {
+	s := natstest.Start(t)
+	nc, err := Connect(Options{URL: s.ClientURL(), Name: "test", InboxPrefix: InboxPrefix("cordon")}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if got := nc.NewInbox(); !strings.HasPrefix(got, "_INBOX_cordon.") {
+		t.Fatalf("inbox %q, want _INBOX_cordon.*", got)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "t.x", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRefusedConsumerDelete(t *testing.T) {
+	del := fmt.Errorf("%w: %s", nats.ErrPermissionViolation, `Permissions Violation for Publish to "$JS.API.CONSUMER.DELETE.KUBE.abc_2"`)
+	other := fmt.Errorf("%w: %s", nats.ErrPermissionViolation, `Permissions Violation for Publish to "kube.default.node.x"`)
+	if !refusedConsumerDelete(del) || refusedConsumerDelete(other) || refusedConsumerDelete(errors.New("x")) {
+		t.Error("refusedConsumerDelete misclassifies")
 	}
 }
