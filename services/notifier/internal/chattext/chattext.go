@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,7 +33,6 @@ var defuser = strings.NewReplacer(
 	"@", "＠", // fullwidth: no service parses it as a mention
 	"<", "＜", ">", "＞",
 	"://", ":/"+zwsp+"/",
-	"www.", "www"+zwsp+".",
 	"](", "] (",
 	"\r", " ",
 )
@@ -40,7 +40,10 @@ var defuser = strings.NewReplacer(
 // Defuse makes one piece of text safe: no mention, no link, no tag.
 // Line breaks are kept (summaries have several lines); table cells arrive
 // one-line from render.Clean.
-func Defuse(s string) string { return defuser.Replace(s) }
+func Defuse(s string) string { return www.ReplaceAllString(defuser.Replace(s), "${1}"+zwsp+".") }
+
+// www matches "www." in any case (clients auto-link "WWW.example.com" too).
+var www = regexp.MustCompile(`(?i)(www)\.`)
 
 // Content is a notification with every text defused and the table cut to
 // rows rows; More is what the "…and N more" line must say.

@@ -6,8 +6,8 @@ import (
 )
 
 func TestDefuse(t *testing.T) {
-	for _, in := range []string{"@all", "<!channel>", "<at>x</at>", "<@U123>", "see https://evil.example/x", "www.evil.example", "[a](b)", "@here"} {
-		out := Defuse(in)
+	for _, in := range []string{"@all", "<!channel>", "<at>x</at>", "<@U123>", "see https://evil.example/x", "www.evil.example", "WWW.evil.example", "[a](b)", "@here"} {
+		out := strings.ToLower(Defuse(in))
 		for _, bad := range []string{"@", "<", ">", "://", "www.", "]("} {
 			if strings.Contains(out, bad) {
 				t.Errorf("Defuse(%q) = %q still contains %q", in, out, bad)
