@@ -189,7 +189,7 @@ func (c *Config) NotifierReceivers() []Receiver {
 		if r.RatePerHour == 0 {
 			r.RatePerHour = d.PerHour
 		}
-		if r.BodyLimit == 0 && r.Type != ReceiverFeishu {
+		if r.BodyLimit == 0 && r.Type != ReceiverFeishu && r.Type != ReceiverWebhook {
 			r.BodyLimit = d.BodyLimit
 		}
 		if r.Timeout.Duration == 0 {
@@ -304,7 +304,9 @@ func (n *Notifier) validate(p string, errs *Errors, implicit ...string) {
 		if r.RatePerHour < 0 {
 			errs.add(rp+".ratePerHour", "must not be negative")
 		}
-		if r.BodyLimit < 0 || (r.BodyLimit > 0 && r.BodyLimit < 1024) {
+		if r.BodyLimit != 0 && (r.Type == "" || r.Type == ReceiverFeishu || r.Type == ReceiverWebhook) {
+			errs.add(rp+".bodyLimit", "only dingtalk, wecom, slack and teams receivers take a bodyLimit (feishu: notifier.bodyLimit)")
+		} else if r.BodyLimit < 0 || (r.BodyLimit > 0 && r.BodyLimit < 1024) {
 			errs.add(rp+".bodyLimit", "must be 0 (the type's default) or at least 1024 bytes")
 		}
 		if r.RatePerSecond < 0 {

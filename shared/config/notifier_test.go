@@ -107,6 +107,7 @@ func TestNotifierValidation(t *testing.T) {
 		{"bad type", "notifier:\n  receivers:\n  - name: a\n    type: telegram\n    url: u\n", []string{"notifier.receivers[0].type"}},
 		{"signed dingtalk with keyword", "notifier:\n  receivers:\n  - name: a\n    type: dingtalk\n    url: u\n    secretEnv: S\n    keyword: k\n", nil},
 		{"every new type", "notifier:\n  receivers:\n  - {name: a, type: wecom, url: u}\n  - {name: b, type: slack, url: u}\n  - {name: c, type: teams, url: u, ratePerHour: 10, bodyLimit: 20000}\n", nil},
+		{"bodyLimit on feishu", "notifier:\n  receivers:\n  - name: a\n    url: u\n    bodyLimit: 5000\n", []string{"notifier.receivers[0].bodyLimit"}},
 		{"secret on slack", "notifier:\n  receivers:\n  - name: a\n    type: slack\n    url: u\n    secret: s\n", []string{"notifier.receivers[0].secret"}},
 		{"keyword on wecom", "notifier:\n  receivers:\n  - name: a\n    type: wecom\n    url: u\n    keyword: k\n", []string{"notifier.receivers[0].keyword"}},
 		{"bad receiver limits", "notifier:\n  receivers:\n  - name: a\n    type: teams\n    url: u\n    ratePerHour: -1\n    bodyLimit: 10\n", []string{"notifier.receivers[0].ratePerHour", "notifier.receivers[0].bodyLimit"}},
