@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -189,4 +190,41 @@ func typeName(v any) string {
 		return "nil"
 	}
 	return "other"
+}
+
+// TestBuildChatReceivers: each chat type gets its own sink, and the
+// configuration's per-type defaults become the limiter's windows.
+func TestBuildChatReceivers(t *testing.T) {
+	cfg, err := config.Parse([]byte("notifier:\n  receivers:\n" +
+		"  - {name: d, type: dingtalk, url: 'https://oapi.dingtalk.com/robot/send?access_token=x', secret: SECx, keyword: k}\n" +
+		"  - {name: w, type: wecom, url: 'https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=x'}\n" +
+		"  - {name: s, type: slack, url: 'https://hooks.slack.com/services/T/B/x'}\n" +
+		"  - {name: t, type: teams, url: 'https://example.logic.azure.com/workflows/x/triggers/manual/paths/invoke?sig=x'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := BuildReceivers(cfg.NotifierReceivers(), cfg.Notifier, nil, &ratelimit.Registry{})
+	if err != nil || len(rs) != 4 {
+		t.Fatalf("BuildReceivers = %v, %v", rs, err)
+	}
+	want := map[string]string{"d": "*dingtalk.Sink", "w": "*wecom.Sink", "s": "*slack.Sink", "t": "*teams.Sink"}
+	for _, r := range rs {
+		if got := fmt.Sprintf("%T", r.Sink); got != want[r.Name] {
+			t.Errorf("receiver %s: sink %s, want %s", r.Name, got, want[r.Name])
+		}
+	}
+	// DingTalk: 20 per minute and nothing else; the 21st waits.
+	lim := rs[0].Limiter
+	for i := 0; i < 20; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if err := lim.Wait(ctx); err != nil {
+			t.Fatalf("dingtalk admission %d: %v", i+1, err)
+		}
+		cancel()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := lim.Wait(ctx); err == nil {
+		t.Fatalf("dingtalk: 21st admission within a minute")
+	}
 }
