@@ -110,6 +110,16 @@ func deletesOf(px *harness.APIProxy, ns, name string) int {
 	return px.Count(func(r harness.APIRequest) bool { return r.Method == http.MethodDelete && r.Path == path })
 }
 
+// doneDeletesOf counts the DELETE requests for one pod that the API answered
+// with success: two would be one pod deleted twice. (A request whose client
+// died on the way, which the proxy answers 502, is not one.)
+func doneDeletesOf(px *harness.APIProxy, ns, name string) int {
+	path := "/api/v1/namespaces/" + ns + "/pods/" + name
+	return px.Count(func(r harness.APIRequest) bool {
+		return r.Method == http.MethodDelete && r.Path == path && r.Status >= 200 && r.Status < 300
+	})
+}
+
 // listsOf counts the full-state requests (LIST, or streaming list) for a
 // resource ("pods", "nodes") that reached the proxy.
 func listsOf(px *harness.APIProxy, resource string) int {

@@ -247,7 +247,9 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 		rv, clearedFinalizers = patched.ResourceVersion, true
 	}
 	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}}
-	if d.Action == ForceDelete {
+	if d.Action == ForceDelete || live.DeletionTimestamp != nil {
+		// grace 0 completes a deletion already under way (for a Failed pod
+		// the API server uses 0 anyway).
 		zero := int64(0)
 		opts.GracePeriodSeconds = &zero
 	}

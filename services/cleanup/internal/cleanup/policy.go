@@ -175,6 +175,14 @@ func (p Policy) Decide(pod *events.PodState, f Facts) Decision {
 	now := f.Now
 	var d Decision
 	switch {
+	case interruptedDelete(pod) && p.Reasons[strings.ToLower(pod.Reason)]:
+		// A DELETE of this Failed pod was cut off half-way (its client died
+		// mid-request: a killed leader): the API server had marked it deleted
+		// with grace 0 but not removed it. Nothing runs in it and no kubelet
+		// will finish it; deleting it again completes the same deletion.
+		d = Decision{Want: Delete, Reason: ReasonFailedPod,
+			Message: fmt.Sprintf("phase Failed, reason %s; an earlier deletion (deletionTimestamp %s, grace 0) did not complete",
+				pod.Reason, pod.DeletionTimestamp.UTC().Format(time.RFC3339))}
 	case pod.DeletionTimestamp != nil:
 		if p.TerminatingTimeout <= 0 {
 			return Decision{}
@@ -232,6 +240,16 @@ func (p Policy) Decide(pod *events.PodState, f Facts) Decision {
 	d.RemoveFinalizers = pod.Finalizers > 0
 	d.Action = d.Want
 	return d
+}
+
+// interruptedDelete reports whether a pod is a Failed pod the API server
+// marked deleted with grace period 0 and no finalizers: such a pod is removed
+// in the same request, so it is still there only when that request was cut
+// off between the two writes (the apiserver updates the object, then deletes
+// it, and stops when its client goes away).
+func interruptedDelete(pod *events.PodState) bool {
+	return pod.DeletionTimestamp != nil && pod.Phase == "Failed" && pod.Finalizers == 0 &&
+		pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds == 0
 }
 
 // partition applies the rule for pods that carry identity or storage

@@ -62,6 +62,7 @@ func TestDecide(t *testing.T) {
 	young := func(p *events.PodState) { p.CreationTimestamp = t0.Add(-20 * time.Second) }
 	failedAt := func(at time.Time) func(*events.PodState) { return func(p *events.PodState) { p.FailedAt = &at } }
 	pvc := func(p *events.PodState) { p.PVC = true }
+	graceZero := func(p *events.PodState) { zero := int64(0); p.DeletionGracePeriodSeconds = &zero }
 	brakeOn := NodeCount{Nodes: 6, NotReady: 4}
 	brakeEdge := NodeCount{Nodes: 6, NotReady: 2} // exactly a third: not more
 	brakeOff := NodeCount{Nodes: 6, NotReady: 1}
@@ -104,6 +105,9 @@ func TestDecide(t *testing.T) {
 		{name: "terminating in grace period waits", pod: pod(deleting(t0.Add(30 * time.Second))), action: Wait, reason: ReasonStuckTerminating, until: t0.Add(5*time.Minute + 30*time.Second)},
 		{name: "terminating exactly due", pod: pod(deleting(t0.Add(-5 * time.Minute))), action: ForceDelete, reason: ReasonStuckTerminating},
 		{name: "stuck terminating", pod: pod(deleting(stuckSince)), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "Failed pod whose grace-0 delete was cut off is deleted again at once", pod: pod(failed("Evicted"), deleting(t0), graceZero), action: Delete, reason: ReasonFailedPod},
+		{name: "cut-off delete of a Failed pod with an unlisted reason waits as terminating", pod: pod(failed("Error"), deleting(t0), graceZero), action: Wait, reason: ReasonStuckTerminating, until: t0.Add(5 * time.Minute)},
+		{name: "Failed pod with finalizers and grace 0 is not a cut-off delete", pod: pod(failed("Evicted"), deleting(t0), graceZero, finalizers), action: Wait, reason: ReasonStuckTerminating, until: t0.Add(5 * time.Minute)},
 		{name: "stuck Failed pod is force-deleted", pod: pod(failed("Evicted"), deleting(stuckSince)), action: ForceDelete, reason: ReasonStuckTerminating},
 		{name: "force deletion disabled", policy: func(p *Policy) { p.TerminatingTimeout = 0 }, pod: pod(deleting(stuckSince)), action: None},
 		{name: "stuck in excluded namespace", pod: pod(deleting(stuckSince), inNS("kube-system")), action: None},
