@@ -393,9 +393,11 @@ func makeCerts(t *testing.T, extraSANs string) string {
 	dir := t.TempDir()
 	cmd := exec.Command("sh", deployPath(t, "make-certs.sh"))
 	cmd.Env = append(os.Environ(), "OUT_DIR="+dir, "EXTRA_SANS="+extraSANs)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("make-certs.sh: %v", err)
+	if err != nil { // stderr holds openssl's complaints, never a key
+		t.Fatalf("make-certs.sh: %v\n%s", err, stderr.String())
 	}
 	var secret corev1.Secret
 	if err := yaml.Unmarshal(out, &secret); err != nil || secret.Name != "nats-tls" || len(secret.Data["tls.crt"]) == 0 ||
