@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
+	"github.com/opswire/opswire/services/report/internal/restarts"
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
@@ -320,6 +321,61 @@ func TestCatchUpSendsTheMissedTickOnce(t *testing.T) {
 	eventually(t, 10*time.Second, "three on-demand reports", func() bool { return len(ops.reports(t))-len(scheduledOnly(ops.reports(t))) == 3 })
 	if n := len(scheduledOnly(ops.reports(t))); n != 1 {
 		t.Fatalf("%d reports after a second takeover, want still 1", n)
+	}
+}
+
+// A leader stopped between storing a tick's report and recording it (its
+// baseline and tick writes cut off) leaves the tick to the next leader's
+// catch-up, whose report JetStream then drops as a duplicate. The counts the
+// new leader holds were never published: they must not become the baseline,
+// or the restarts gained since the stored report go unreported for good.
+func TestCaughtUpDuplicateKeepsTheBaseline(t *testing.T) {
+	e := newEnv(t)
+	e.pod("shop", "crashy", 170)
+	cfg := testConfig(t, "sendReport:\n  total: 10\n  schedule: \"@hourly\"\n  mode: increase\n  catchUp: 2h\n"+
+		"nats:\n  duplicates: 3h\nimageAlert:\n  enable: false\n")
+	sched, err := New(Deps{Config: cfg, Cluster: cluster, Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prevTick := sched.sched.Next(time.Now().Add(-2 * time.Hour))
+	missed := sched.sched.Next(prevTick)
+	// What the stopped leader got into KV (the previous tick's) and OPS (its
+	// report of the missed tick, made before the pod's last restarts).
+	st := kvStore(t, e)
+	old := &restarts.Baseline{Time: prevTick, Pods: map[string]map[string]int32{"shop-crashy": {"app": 150}}}
+	if err := st.SaveBaseline(e.ctx, old, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetLastTick(e.ctx, prevTick); err != nil {
+		t.Fatal(err)
+	}
+	stored := events.RestartReport{ID: ScheduledID(missed), Tick: missed, Since: &prevTick, Rows: []events.RestartRow{}}
+	ev, err := envelope.New(stored.ID, envelope.Source(cluster, Service), events.TypeRestartReport, "restarts", stored, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natsx.PublishEvent(e.ctx, e.js, subject.Ops(cluster, Service, "restarts"), ev, time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	a, _, _ := e.lead(cfg)
+	reply := e.request() // answered only after the catch-up
+	if n := testutil.ToFloat64(a.m.reports.WithLabelValues(triggerSchedule, "duplicate")); n != 1 {
+		t.Fatalf("opswire_report_reports_total{trigger=schedule,outcome=duplicate} = %v, want the caught-up tick", n)
+	}
+	if reply.Error != "" || reply.Rows != 1 {
+		t.Fatalf("reply %+v: want the 20 restarts since %s in one row", reply, prevTick)
+	}
+	b, err := st.LoadBaseline(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Time.Equal(prevTick) || b.Pods["shop-crashy"]["app"] != 150 {
+		t.Fatalf("baseline in KV %+v, want the one of %s kept", b, prevTick)
+	}
+	if last, ok, err := st.LastTick(e.ctx); err != nil || !ok || !last.Equal(missed) {
+		t.Fatalf("last tick %s %v %v, want the caught-up %s recorded", last, ok, err, missed)
 	}
 }
 

@@ -43,6 +43,10 @@ func requestID(at time.Time) string {
 // requestWait bounds how long an on-demand report waits for a running one.
 const requestWait = 10 * time.Second
 
+// recordTimeout bounds the KV writes that record a stored report; they
+// outlive the leader term by at most this (see run).
+const recordTimeout = 5 * time.Second
+
 // catchUpTimeout bounds the wait for the mirror to apply what KUBE holds.
 const catchUpTimeout = 5 * time.Second
 
@@ -124,8 +128,14 @@ func (r *reporter) run(ctx context.Context, tick time.Time, onDemand bool) (resu
 		outcome = "duplicate"
 	}
 	a.m.reports.WithLabelValues(trigger, outcome).Inc()
+	// The report is in OPS: recording it (size, baseline, tick) must not be
+	// lost to the leader term ending at this moment (shutdown, lease lost),
+	// or the next leader finds a tick stored but not recorded. The writes get
+	// their own short deadline instead of the term's context.
+	rctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancelRecord()
 	if outcome == "sent" {
-		r.recordSize(ctx, len(data))
+		r.recordSize(rctx, len(data))
 	}
 	a.m.rows.Observe(float64(len(rep.Rows)))
 	a.m.offenders.Set(float64(rep.Offenders))
@@ -134,20 +144,40 @@ func (r *reporter) run(ctx context.Context, tick time.Time, onDemand bool) (resu
 	if onDemand {
 		return result{Report: rep, Duplicate: ack.Duplicate}, nil
 	}
-	if a.opts.Mode == config.ReportModeIncrease {
+	switch {
+	case a.opts.Mode != config.ReportModeIncrease:
+	case outcome == "duplicate":
+		// OPS holds another run's report of this tick (a leader stopped
+		// between storing it and recording it, so this one caught it up):
+		// built from that run's state, not from the counts in hand. Taking
+		// them as the baseline would drop, unreported, whatever was gained
+		// between that run and now; keeping the baseline makes the next
+		// report count from its time instead (it may list again what the
+		// stored report listed: over-report, never under-report).
+		a.log.Info().Str("id", id).Time("since", baselineTime(a.baseline)).
+			Msg("this tick's report was already in OPS from another run; the baseline is kept, the next report counts from it")
+	default:
 		next := restarts.Snapshot(pods, tick)
-		if err := r.st.SaveBaseline(ctx, next, a.baseline); err != nil {
+		if err := r.st.SaveBaseline(rctx, next, a.baseline); err != nil {
 			a.m.storeErrors.WithLabelValues("baseline").Inc()
 			a.log.Error().Err(err).Msg("could not store the restart baseline; the next report may count from an older one")
 		}
 		a.baseline = next
 	}
-	if err := r.st.SetLastTick(ctx, tick); err != nil {
+	if err := r.st.SetLastTick(rctx, tick); err != nil {
 		a.m.storeErrors.WithLabelValues("tick").Inc()
 		a.log.Warn().Err(err).Msg("could not record the tick; a new leader may resend it (deduplicated)")
 	}
 	a.m.lastTick.Set(float64(tick.Unix()))
 	return result{Report: rep, Duplicate: ack.Duplicate}, nil
+}
+
+// baselineTime is when b was taken; zero for no baseline (counts from pod start).
+func baselineTime(b *restarts.Baseline) time.Time {
+	if b == nil {
+		return time.Time{}
+	}
+	return b.Time
 }
 
 // connectedPublisher publishes only while connected, and counts attempts.
