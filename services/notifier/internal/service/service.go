@@ -83,7 +83,8 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
-	a := &active{rt: rt, nc: nc, js: js, kv: kv, receivers: receivers, metrics: dispatch.NewMetrics(rt.Server.Registry)}
+	a := &active{rt: rt, nc: nc, js: js, kv: kv, receivers: receivers, metrics: dispatch.NewMetrics(rt.Server.Registry),
+		backlog: newBacklogMetrics(rt.Server.Registry)}
 	activeGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "opswire_notifier_active",
 		Help: "1 while this replica is the active one (holds the lease), 0 on standby."})
 	rt.Server.Registry.MustRegister(activeGauge)
@@ -112,6 +113,7 @@ type active struct {
 	kv        jetstream.KeyValue
 	receivers []dispatch.Receiver
 	metrics   *dispatch.Metrics
+	backlog   *backlogMetrics
 
 	mu      sync.Mutex
 	running []jetstream.ConsumeContext // nil on standby
@@ -159,6 +161,7 @@ func (a *active) run(ctx context.Context) error {
 	defer dcancel()
 	var wg sync.WaitGroup
 	dispatchers := map[string]*dispatch.Dispatcher{}
+	trackers := map[string]*seqTracker{}
 	var ccs []jetstream.ConsumeContext
 	stop := func() {
 		for _, cc := range ccs {
@@ -188,7 +191,14 @@ func (a *active) run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); d.Run(dctx) }()
 		name := r.Name
-		cc, err := cons.Consume(func(m jetstream.Msg) { d.Handle(dctx, m) },
+		tr := &seqTracker{}
+		trackers[name] = tr
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			if md, err := m.Metadata(); err == nil {
+				tr.observe(md.Sequence.Stream)
+			}
+			d.Handle(dctx, m)
+		},
 			jetstream.PullMaxMessages(min(500, max(1, n.MaxAckPending))),
 			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 				rt.Log.Warn().Err(err).Str("receiver", name).Msg("consumer")
@@ -211,6 +221,11 @@ func (a *active) run(ctx context.Context) error {
 		return fmt.Errorf("subscribe %s: %w", ReplaySubject(rt.Cluster), err)
 	}
 	rt.Log.Info().Int("receivers", len(a.receivers)).Str("replay", ReplaySubject(rt.Cluster)).Msg("notifier running")
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		watchBacklog(dctx, a.js, rt.Cluster, trackers, min(max(n.AckWait.Duration, time.Second), 10*time.Second), a.backlog, rt.Log)
+	}()
 	<-ctx.Done()
 	_ = sub.Unsubscribe()
 	stop()
