@@ -2,11 +2,11 @@
 #
 #   make build         all service binaries into ./bin
 #   make test          unit, integration and end-to-end tests of every module
-#                      (builds the real kube-apiserver and etcd once, into .cache/bin)
+#                      (builds the real kube-apiserver, etcd and helm once, into .cache/bin)
 #   make lint          gofmt and go vet
 #   make fuzz          every Go fuzz target for FUZZTIME each (part of make test)
 #   make bench         benchmarks; writes docs/benchmarks.md
-#   make controlplane  only build the cached kube-apiserver and etcd
+#   make controlplane  only build the cached kube-apiserver, etcd, nats-server and helm
 #   make demo          opswire end to end on this machine, no cluster needed (Ctrl-C stops it)
 #   make run           the five services against your current kubeconfig, local NATS, actors in dry-run
 #                      (make run DRY_RUN=0 lets them act)
