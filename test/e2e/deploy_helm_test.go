@@ -90,6 +90,8 @@ func helmTemplate(t *testing.T, values ...string) []*unstructured.Unstructured {
 	for _, v := range values {
 		if f, ok := strings.CutPrefix(v, "-f="); ok {
 			args = append(args, "-f", f)
+		} else if f, ok := strings.CutPrefix(v, "--set-file="); ok {
+			args = append(args, "--set-file", f)
 		} else {
 			args = append(args, "--set", v)
 		}
@@ -255,6 +257,31 @@ func TestHelmTemplate(t *testing.T) {
 			"feishu-url": "", "feishu-secret": ""}).Object["stringData"].(map[string]any) {
 			if _, ok := data[k]; !ok {
 				t.Errorf("Secret lacks key %s of secret.example.yaml", k)
+			}
+		}
+	})
+	t.Run("config file", func(t *testing.T) {
+		// A whole config.yml given as a value is mounted as is.
+		custom := strings.Replace(mustRead(t, deployPath(t, "base", "config.yml")), "  maxPods: 100\n", "  maxPods: 177\n", 1)
+		path := filepath.Join(t.TempDir(), "config.yml")
+		if err := os.WriteFile(path, []byte(custom), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		objs := helmTemplate(t, helmFeishu, "--set-file=config="+path, "imagePullSecrets[0].name=regcred")
+		got, _, _ := unstructured.NestedString(findByPrefix(objs, "ConfigMap", "opswire-config-").Object, "data", "config.yml")
+		cfg, err := config.Parse([]byte(got))
+		if err != nil || cfg.AutoCordon.MaxPods != 177 {
+			t.Fatalf("config from --set-file: %v, %+v", err, cfg)
+		}
+		if got != custom {
+			t.Error("the given config.yml was not mounted byte for byte")
+		}
+		for _, o := range objs {
+			if o.GetKind() == "Deployment" || o.GetKind() == "StatefulSet" {
+				ps, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "imagePullSecrets")
+				if len(ps) != 1 {
+					t.Errorf("%s %s: imagePullSecrets %v", o.GetKind(), o.GetName(), ps)
+				}
 			}
 		}
 	})
