@@ -19,6 +19,12 @@ type Metrics struct {
 	// WindowSeeded is the number of actions the rate window found in OPS at
 	// the start of this leadership term.
 	WindowSeeded prometheus.Gauge
+	// Intents counts write-ahead intents by result: journaled (stored
+	// before the write), unjournaled (not stored in time: the write went
+	// ahead without one), and at leadership start completed (the write
+	// happened, its outcome audit was missing and is published now), done
+	// (the outcome is in OPS), pending (the object is unchanged: no write).
+	Intents *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics on reg (nil: unregistered, for tests).
@@ -39,9 +45,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		WindowSeeded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "opswire_rate_window_seeded_actions", Help: "Actions of the current rate window found in OPS when this leader started.",
 		}),
+		Intents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_intents_total", Help: "Write-ahead intents by result (journaled, unjournaled; at leadership start: completed, done, pending).",
+		}, []string{"result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.AuditBacklog, m.AuditStored, m.AuditRetries, m.AuditDropped, m.WindowSeeded)
+		reg.MustRegister(m.AuditBacklog, m.AuditStored, m.AuditRetries, m.AuditDropped, m.WindowSeeded, m.Intents)
 	}
 	return m
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -113,12 +114,33 @@ func RecentActions(ctx context.Context, js jetstream.JetStream, filters []string
 	return times, nil
 }
 
-// recent reads one filter with direct gets (AllowDirect is on for OPS): the
+// stored is one OPS message as read back by a new leader.
+type stored struct {
+	Time    time.Time // the stream's store time
+	Subject string
+	Header  nats.Header
+	Data    []byte
+}
+
+// recent reads the store times of one filter's messages since the given time.
+func recent(ctx context.Context, js jetstream.JetStream, filter string, since time.Time) ([]time.Time, error) {
+	msgs, err := readOPS(ctx, js, filter, since)
+	if err != nil {
+		return nil, err
+	}
+	times := make([]time.Time, len(msgs))
+	for i, m := range msgs {
+		times[i] = m.Time
+	}
+	return times, nil
+}
+
+// readOPS reads one filter with direct gets (AllowDirect is on for OPS): the
 // first message stored at or after since, then each next one, until none is
 // left. No consumer is created, so an actor needs no consumer permission on
 // OPS and cannot pull from, change or delete the notifier's durable consumers
 // (docs/security.md).
-func recent(ctx context.Context, js jetstream.JetStream, filter string, since time.Time) ([]time.Time, error) {
+func readOPS(ctx context.Context, js jetstream.JetStream, filter string, since time.Time) ([]stored, error) {
 	prefix := js.Options().APIPrefix
 	if prefix == "" {
 		prefix = jetstream.DefaultAPIPrefix
@@ -128,7 +150,7 @@ func recent(ctx context.Context, js jetstream.JetStream, filter string, since ti
 	}
 	subj := prefix + "DIRECT.GET." + subject.OpsStream
 	req := directGet{StartTime: &since, NextFor: filter}
-	var times []time.Time
+	var out []stored
 	for {
 		body, err := json.Marshal(req)
 		if err != nil {
@@ -141,7 +163,7 @@ func recent(ctx context.Context, js jetstream.JetStream, filter string, since ti
 			return nil, err
 		}
 		if st := msg.Header.Get("Status"); st == "404" {
-			return times, nil
+			return out, nil
 		} else if st != "" {
 			return nil, fmt.Errorf("direct get: status %s %s", st, msg.Header.Get("Description"))
 		}
@@ -153,7 +175,7 @@ func recent(ctx context.Context, js jetstream.JetStream, filter string, since ti
 		if err != nil {
 			return nil, fmt.Errorf("direct get: time stamp: %w", err)
 		}
-		times = append(times, ts)
+		out = append(out, stored{Time: ts, Subject: msg.Header.Get(jetstream.SubjectHeader), Header: msg.Header, Data: msg.Data})
 		req = directGet{Seq: seq + 1, NextFor: filter}
 	}
 }

@@ -1,6 +1,9 @@
 package events
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // CloudEvents types of the OPS stream.
 const (
@@ -8,7 +11,37 @@ const (
 	TypeCleanup       = "io.opswire.ops.cleanup.v1"
 	TypeRestartReport = "io.opswire.ops.report.restarts.v1"
 	TypeImageAlert    = "io.opswire.ops.report.images.v1"
+	// TypeIntent is a write-ahead record an actor stores before a write
+	// (ops.<cluster>.<actor>.intent.<object>): not a decision, never a card.
+	TypeIntent = "io.opswire.ops.intent.v1"
 )
+
+// Intent is published on ops.<cluster>.<actor>.intent.<object tokens> before
+// a write. It carries the outcome audit message the write will produce, so a
+// new leader can publish it (same id) when the old leader died between the
+// write and that audit.
+type Intent struct {
+	Actor     string    `json:"actor"`  // e.g. cleanup
+	Action    string    `json:"action"` // the outcome verb, e.g. deleted
+	Kind      string    `json:"kind"`   // e.g. Pod
+	Namespace string    `json:"namespace,omitempty"`
+	Name      string    `json:"name"`
+	UID       string    `json:"uid"`
+	Time      time.Time `json:"time"`
+	// Outcome is the audit message the write produces, as it will be stored.
+	Outcome IntentOutcome `json:"outcome"`
+}
+
+// IntentOutcome is an audit message carried inside an Intent.
+type IntentOutcome struct {
+	Subject string          `json:"subject"` // NATS subject
+	ID      string          `json:"id"`      // ce-id and Nats-Msg-Id
+	Source  string          `json:"source"`
+	Type    string          `json:"type"`
+	Object  string          `json:"object,omitempty"` // ce-subject
+	Time    time.Time       `json:"time"`
+	Data    json.RawMessage `json:"data"`
+}
 
 // Severity of an OPS event; the notifier routes and colours cards by it.
 type Severity string

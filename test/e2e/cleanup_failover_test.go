@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/opswire/opswire/test/harness"
@@ -25,6 +27,9 @@ import (
 type deleteCounter struct {
 	mu      sync.Mutex
 	deletes []podDelete
+	// hook, when set, runs after each DELETE the API server accepted and
+	// before its answer goes back to the client, with the number accepted.
+	hook func(accepted int)
 }
 
 type podDelete struct {
@@ -50,12 +55,32 @@ func startDeleteCounter(t *testing.T, cp *harness.ControlPlane, kubeconfig strin
 		if parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/"); r.Method == http.MethodDelete && len(parts) == 6 && parts[4] == "pods" {
 			dc.mu.Lock()
 			dc.deletes = append(dc.deletes, podDelete{pod: parts[3] + "/" + parts[5], status: resp.StatusCode, at: time.Now()})
+			accepted, hook := 0, dc.hook
+			for _, d := range dc.deletes {
+				if d.status >= 200 && d.status < 300 {
+					accepted++
+				}
+			}
 			dc.mu.Unlock()
+			if hook != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+				hook(accepted)
+			}
 		}
 		return nil
 	}
 	// TLS like the API server: client-go sends no bearer token over plain http.
-	srv := httptest.NewTLSServer(proxy)
+	// A client that dies mid-request (the SIGKILLed leader) must not cancel
+	// the forwarded DELETE before its answer is counted: the API server
+	// completes it anyway.
+	// (ReverseProxy cancels on the request's context, or else on the
+	// writer's CloseNotify: a DELETE gets neither.)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			proxy.ServeHTTP(detachedWriter{w}, r.WithContext(context.WithoutCancel(r.Context())))
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	cfg, err := clientcmd.LoadFromFile(kubeconfig)
 	if err != nil {
@@ -71,6 +96,9 @@ func startDeleteCounter(t *testing.T, cp *harness.ControlPlane, kubeconfig strin
 	return dc, path
 }
 
+// detachedWriter hides the writer's CloseNotify from the reverse proxy.
+type detachedWriter struct{ http.ResponseWriter }
+
 // successful returns the times of the DELETEs the API server accepted, by pod.
 func (dc *deleteCounter) successful() map[string][]time.Time {
 	dc.mu.Lock()
@@ -85,11 +113,16 @@ func (dc *deleteCounter) successful() map[string][]time.Time {
 }
 
 // TestCleanupFailover: 100 evicted pods, at most 20 deletions per 10 s
-// window, two replicas. The leader is SIGKILLed once it has used up the first
-// window; the standby takes over inside that window and must count the dead
-// leader's deletions (it reads them from OPS). No 10 s window sees more than
-// 20 DELETEs (counted at the API, through a proxy), and every pod is deleted
-// once and audited in OPS exactly once.
+// window, two replicas. The leader is SIGKILLed in the middle of its first
+// burst, by the proxy, while it holds the API's answer to the 5th DELETE:
+// that deletion happened but its leader never learns it, so its audit can
+// only come from the intent (and others may be in flight or queued). The standby takes
+// over inside that window: it completes the audits of the dead leader's
+// journaled deletions (intents without their outcome in OPS, pod gone) and
+// counts them in its window. No 10 s window sees more than 20 DELETEs
+// (counted at the API, through a proxy); every pod is deleted once and
+// audited exactly once, counted on a plain subscription that sees every
+// publish (the stream would drop a repeat as a duplicate), and in OPS.
 func TestCleanupFailover(t *testing.T) {
 	const total, perWindow, window = 100, 20, 10 * time.Second
 	cp := harness.StartControlPlane(t)
@@ -110,15 +143,61 @@ func TestCleanupFailover(t *testing.T) {
 		return true
 	})
 	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
+	// Every publish on the outcome subjects, including any the stream would
+	// drop as a duplicate.
+	var pubMu sync.Mutex
+	published := map[string]int{}
+	sub, err := n.Conn.Subscribe("ops.e2e.cleanup.deleted.>", func(m *nats.Msg) {
+		pubMu.Lock()
+		published[m.Subject]++
+		pubMu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := n.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	counter, kc := startDeleteCounter(t, cp, cleanupKubeconfig(t, cp))
 	procs := map[string]*harness.Process{"a": startCleanup(t, n, cfg, kc, "a"), "b": startCleanup(t, n, cfg, kc, "b")}
-	leaderID, leader := waitLeader(t, cp, procs)
 	deleted := func(m harness.Msg) bool { return strings.HasPrefix(m.Subject, "ops.e2e.cleanup.deleted.bulk.") }
 
-	// The first window's deletions, audited: then kill the leader.
-	harness.Eventually(t, 15*time.Second, "first window used up", func() bool { return ops.Count(deleted) >= perWindow })
-	leader.Kill()
-	killed := time.Now()
+	// Mid-burst: the leader dies while the proxy holds the answer to the
+	// 5th accepted DELETE.
+	const killAfter = 5
+	var (
+		killOnce          sync.Once
+		leaderID          string
+		killed            time.Time
+		deletedBeforeKill int
+		auditedBeforeKill int
+		killedCh          = make(chan struct{})
+	)
+	counter.mu.Lock()
+	counter.hook = func(accepted int) {
+		if accepted < killAfter {
+			return
+		}
+		killOnce.Do(func() {
+			leaderID = leaseHolder(t, cp, "default", "opswire-cleanup")
+			if p := procs[leaderID]; p != nil {
+				p.Kill()
+			}
+			killed, deletedBeforeKill, auditedBeforeKill = time.Now(), accepted, ops.Count(deleted)
+			close(killedCh)
+		})
+	}
+	counter.mu.Unlock()
+	select {
+	case <-killedCh:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no 5th DELETE within 60s")
+	}
+	if procs[leaderID] == nil {
+		t.Fatalf("Lease held by %q, not a cleanup replica", leaderID)
+	}
+	t.Logf("leader %s killed at its DELETE #%d (answer held), %d deletions audited in OPS by then", leaderID, deletedBeforeKill, auditedBeforeKill)
 	standby := map[string]*harness.Process{}
 	for id, p := range procs {
 		if id != leaderID {
@@ -157,24 +236,51 @@ func TestCleanupFailover(t *testing.T) {
 			t.Fatalf("DELETEs %d and %d only %v apart: more than %d in a %v window across the failover", i, i+perWindow, gap, perWindow, window)
 		}
 	}
-	// In OPS: each pod exactly once, by subject (one id per pod, so the
-	// deleted count above is what rules out a repeat the stream would drop).
+	// In OPS: each pod's outcome exactly once, by subject, and published
+	// exactly once (the plain subscription sees a repeat the stream drops).
 	harness.Eventually(t, 10*time.Second, "every deletion audited", func() bool { return ops.Count(deleted) >= total })
 	perPod := map[string]int{}
+	intents := 0
 	for _, m := range ops.All() {
+		if strings.HasPrefix(m.Subject, "ops.e2e.cleanup.intent.") {
+			intents++
+			continue
+		}
 		perPod[m.Subject]++
 	}
+	pubMu.Lock()
+	defer pubMu.Unlock()
 	for i := range total {
-		if c := perPod[fmt.Sprintf("ops.e2e.cleanup.deleted.bulk.ev-%03d", i)]; c != 1 {
+		subj := fmt.Sprintf("ops.e2e.cleanup.deleted.bulk.ev-%03d", i)
+		if c := perPod[subj]; c != 1 {
 			t.Fatalf("ev-%03d audited %d times in OPS, want 1:\n%s", i, c, ops.Describe())
+		}
+		if c := published[subj]; c != 1 {
+			t.Fatalf("ev-%03d's outcome published %d times, want 1", i, c)
 		}
 	}
 	if len(perPod) != total {
-		t.Fatalf("%d OPS subjects, want only the %d deletions:\n%s", len(perPod), total, ops.Describe())
+		t.Fatalf("%d OPS outcome subjects, want only the %d deletions:\n%s", len(perPod), total, ops.Describe())
 	}
-	// The new leader took over inside the dead leader's window and counted its deletions.
-	if v := next.Metric("opswire_rate_window_seeded_actions"); v != perWindow {
-		t.Fatalf("new leader's window seeded with %v deletions from OPS, want %d", v, perWindow)
+	if intents != total {
+		t.Fatalf("%d intents in OPS, want one per deleted pod (%d)", intents, total)
 	}
+	// The new leader took over inside the dead leader's window and counted
+	// its deletions: at least those the API accepted, at most the cap (an
+	// intent whose DELETE was still in flight counts too).
+	if v := next.Metric("opswire_rate_window_seeded_actions"); v < float64(deletedBeforeKill) || v > perWindow {
+		t.Fatalf("new leader's window seeded with %v deletions from OPS, want %d..%d", v, deletedBeforeKill, perWindow)
+	}
+	// The DELETE whose answer the dead leader never got is audited only
+	// through its intent.
+	completed := next.Metric(`opswire_intents_total{result="completed"}`)
+	if completed < 1 {
+		t.Fatalf("new leader completed %v audits from intents, want at least 1 (the deletion answered after the kill)", completed)
+	}
+	if v := next.Metric("opswire_audit_dropped_total"); v != 0 {
+		t.Fatalf("new leader dropped %v audit messages", v)
+	}
+	t.Logf("new leader: seeded %v, completed %v audits of the dead leader's deletions, journaled %v intents",
+		next.Metric("opswire_rate_window_seeded_actions"), completed, next.Metric(`opswire_intents_total{result="journaled"}`))
 	t.Logf("100 deletions over %v", times[total-1].Sub(times[0]).Round(time.Millisecond))
 }

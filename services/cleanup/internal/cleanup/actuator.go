@@ -62,6 +62,9 @@ type ActuatorConfig struct {
 	// Now is the clock of decisions and audit times: the API server's
 	// (ServerClock.Now; time.Now when nil).
 	Now func() time.Time
+	// Intents stores a write-ahead intent before each write (an
+	// actuate.Journal); nil: no journal (unit tests).
+	Intents actuate.Intents
 	// WindowNow is the clock of the rate window (time.Now when nil). It must
 	// be monotonic: the API server's clock is a lower bound that steps by up
 	// to a second as samples come in, which would open window slots early.
@@ -220,10 +223,24 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 	case d.Remains:
 		verb = VerbDeletionRequested
 	}
+	// The outcome audit is built before the write and journaled with the
+	// intent: a leader killed after the write but before the Auditor stored
+	// the outcome leaves the intent, and the next leader publishes this very
+	// message (same id) once it sees the pod gone (RecoverIntents).
+	outSubj, outEv, encErr := a.decisionEvent(state, d, verb, "")
+	if encErr == nil && a.cfg.Intents != nil {
+		isubj, iev, err := actuate.NewIntent(a.cfg.Cluster, events.Intent{Actor: Service, Action: verb, Kind: "Pod",
+			Namespace: live.Namespace, Name: live.Name, UID: string(uid)}, outSubj, outEv)
+		if err == nil {
+			a.cfg.Intents.Record(ctx, isubj, iev)
+		} else {
+			a.log.Error().Err(err).Str("pod", live.Namespace+"/"+live.Name).Msg("intent cannot be encoded: writing unjournaled")
+		}
+	}
 	done := func(how string) (Outcome, error) {
 		a.log.Info().Str("pod", live.Namespace+"/"+live.Name).Str("uid", string(uid)).Str("verb", verb).
 			Str("reason", d.Reason).Str("how", how).Msg(d.Message)
-		a.report(state, d, verb, "")
+		a.emit(state, d, verb, "", outSubj, outEv, encErr)
 		return Outcome{}, nil
 	}
 	clearedFinalizers := false
@@ -311,6 +328,26 @@ func (a *Actuator) reportOnce(pod *events.PodState, d Decision, verb, errMsg str
 // queues the OPS event (stored by the audit publisher, however long OPS is
 // away) and counts the decision.
 func (a *Actuator) report(pod *events.PodState, d Decision, verb, errMsg string) {
+	subj, ev, err := a.decisionEvent(pod, d, verb, errMsg)
+	a.emit(pod, d, verb, errMsg, subj, ev, err)
+}
+
+// emit emits the Kubernetes Event, counts the decision and queues its OPS
+// message (built by decisionEvent; encErr when it could not be encoded).
+func (a *Actuator) emit(pod *events.PodState, d Decision, verb, errMsg, subj string, ev envelope.Event, encErr error) {
+	if !a.cfg.DryRun {
+		a.event(pod, verb, d, errMsg)
+	}
+	a.metrics.Decisions.WithLabelValues(verb, d.Reason).Inc()
+	if encErr != nil {
+		a.log.Error().Err(encErr).Str("pod", pod.Namespace+"/"+pod.Name).Msg("audit message cannot be encoded")
+		return
+	}
+	a.audit.Publish(subj, ev)
+}
+
+// decisionEvent builds the OPS message of a decision on pod.
+func (a *Actuator) decisionEvent(pod *events.PodState, d Decision, verb, errMsg string) (string, envelope.Event, error) {
 	now := a.cfg.Now()
 	payload := events.CleanupDecision{
 		Verb: verb, Action: d.Want.String(), Namespace: pod.Namespace, Pod: pod.Name, PodUID: pod.UID,
@@ -318,17 +355,33 @@ func (a *Actuator) report(pod *events.PodState, d Decision, verb, errMsg string)
 		Reason: d.Reason, Message: d.Message, AgeSeconds: int64(now.Sub(pod.CreationTimestamp).Seconds()),
 		Severity: severity(verb), DryRun: a.cfg.DryRun, Error: errMsg, Time: now,
 	}
-	if !a.cfg.DryRun {
-		a.event(pod, verb, d, errMsg)
-	}
-	a.metrics.Decisions.WithLabelValues(verb, d.Reason).Inc()
 	ev, err := envelope.New(opsID(pod.UID, verb, d), envelope.Source(a.cfg.Cluster, Service), events.TypeCleanup,
 		pod.Namespace+"/"+pod.Name, payload, now)
-	if err != nil {
-		a.log.Error().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Msg("audit message cannot be encoded")
-		return
+	return subject.Ops(a.cfg.Cluster, Service, verb, pod.Namespace, pod.Name), ev, err
+}
+
+// IntentSubjects is the filter of the actor's write-ahead intents.
+func IntentSubjects(cluster string) string {
+	return subject.Ops(cluster, Service, actuate.VerbIntent) + ".>"
+}
+
+// Happened is the live check of a new leader for an intent without its
+// outcome in OPS: the removal happened when the pod is gone or another pod
+// (another UID) now holds its name; the same pod still there means the
+// write did not happen (or its deletion is pending), and the normal
+// processing of the pod takes it from there.
+func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error) {
+	live, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Pod, error) {
+		return a.client.CoreV1().Pods(in.Namespace).Get(ctx, in.Name, metav1.GetOptions{})
+	})
+	if apierrors.IsNotFound(err) {
+		return true, nil
 	}
-	a.audit.Publish(subject.Ops(a.cfg.Cluster, Service, verb, pod.Namespace, pod.Name), ev)
+	if err != nil {
+		a.metrics.APIErrors.WithLabelValues("get_pod").Inc()
+		return false, fmt.Errorf("re-read pod %s/%s of an intent: %w", in.Namespace, in.Name, err)
+	}
+	return string(live.UID) != in.UID, nil
 }
 
 func (a *Actuator) event(pod *events.PodState, verb string, d Decision, errMsg string) {

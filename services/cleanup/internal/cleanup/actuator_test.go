@@ -523,3 +523,131 @@ func TestActuatorFinalizerRemovalCountsAgainstCap(t *testing.T) {
 		t.Fatalf("%d audited, want 2", got)
 	}
 }
+
+// intentRec records intents; stored is what Record answers.
+type intentRec struct {
+	mu     sync.Mutex
+	stored bool
+	msgs   []*nats.Msg
+}
+
+func (r *intentRec) Record(_ context.Context, subj string, ev envelope.Event) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, ev.Msg(subj))
+	return r.stored
+}
+
+func (r *intentRec) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.msgs)
+}
+
+// TestActuatorJournalsBeforeTheWrite: the intent is stored before the
+// DELETE (and before the finalizer patch), carries the UID, the verb and
+// the outcome message that is then published byte for byte; an intent the
+// journal could not store does not hold the removal back. A skip writes
+// no intent.
+func TestActuatorJournalsBeforeTheWrite(t *testing.T) {
+	for _, stored := range []bool{true, false} {
+		t.Run("stored="+strconv.FormatBool(stored), func(t *testing.T) {
+			r := newRig(t, testPolicy(), false, nil, livePod())
+			in := &intentRec{stored: stored}
+			r.act.cfg.Intents = in
+			var atDelete []int
+			r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				atDelete = append(atDelete, in.count())
+				return false, nil, nil
+			})
+			st := pod(failed("Evicted"))
+			if _, err := r.act.Handle(context.Background(), st, testPolicy().Decide(st, Facts{Now: t0}), Facts{Now: t0}); err != nil {
+				t.Fatal(err)
+			}
+			if len(atDelete) != 1 || atDelete[0] != 1 {
+				t.Fatalf("intents stored when the DELETE ran: %v, want [1]", atDelete)
+			}
+			msg := in.msgs[0]
+			var intent events.Intent
+			ev, err := envelope.Decode(msg.Header, msg.Data, events.TypeIntent, &intent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg.Subject != "ops.c1.cleanup.intent.apps.web-1" || ev.ID != "cleanup/uid-1/deleted/intent" ||
+				msg.Header.Get(envelope.HeaderMsgID) != ev.ID || intent.UID != "uid-1" || intent.Action != VerbDeleted ||
+				intent.Namespace != "apps" || intent.Name != "web-1" || intent.Kind != "Pod" || intent.Actor != Service {
+				t.Fatalf("intent %s %s %+v", msg.Subject, ev.ID, intent)
+			}
+			outs := r.pub.all()
+			if len(outs) != 1 {
+				t.Fatalf("%d outcomes published, want 1", len(outs))
+			}
+			out := outs[0]
+			if intent.Outcome.Subject != out.Subject || intent.Outcome.ID != out.Header.Get(envelope.HeaderMsgID) ||
+				string(intent.Outcome.Data) != string(out.Data) || intent.Outcome.Type != events.TypeCleanup {
+				t.Fatalf("intent carries %s %s %s; published %s %s %s", intent.Outcome.Subject, intent.Outcome.ID, intent.Outcome.Data,
+					out.Subject, out.Header.Get(envelope.HeaderMsgID), out.Data)
+			}
+		})
+	}
+	t.Run("finalizer patch", func(t *testing.T) {
+		p := testPolicy()
+		p.RemoveFinalizers = true
+		r := newRig(t, p, false, nil, livePod(liveDeleting, func(p *corev1.Pod) { p.Finalizers = []string{"x/y"} }))
+		in := &intentRec{stored: true}
+		r.act.cfg.Intents = in
+		var atPatch []int
+		r.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			atPatch = append(atPatch, in.count())
+			return false, nil, nil
+		})
+		st := pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) { s.Finalizers = 1 })
+		if _, err := r.act.Handle(context.Background(), st, p.Decide(st, Facts{Now: t0}), Facts{Now: t0}); err != nil {
+			t.Fatal(err)
+		}
+		if len(atPatch) != 1 || atPatch[0] != 1 || in.count() != 1 {
+			t.Fatalf("intents at the patch %v, total %d; want one, before the patch", atPatch, in.count())
+		}
+	})
+	t.Run("skip", func(t *testing.T) {
+		r := newRig(t, testPolicy(), false, nil)
+		in := &intentRec{stored: true}
+		r.act.cfg.Intents = in
+		st := pod(failed("Evicted"))
+		r.act.Handle(context.Background(), st, Decision{Action: Skip, Reason: "opted-out"}, Facts{Now: t0})
+		if in.count() != 0 {
+			t.Fatalf("%d intents for a skip", in.count())
+		}
+	})
+}
+
+// TestActuatorHappened: the live check of a new leader for an intent
+// without its outcome.
+func TestActuatorHappened(t *testing.T) {
+	tests := []struct {
+		name string
+		objs []runtime.Object
+		want bool
+	}{
+		{"gone", nil, true},
+		{"recreated under the same name", []runtime.Object{livePod(func(p *corev1.Pod) { p.UID = "uid-2" })}, true},
+		{"same pod still there", []runtime.Object{livePod()}, false},
+		{"same pod, deletion pending", []runtime.Object{livePod(liveDeleting)}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, testPolicy(), false, nil, tc.objs...)
+			got, err := r.act.Happened(context.Background(), events.Intent{Namespace: "apps", Name: "web-1", UID: "uid-1"})
+			if err != nil || got != tc.want {
+				t.Fatalf("Happened = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+	r := newRig(t, testPolicy(), false, nil)
+	r.client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("API down")
+	})
+	if _, err := r.act.Happened(context.Background(), events.Intent{Namespace: "apps", Name: "web-1", UID: "uid-1"}); err == nil {
+		t.Fatal("an API error must fail the check (the recovery retries)")
+	}
+}

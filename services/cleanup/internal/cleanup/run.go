@@ -70,8 +70,12 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	audit := actuate.NewAuditor(js, 0, wm, log)
 	defer audit.Close(5 * time.Second)
 	window := actuate.NewWindow(cfg.MaxDeletionsPerMinute, cfg.RateWindow.Duration)
+	// Each removal is journaled before it is written (an intent on
+	// ops.<cluster>.cleanup.intent.<ns>.<pod>): a leader SIGKILLed before
+	// its outcome audit is stored leaves the intent for the next leader.
+	journal := actuate.NewJournal(js, 0, wm, log)
 	act := NewActuator(client, audit, recorder, metrics, log, ActuatorConfig{
-		Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Limiter: window, Now: clock.Now,
+		Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Limiter: window, Now: clock.Now, Intents: journal,
 	})
 	ctl := NewController(policy, act, metrics, cfg.Interval.Duration, workers, clock.Now, log)
 	rt.Server.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -98,10 +102,13 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		if err := mirror.WaitSynced(lctx); err != nil {
 			return nil // leadership or the process ended first
 		}
-		// The previous leaders' removals count against this leader's window;
-		// nothing is deleted before they are known.
+		// The previous leaders' removals count against this leader's window,
+		// and their journaled removals whose audit never reached OPS are
+		// audited now; nothing is deleted before both are done.
 		if !dryRun {
-			if err := actuate.SeedFromOPS(lctx, js, window, ActionSubjects(rt.Cluster), wm, log, time.Now); err != nil {
+			rec := actuate.Recovery{Intents: IntentSubjects(rt.Cluster), Outcomes: ActionSubjects(rt.Cluster),
+				Happened: act.Happened, Audit: audit}
+			if err := actuate.SeedAndRecover(lctx, js, window, rec, wm, log, time.Now); err != nil {
 				return nil
 			}
 		}

@@ -208,6 +208,13 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 		_ = msg.Term()
 		return
 	}
+	if it.Kind == notify.KindIntent {
+		// A write-ahead intent is for the actor's next leader; its outcome
+		// (deleted, cordoned, ...) is the message people are told about.
+		x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "intent").Inc()
+		_ = msg.Ack()
+		return
+	}
 	routes := x.d.Routes.Match(it)
 	if !x.routesMine(routes) {
 		x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "unrouted").Inc()

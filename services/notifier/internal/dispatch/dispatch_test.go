@@ -171,6 +171,49 @@ func TestMalformedCountedAndTerminated(t *testing.T) {
 	}
 }
 
+// TestIntentsAckedUnsent: an actor's write-ahead intent
+// (ops.<cluster>.cleanup.intent.<ns>.<pod>) is acked without a card and
+// counted as an intent; the outcome behind it goes out once.
+func TestIntentsAckedUnsent(t *testing.T) {
+	e := newEnv(t, notifierConfig())
+	h := newHook(t)
+	eng := e.start([]config.Route{fastRoute("all", "hook")}, []dispatch.Receiver{webhookReceiver(t, "hook", h.URL)}, nil)
+
+	out, err := envelope.New("cleanup/uid-9/deleted", envelope.Source(cluster, "cleanup"), events.TypeCleanup, "ns/p",
+		events.CleanupDecision{Verb: "deleted", Namespace: "ns", Pod: "p", Time: time.Now()}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As actuate.NewIntent builds it (the notifier does not import the
+	// write path).
+	isubj := subject.Ops(cluster, "cleanup", "intent", "ns", "p")
+	intent, err := envelope.New(out.ID+"/intent", out.Source, events.TypeIntent, "ns/p", events.Intent{
+		Actor: "cleanup", Action: "deleted", Kind: "Pod", Namespace: "ns", Name: "p", UID: "uid-9",
+		Outcome: events.IntentOutcome{Subject: subject.Ops(cluster, "cleanup", "deleted", "ns", "p"), ID: out.ID, Source: out.Source,
+			Type: out.Type, Object: out.Subject, Time: out.Time, Data: out.Data}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publishRaw(intent.Msg(isubj))
+	sentinel := e.publishCleanup(2, events.SeverityInfo)
+	ci := e.waitSettled("both messages settled")
+	if v := value(eng.metrics.Messages.WithLabelValues("", "intent")); v != 1 {
+		t.Errorf("intent count %v, want 1", v)
+	}
+	if v := value(eng.metrics.Messages.WithLabelValues("", "routed")); v != 1 {
+		t.Errorf("routed count %v, want 1 (the sentinel)", v)
+	}
+	if v := value(eng.metrics.Messages.WithLabelValues("", "malformed")); v != 0 {
+		t.Errorf("malformed count %v, want 0", v)
+	}
+	if ci.Delivered.Consumer != 2 {
+		t.Errorf("%d deliveries of 2 messages, want no redelivery", ci.Delivered.Consumer)
+	}
+	if n, ids := h.got(); n != 1 || len(ids) != 1 || ids[sentinel.id] != 1 {
+		t.Errorf("receiver got %d requests with %v, want only the sentinel", n, ids)
+	}
+}
+
 // TestRedeliveredAlreadyDeliveredIsSkipped: a redelivered message whose
 // (route, receiver, id) is already recorded in the KV bucket is not sent to
 // that receiver again; receivers without a record still get it; a message

@@ -21,6 +21,10 @@ const (
 	KindCleanup  Kind = "cleanup"
 	KindRestarts Kind = "restarts"
 	KindImages   Kind = "images"
+	// KindIntent is an actor's write-ahead intent
+	// (ops.<cluster>.<actor>.intent.>): a record for the actor's next
+	// leader, not a decision. It is never routed, grouped or sent.
+	KindIntent Kind = "intent"
 )
 
 // Item is one decoded OPS message.
@@ -63,6 +67,9 @@ func Decode(subj string, h nats.Header, data []byte) (*Item, error) {
 	case events.TypeImageAlert:
 		it.Kind, it.Image = KindImages, &events.ImageAlert{}
 		payload = it.Image
+	case events.TypeIntent:
+		it.Kind = KindIntent
+		return it, nil
 	default:
 		return nil, fmt.Errorf("%w: unknown ce-type %q", envelope.ErrMalformed, ev.Type)
 	}

@@ -1,0 +1,255 @@
+package actuate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// VerbIntent is the verb of the write-ahead intents an actor stores before a
+// write: ops.<cluster>.<actor>.intent.<object tokens>.
+const VerbIntent = "intent"
+
+// DefaultIntentTimeout bounds the synchronous store of one intent. Past it
+// the write goes ahead unjournaled: an actor acts during NATS outages.
+const DefaultIntentTimeout = time.Second
+
+// DefaultRecoverySpan is how far back a new leader completes intents when the
+// rate window is shorter: the stream's duplicate window (nats.duplicates), so
+// a leadership gap of up to that long loses no audit.
+const DefaultRecoverySpan = 10 * time.Minute
+
+// Journal stores write-ahead intents synchronously, with a short deadline.
+// An intent names the write and carries the outcome audit message the write
+// will produce; a new leader completes the audits of intents whose outcome
+// never reached OPS (Recover), so a SIGKILL between the write and the
+// Auditor's store loses no audit and no rate-window slot.
+type Journal struct {
+	pub     natsx.Publisher
+	timeout time.Duration
+	m       *Metrics
+	log     zerolog.Logger
+}
+
+// NewJournal builds a journal on pub; timeout bounds one intent
+// (DefaultIntentTimeout when not positive).
+func NewJournal(pub natsx.Publisher, timeout time.Duration, m *Metrics, log zerolog.Logger) *Journal {
+	if timeout <= 0 {
+		timeout = DefaultIntentTimeout
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	return &Journal{pub: pub, timeout: timeout, m: m, log: log}
+}
+
+// Intents is what an actuator needs of the Journal (tests pass a recorder).
+type Intents interface {
+	// Record stores an intent before the write it names and reports whether
+	// it was stored. The write goes ahead either way.
+	Record(ctx context.Context, subject string, ev envelope.Event) bool
+}
+
+var _ Intents = (*Journal)(nil)
+
+// Record publishes the intent with its deterministic id, retrying within the
+// journal's timeout. Not stored in time: counted as unjournaled and logged;
+// the caller writes anyway.
+func (j *Journal) Record(ctx context.Context, subj string, ev envelope.Event) bool {
+	rctx, cancel := context.WithTimeout(ctx, j.timeout)
+	defer cancel()
+	_, err := natsx.PublishEvent(rctx, j.pub, subj, ev, j.timeout)
+	if err == nil {
+		j.m.Intents.WithLabelValues("journaled").Inc()
+		return true
+	}
+	j.m.Intents.WithLabelValues("unjournaled").Inc()
+	j.log.Warn().Err(err).Str("id", ev.ID).Str("subject", subj).Dur("timeout", j.timeout).
+		Msg("intent not stored in OPS in time: writing unjournaled (a SIGKILL before its audit is stored would lose that audit)")
+	return false
+}
+
+// NewIntent builds the intent of a write whose outcome audit is (outSubject,
+// outcome). in names the object (Kind, Namespace, Name, UID) and the action;
+// its subject is ops.<cluster>.<actor>.intent.[<namespace>.]<name> and its
+// id the outcome's id + "/intent".
+func NewIntent(cluster string, in events.Intent, outSubject string, outcome envelope.Event) (string, envelope.Event, error) {
+	in.Outcome = events.IntentOutcome{Subject: outSubject, ID: outcome.ID, Source: outcome.Source, Type: outcome.Type,
+		Object: outcome.Subject, Time: outcome.Time, Data: json.RawMessage(outcome.Data)}
+	if in.Time.IsZero() {
+		in.Time = outcome.Time
+	}
+	tokens := []string{VerbIntent}
+	object := in.Name
+	if in.Namespace != "" {
+		tokens = append(tokens, in.Namespace)
+		object = in.Namespace + "/" + in.Name
+	}
+	tokens = append(tokens, in.Name)
+	ev, err := envelope.New(outcome.ID+"/"+VerbIntent, outcome.Source, events.TypeIntent, object, in, in.Time)
+	if err != nil {
+		return "", envelope.Event{}, err
+	}
+	return subject.Ops(cluster, in.Actor, tokens...), ev, nil
+}
+
+// Recovery is what a new leader reads back at leadership start.
+type Recovery struct {
+	// Intents is the actor's intent filter, ops.<cluster>.<actor>.intent.>.
+	Intents string
+	// Outcomes are the actor's action subjects (the rate window's filters).
+	Outcomes []string
+	// Span is how far back intents are completed; at least the window's Per
+	// (DefaultRecoverySpan when 0).
+	Span time.Duration
+	// Happened reports, from live state, whether the write an intent names
+	// took place (e.g. the pod is gone or was replaced: true; the same pod
+	// is still there: false). An error retries the whole recovery.
+	Happened func(ctx context.Context, in events.Intent) (bool, error)
+	// Audit publishes the outcomes of the writes that happened.
+	Audit Audit
+}
+
+// SeedAndRecover is SeedFromOPS for an actor that journals its writes. Before
+// the first action of a term it reads the intents and outcomes of the last
+// Span from OPS, publishes (through Audit, with the outcome's own id, so a
+// copy the old leader stored after all is dropped as a duplicate) the
+// outcome of each intent whose write happened but whose outcome is missing,
+// and seeds w with every action of the last w.Per counted once: each intent
+// (deduplicated by its outcome id) plus each outcome without an intent (an
+// unjournaled write, during a NATS outage). Nothing is published until every
+// open intent was verified, so a retry never publishes an outcome twice.
+func SeedAndRecover(ctx context.Context, js jetstream.JetStream, w *Window, r Recovery, m *Metrics, log zerolog.Logger, now func() time.Time) error {
+	if now == nil {
+		now = time.Now
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	if r.Happened == nil || r.Audit == nil {
+		return ErrIncompleteRecovery
+	}
+	backoff := 200 * time.Millisecond
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		err := recoverOnce(rctx, js, w, r, m, log, now())
+		cancel()
+		if err == nil {
+			return nil
+		}
+		log.Warn().Err(err).Msg("cannot read intents and the rate window from OPS; not acting until they are known")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+type openIntent struct {
+	at time.Time
+	in events.Intent
+}
+
+func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recovery, m *Metrics, log zerolog.Logger, start time.Time) error {
+	span := max(r.Span, w.Per)
+	if r.Span == 0 {
+		span = max(DefaultRecoverySpan, w.Per)
+	}
+	since, windowStart := start.Add(-span), start.Add(-w.Per)
+	msgs, err := readOPS(ctx, js, r.Intents, since)
+	if err != nil {
+		return fmt.Errorf("read intents on %s: %w", r.Intents, err)
+	}
+	intents := map[string]openIntent{} // by outcome id, the first one stored
+	var order []string
+	for _, msg := range msgs {
+		var in events.Intent
+		if _, err := envelope.Decode(msg.Header, msg.Data, events.TypeIntent, &in); err != nil || in.Outcome.ID == "" {
+			log.Warn().Err(err).Str("subject", msg.Subject).Msg("malformed intent in OPS: ignored")
+			continue
+		}
+		if _, ok := intents[in.Outcome.ID]; !ok {
+			intents[in.Outcome.ID] = openIntent{at: msg.Time, in: in}
+			order = append(order, in.Outcome.ID)
+		}
+	}
+	outcomes := map[string]time.Time{}
+	for _, f := range r.Outcomes {
+		msgs, err := readOPS(ctx, js, f, since)
+		if err != nil {
+			return fmt.Errorf("read outcomes on %s: %w", f, err)
+		}
+		for _, msg := range msgs {
+			id := msg.Header.Get(envelope.HeaderMsgID)
+			if id == "" {
+				id = msg.Header.Get(envelope.HeaderID)
+			}
+			if _, ok := outcomes[id]; !ok {
+				outcomes[id] = msg.Time
+			}
+		}
+	}
+	// Verify every open intent first; publish only once all are known.
+	var complete []events.Intent
+	done, pending := 0, 0
+	for _, id := range order {
+		oi := intents[id]
+		if _, ok := outcomes[id]; ok {
+			done++
+			continue
+		}
+		happened, err := r.Happened(ctx, oi.in)
+		if err != nil {
+			return fmt.Errorf("verify intent %s: %w", id, err)
+		}
+		if happened {
+			complete = append(complete, oi.in)
+		} else {
+			pending++
+		}
+	}
+	for _, in := range complete {
+		o := in.Outcome
+		r.Audit.Publish(o.Subject, envelope.Event{ID: o.ID, Source: o.Source, Type: o.Type, Time: o.Time, Subject: o.Object, Data: o.Data})
+		log.Info().Str("id", o.ID).Str("subject", o.Subject).Str("uid", in.UID).
+			Msg("intent without its outcome in OPS and the write happened (object gone or replaced): outcome audit published")
+	}
+	m.Intents.WithLabelValues("completed").Add(float64(len(complete)))
+	m.Intents.WithLabelValues("done").Add(float64(done))
+	m.Intents.WithLabelValues("pending").Add(float64(pending))
+
+	var times []time.Time
+	for _, id := range order {
+		if at := intents[id].at; at.After(windowStart) {
+			times = append(times, at)
+		}
+	}
+	unjournaled := 0
+	for id, at := range outcomes {
+		if _, ok := intents[id]; !ok && at.After(windowStart) {
+			times = append(times, at)
+			unjournaled++
+		}
+	}
+	w.Seed(times)
+	m.WindowSeeded.Set(float64(len(times)))
+	log.Info().Int("actions", len(times)).Int("unjournaled", unjournaled).Int("max", w.Max).Dur("window", w.Per).
+		Int("intentsCompleted", len(complete)).Int("intentsDone", done).Int("intentsPending", pending).Dur("span", span).
+		Msg("rate window seeded from OPS intents and outcomes; missing outcome audits completed")
+	return nil
+}
+
+// ErrIncompleteRecovery: a Recovery needs Happened and Audit.
+var ErrIncompleteRecovery = errors.New("actuate: Recovery.Happened and Recovery.Audit are required")

@@ -1,0 +1,223 @@
+package actuate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/natstest"
+	"github.com/opswire/opswire/shared/natsx"
+)
+
+// recorder is a synchronous Audit that remembers what it was given.
+type recorder struct {
+	mu   sync.Mutex
+	msgs []*nats.Msg
+}
+
+func (r *recorder) Publish(subj string, ev envelope.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, ev.Msg(subj))
+}
+
+// outcome builds the outcome audit of a removal of pod ns/name.
+func outcome(t *testing.T, uid, name string) (string, envelope.Event) {
+	t.Helper()
+	ev, err := envelope.New("cleanup/"+uid+"/deleted", "opswire/c/cleanup", events.TypeCleanup, "ns/"+name,
+		events.CleanupDecision{Verb: "deleted", Namespace: "ns", Pod: name, PodUID: uid}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "ops.c.cleanup.deleted.ns." + name, ev
+}
+
+func journal(t *testing.T, j *Journal, uid, name string) (string, envelope.Event) {
+	t.Helper()
+	osubj, oev := outcome(t, uid, name)
+	isubj, iev, err := NewIntent("c", events.Intent{Actor: "cleanup", Action: "deleted", Kind: "Pod", Namespace: "ns", Name: name, UID: uid}, osubj, oev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if isubj != "ops.c.cleanup.intent.ns."+name || iev.ID != oev.ID+"/intent" || iev.Type != events.TypeIntent {
+		t.Fatalf("intent %s %s %s", isubj, iev.ID, iev.Type)
+	}
+	if !j.Record(context.Background(), isubj, iev) {
+		t.Fatalf("intent %s not stored", iev.ID)
+	}
+	return osubj, oev
+}
+
+// TestSeedAndRecover: a dead leader journaled four removals: a was done and
+// audited, b and c were done but their audits were lost (c's pod was
+// replaced by another one of the same name), d was not done (the same pod
+// is still there). A fifth removal e was made during an outage: audited
+// without an intent. The new leader publishes exactly the outcomes of b and
+// c, with their own ids and bodies, and its window counts a, b, c, d and e
+// once each (a's intent and outcome are one action).
+func TestSeedAndRecover(t *testing.T) {
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics(nil)
+	j := NewJournal(js, time.Second, m, zerolog.Nop())
+	as, ae := journal(t, j, "uid-a", "a")
+	if _, err := natsx.PublishEvent(ctx, js, as, ae, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	bs, be := journal(t, j, "uid-b", "b")
+	cs, ce := journal(t, j, "uid-c", "c")
+	journal(t, j, "uid-d", "d")
+	// The same intent again (a retry of d by the same leader): one action.
+	journal(t, j, "uid-d", "d")
+	es, ee := outcome(t, "uid-e", "e")
+	if _, err := natsx.PublishEvent(ctx, js, es, ee, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.Intents.WithLabelValues("journaled")); got != 5 {
+		t.Fatalf("journaled = %v, want 5", got)
+	}
+
+	live := map[string]string{"c": "uid-c2", "d": "uid-d"} // name → live UID; a, b gone
+	var verified []string
+	happened := func(_ context.Context, in events.Intent) (bool, error) {
+		verified = append(verified, in.Name)
+		uid, ok := live[in.Name]
+		return !ok || uid != in.UID, nil
+	}
+	audit := &recorder{}
+	w := NewWindow(10, time.Minute)
+	m2 := NewMetrics(nil)
+	rec := Recovery{Intents: "ops.c.cleanup.intent.>", Outcomes: []string{"ops.c.cleanup.deleted.>"}, Happened: happened, Audit: audit}
+	if err := SeedAndRecover(ctx, js, w, rec, m2, zerolog.Nop(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(verified) != 3 {
+		t.Fatalf("verified %v, want b, c, d (a's outcome is in OPS)", verified)
+	}
+	if len(audit.msgs) != 2 {
+		t.Fatalf("%d outcomes published, want b's and c's", len(audit.msgs))
+	}
+	for i, want := range []struct {
+		subj string
+		ev   envelope.Event
+	}{{bs, be}, {cs, ce}} {
+		got := audit.msgs[i]
+		if got.Subject != want.subj || got.Header.Get(envelope.HeaderMsgID) != want.ev.ID || string(got.Data) != string(want.ev.Data) ||
+			got.Header.Get(envelope.HeaderType) != events.TypeCleanup {
+			t.Fatalf("outcome %d = %s %s %s, want %s %s %s", i, got.Subject, got.Header.Get(envelope.HeaderMsgID), got.Data, want.subj, want.ev.ID, want.ev.Data)
+		}
+		var d events.CleanupDecision
+		if err := json.Unmarshal(got.Data, &d); err != nil || d.Verb != "deleted" {
+			t.Fatalf("outcome body %s: %v", got.Data, err)
+		}
+	}
+	if got := w.Len(time.Now()); got != 5 {
+		t.Fatalf("window holds %d actions, want 5 (a, b, c, d, e once each)", got)
+	}
+	if got := testutil.ToFloat64(m2.WindowSeeded); got != 5 {
+		t.Fatalf("seeded gauge %v, want 5", got)
+	}
+	for result, want := range map[string]float64{"completed": 2, "done": 1, "pending": 1} {
+		if got := testutil.ToFloat64(m2.Intents.WithLabelValues(result)); got != want {
+			t.Fatalf("intents %s = %v, want %v", result, got, want)
+		}
+	}
+	// The completed outcomes stored: a second new leader publishes nothing.
+	for _, msg := range audit.msgs {
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	audit2 := &recorder{}
+	rec.Audit, verified = audit2, nil
+	if err := SeedAndRecover(ctx, js, NewWindow(10, time.Minute), rec, nil, zerolog.Nop(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(audit2.msgs) != 0 || len(verified) != 1 {
+		t.Fatalf("second recovery published %d outcomes and verified %v, want none and only d", len(audit2.msgs), verified)
+	}
+}
+
+// TestSeedAndRecoverVerifyError: a failed live check publishes nothing and
+// is retried; the retry publishes each outcome once.
+func TestSeedAndRecoverVerifyError(t *testing.T) {
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	j := NewJournal(js, time.Second, nil, zerolog.Nop())
+	journal(t, j, "uid-a", "a")
+	journal(t, j, "uid-b", "b")
+	calls := 0
+	audit := &recorder{}
+	rec := Recovery{Intents: "ops.c.cleanup.intent.>", Outcomes: []string{"ops.c.cleanup.deleted.>"}, Audit: audit,
+		Happened: func(_ context.Context, in events.Intent) (bool, error) {
+			calls++
+			if in.Name == "b" && calls == 2 {
+				return false, errors.New("API down")
+			}
+			return true, nil
+		}}
+	if err := SeedAndRecover(ctx, js, NewWindow(10, time.Minute), rec, nil, zerolog.Nop(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(audit.msgs) != 2 || audit.msgs[0].Subject != "ops.c.cleanup.deleted.ns.a" || audit.msgs[1].Subject != "ops.c.cleanup.deleted.ns.b" {
+		t.Fatalf("published %d outcomes, want a's and b's once", len(audit.msgs))
+	}
+}
+
+// TestJournalNATSDown: with the server gone the intent is not stored within
+// the journal's timeout; Record returns false quickly and counts it.
+func TestJournalNATSDown(t *testing.T) {
+	s := natstest.Start(t)
+	nc, err := nats.Connect(s.ClientURL(), nats.ReconnectBufSize(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+	m := NewMetrics(nil)
+	j := NewJournal(js, 300*time.Millisecond, m, zerolog.Nop())
+	osubj, oev := outcome(t, "uid-a", "a")
+	isubj, iev, err := NewIntent("c", events.Intent{Actor: "cleanup", Action: "deleted", Kind: "Pod", Namespace: "ns", Name: "a", UID: "uid-a"}, osubj, oev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if j.Record(context.Background(), isubj, iev) {
+		t.Fatal("intent stored with the server down")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Record took %v with a 300ms timeout", d)
+	}
+	if got := testutil.ToFloat64(m.Intents.WithLabelValues("unjournaled")); got != 1 {
+		t.Fatalf("unjournaled = %v, want 1", got)
+	}
+}
