@@ -278,3 +278,8 @@ func setNodeReady(t *testing.T, cp *harness.ControlPlane, name string, status co
 		s.Conditions[0].Status, s.Conditions[0].LastTransitionTime = status, metav1.Now()
 	})
 }
+
+// isOutcome: an OPS message of cleanup's decisions, not one of its
+// write-ahead intents (ops.<cluster>.cleanup.intent.>, checked by
+// TestCleanupFailover).
+func isOutcome(m harness.Msg) bool { return !strings.Contains(m.Subject, ".cleanup.intent.") }

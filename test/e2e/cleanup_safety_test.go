@@ -159,9 +159,12 @@ func TestCleanupFinalizerPath(t *testing.T) {
 		return true
 	})
 	// Each pod: exactly one OPS message and one Event, the verb saying what happened.
-	harness.Eventually(t, 10*time.Second, "one audit per pod", func() bool { return ops.Count(func(harness.Msg) bool { return true }) >= total })
+	harness.Eventually(t, 10*time.Second, "one audit per pod", func() bool { return ops.Count(isOutcome) >= total })
 	var times []time.Time
 	for _, m := range ops.All() {
+		if !isOutcome(m) {
+			continue
+		}
 		d := decision(t, m)
 		want := "deleted"
 		if d.Pod == "fin-3" || d.Pod == "fin-4" {
