@@ -121,6 +121,8 @@ func TestDeployOnRealCluster(t *testing.T) {
 		s.Phase, s.Reason, s.Message = corev1.PodFailed, "Evicted", "The node was low on resource: memory."
 	})
 	ops.WaitFor(t, 30*time.Second, "evicted pod deleted", harness.Subject("ops.default.cleanup.deleted.shop.evicted-0"))
+	// Journaled first, under the cleanup user's own subjects (ops.*.cleanup.>).
+	ops.WaitFor(t, 5*time.Second, "the deletion's intent", harness.Subject("ops.default.cleanup.intent.shop.evicted-0"))
 
 	harness.CreatePod(t, c, harness.Pod("shop", "stuck-0", "deploy-node-a"))
 	one := int64(1)

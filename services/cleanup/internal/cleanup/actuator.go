@@ -226,7 +226,8 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 	// The outcome audit is built before the write and journaled with the
 	// intent: a leader killed after the write but before the Auditor stored
 	// the outcome leaves the intent, and the next leader publishes this very
-	// message (same id) once it sees the pod gone (RecoverIntents).
+	// message (same id) once it sees the pod gone (actuate.SeedAndRecover
+	// with Happened).
 	outSubj, outEv, encErr := a.decisionEvent(state, d, verb, "")
 	if encErr == nil && a.cfg.Intents != nil {
 		isubj, iev, err := actuate.NewIntent(a.cfg.Cluster, events.Intent{Actor: Service, Action: verb, Kind: "Pod",
@@ -369,7 +370,8 @@ func IntentSubjects(cluster string) string {
 // outcome in OPS: the removal happened when the pod is gone or another pod
 // (another UID) now holds its name; the same pod still there means the
 // write did not happen (or its deletion is pending), and the normal
-// processing of the pod takes it from there.
+// processing of the pod takes it from there; except for a deletionrequested
+// intent, whose write leaves the pod Terminating (deletionTimestamp set).
 func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error) {
 	live, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Pod, error) {
 		return a.client.CoreV1().Pods(in.Namespace).Get(ctx, in.Name, metav1.GetOptions{})
@@ -381,7 +383,12 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 		a.metrics.APIErrors.WithLabelValues("get_pod").Inc()
 		return false, fmt.Errorf("re-read pod %s/%s of an intent: %w", in.Namespace, in.Name, err)
 	}
-	return string(live.UID) != in.UID, nil
+	if string(live.UID) != in.UID {
+		return true, nil
+	}
+	// A delete that finalizers hold leaves the same pod, now Terminating:
+	// that is the deletionrequested outcome.
+	return in.Action == VerbDeletionRequested && live.DeletionTimestamp != nil, nil
 }
 
 func (a *Actuator) event(pod *events.PodState, verb string, d Decision, errMsg string) {

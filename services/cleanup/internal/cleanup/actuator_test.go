@@ -626,18 +626,21 @@ func TestActuatorJournalsBeforeTheWrite(t *testing.T) {
 func TestActuatorHappened(t *testing.T) {
 	tests := []struct {
 		name string
+		verb string
 		objs []runtime.Object
 		want bool
 	}{
-		{"gone", nil, true},
-		{"recreated under the same name", []runtime.Object{livePod(func(p *corev1.Pod) { p.UID = "uid-2" })}, true},
-		{"same pod still there", []runtime.Object{livePod()}, false},
-		{"same pod, deletion pending", []runtime.Object{livePod(liveDeleting)}, false},
+		{"gone", VerbDeleted, nil, true},
+		{"recreated under the same name", VerbDeleted, []runtime.Object{livePod(func(p *corev1.Pod) { p.UID = "uid-2" })}, true},
+		{"same pod still there", VerbDeleted, []runtime.Object{livePod()}, false},
+		{"same pod, deletion pending", VerbForceDeleted, []runtime.Object{livePod(liveDeleting)}, false},
+		{"deletion requested, finalizers hold the pod", VerbDeletionRequested, []runtime.Object{livePod(liveDeleting)}, true},
+		{"deletion requested, pod not deleting", VerbDeletionRequested, []runtime.Object{livePod()}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, testPolicy(), false, nil, tc.objs...)
-			got, err := r.act.Happened(context.Background(), events.Intent{Namespace: "apps", Name: "web-1", UID: "uid-1"})
+			got, err := r.act.Happened(context.Background(), events.Intent{Action: tc.verb, Namespace: "apps", Name: "web-1", UID: "uid-1"})
 			if err != nil || got != tc.want {
 				t.Fatalf("Happened = %v, %v; want %v", got, err, tc.want)
 			}
