@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -156,6 +157,61 @@ func TestFaultNATSLeaderKilled(t *testing.T) {
 	t.Logf("%s caught up on KUBE and OPS %v after its restart", cl.Names()[killed], time.Since(restarted).Round(time.Millisecond))
 	evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("bulk", "after", "worker-0")))
 	harness.Eventually(t, 30*time.Second, "a pod evicted after the restart deleted", func() bool { return !podExists(t, cp, "bulk", "after") })
+
+	// The whole cluster stopped (the 30 s: OPSWIRE_FAULT_OUTAGE=30s;
+	// 10 s by default), pods evicted meanwhile, then started again.
+	outage := 10 * time.Second
+	if v := os.Getenv("OPSWIRE_FAULT_OUTAGE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("OPSWIRE_FAULT_OUTAGE: %v", err)
+		}
+		outage = d
+	}
+	for i := range cl.Names() {
+		cl.Stop(t, i)
+	}
+	stopped := time.Now()
+	for i := range 5 {
+		evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("bulk", fmt.Sprintf("dark-%d", i), "worker-1")))
+	}
+	time.Sleep(time.Until(stopped.Add(outage)))
+	if w.Exited() || c.Exited() {
+		t.Fatalf("a service exited while NATS was down (watcher %v, cleanup %v)", w.Exited(), c.Exited())
+	}
+	for i := range cl.Names() {
+		cl.Start(t, i)
+	}
+	started := time.Now()
+	harness.Eventually(t, 120*time.Second, "the pods evicted while NATS was down deleted", func() bool {
+		for i := range 5 {
+			if podExists(t, cp, "bulk", fmt.Sprintf("dark-%d", i)) {
+				return false
+			}
+		}
+		return true
+	})
+	cleaned := time.Since(started)
+	harness.Eventually(t, 60*time.Second, "their deletions in OPS", func() bool {
+		n := 0
+		for subj := range opsSubjects(t, cl.JS, "ops.e2e.cleanup.deleted.bulk.>") {
+			if strings.HasPrefix(subj, "ops.e2e.cleanup.deleted.bulk.dark-") {
+				n++
+			}
+		}
+		return n == 5
+	})
+	conv = waitConverged(t, cp, cl.JS, started, 60*time.Second)
+	for i := range 5 {
+		if d := deletesOf(px, "bulk", fmt.Sprintf("dark-%d", i)); d != 1 {
+			t.Errorf("dark-%d: %d DELETE requests, want 1", i, d)
+		}
+	}
+	t.Logf("whole cluster stopped %v: the 5 pods evicted meanwhile deleted %v after it started again, each by 1 DELETE, all 5 in OPS; KUBE converged %v after the start",
+		started.Sub(stopped).Round(time.Millisecond), cleaned.Round(time.Millisecond), conv.Round(time.Millisecond))
+	if w.Exited() || c.Exited() {
+		t.Fatalf("a service exited (watcher %v, cleanup %v)", w.Exited(), c.Exited())
+	}
 }
 
 // opsSubjects counts the OPS messages stored per subject under filter.

@@ -178,6 +178,12 @@ func (c *NATSCluster) Kill(t testing.TB, i int) {
 	}
 }
 
+// Stop stops node i cleanly (SIGTERM; SIGKILL after 10 s).
+func (c *NATSCluster) Stop(t testing.TB, i int) {
+	t.Helper()
+	c.nodes[i].p.terminate(10 * time.Second)
+}
+
 // Start starts node i again with its configuration and storage.
 func (c *NATSCluster) Start(t testing.TB, i int) { t.Helper(); c.start(t, i) }
 
