@@ -10,7 +10,8 @@
 #   make demo          opswire end to end on this machine, no cluster needed (Ctrl-C stops it)
 #   make run           the five services against your current kubeconfig, local NATS, actors in dry-run
 #                      (make run DRY_RUN=0 lets them act)
-#   make images        one container image per service (needs a docker engine)
+#   make images        OCI image archives per service for linux/amd64 and arm64 (no docker engine)
+#   make push          push them: make push REGISTRY=ghcr.io/acme [TAG=v1.2.3]
 
 SERVICES := watcher cordon cleanup report notifier
 MODULES  := shared $(addprefix services/,$(SERVICES)) test
@@ -22,7 +23,7 @@ TEST_FLAGS ?= -count=1 -timeout 45m
 # Unit tests run under the race detector (needs cgo: gcc).
 UNIT_FLAGS ?= -race
 
-.PHONY: all build test unit fuzz e2e lint bench controlplane clean tidy demo run images
+.PHONY: all build test unit fuzz e2e lint bench controlplane clean tidy demo run images push
 
 all: build
 
@@ -97,10 +98,39 @@ run: build
 	@cd test && $(GO) build -o ../bin/opswire-run ./cmd/opswire-run
 	@./bin/opswire-run --bin bin --config $(RUN_CONFIG) --dry-run=$(if $(filter 0 false,$(DRY_RUN)),false,true)
 
-IMAGE_PREFIX ?= opswire/opswire-
-DOCKER ?= docker
+# Container images without a container engine or registry access: static
+# binaries per platform (CGO_ENABLED=0, Go's embedded tzdata), one OCI archive
+# per service and platform in $(IMAGE_DIR) (scratch + CA bundle of this host +
+# non-root user 65532), built by test/cmd/opswire-image (go-containerregistry).
+# make push REGISTRY=ghcr.io/acme [TAG=v1.2.3] pushes one multi-platform index
+# per service to $(REGISTRY)/opswire-<service>:$(TAG).
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+IMAGE_DIR       ?= bin/images
+IMAGE_BIN       ?= bin/platforms
+IMAGE_SOURCE    ?= https://github.com/opswire/opswire
+IMAGE_CA_CERTS  ?= /etc/ssl/certs/ca-certificates.crt
+REVISION        ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+IMAGE_CREATED   ?= $(shell git log -1 --format=%cI 2>/dev/null)
+TAG             ?= $(VERSION)
+REGISTRY        ?=
+PUSH_FLAGS      ?=
 images:
-	@for s in $(SERVICES); do \
-		echo ">> image $(IMAGE_PREFIX)$$s:$(VERSION)"; \
-		$(DOCKER) build --build-arg SERVICE=$$s --build-arg VERSION=$(VERSION) -t $(IMAGE_PREFIX)$$s:$(VERSION) -t $(IMAGE_PREFIX)$$s:dev . || exit 1; \
+	@for p in $(IMAGE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		for s in $(SERVICES); do \
+			echo ">> building opswire-$$s for $$p"; \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -tags timetzdata -ldflags '$(LDFLAGS)' \
+				-o $(IMAGE_BIN)/$${os}_$${arch}/opswire-$$s ./services/$$s || exit 1; \
+		done; \
 	done
+	@mkdir -p $(IMAGE_BIN)
+	@cd test && $(GO) build -o $(abspath $(IMAGE_BIN))/opswire-image ./cmd/opswire-image
+	@echo ">> image archives in $(IMAGE_DIR)"
+	@$(IMAGE_BIN)/opswire-image build --bin $(IMAGE_BIN) --out $(IMAGE_DIR) --services '$(SERVICES)' \
+		--platforms '$(IMAGE_PLATFORMS)' --version '$(VERSION)' --revision '$(REVISION)' --source '$(IMAGE_SOURCE)' \
+		--ca-certs '$(IMAGE_CA_CERTS)' $(if $(IMAGE_CREATED),--created '$(IMAGE_CREATED)')
+
+push:
+	@test -n "$(REGISTRY)" || { echo "make push REGISTRY=<registry/path> [TAG=$(TAG)]"; exit 2; }
+	@test -x $(IMAGE_BIN)/opswire-image || { echo "no images: run make images first"; exit 2; }
+	@$(IMAGE_BIN)/opswire-image push --dir $(IMAGE_DIR) --services '$(SERVICES)' --registry '$(REGISTRY)' --tag '$(TAG)' $(PUSH_FLAGS)

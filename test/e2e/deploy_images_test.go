@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/opswire/opswire/shared/config"
@@ -16,8 +14,9 @@ import (
 )
 
 // TestDeployCompose parses docker-compose.yaml and checks that it runs NATS
-// and the five services from this repository's Dockerfile, and that every
-// file it references exists (the kubeconfig is the user's own).
+// and the five services from the images `make images` writes (loaded with
+// docker load; compose builds nothing), hardened, and that every file it
+// references exists (the kubeconfig is the user's own).
 func TestDeployCompose(t *testing.T) {
 	root, err := harness.RepoRoot()
 	if err != nil {
@@ -25,12 +24,8 @@ func TestDeployCompose(t *testing.T) {
 	}
 	var doc struct {
 		Services map[string]struct {
-			Image string `json:"image"`
-			Build *struct {
-				Context    string            `json:"context"`
-				Dockerfile string            `json:"dockerfile"`
-				Args       map[string]string `json:"args"`
-			} `json:"build"`
+			Image       string            `json:"image"`
+			Build       any               `json:"build"`
 			Environment map[string]string `json:"environment"`
 			Volumes     []string          `json:"volumes"`
 			Ports       []string          `json:"ports"`
@@ -52,10 +47,8 @@ func TestDeployCompose(t *testing.T) {
 			if !ok {
 				t.Fatal("missing")
 			}
-			if s.Build == nil || s.Build.Args["SERVICE"] != svc || s.Image != "opswire/opswire-"+svc+":dev" {
-				t.Errorf("build %+v image %q; want the Dockerfile with SERVICE=%s, image opswire/opswire-%s:dev", s.Build, s.Image, svc, svc)
-			} else if _, err := os.Stat(filepath.Join(root, s.Build.Context, s.Build.Dockerfile)); err != nil {
-				t.Errorf("build file: %v", err)
+			if s.Build != nil || s.Image != "opswire/opswire-"+svc+":${OPSWIRE_TAG:-dev}" {
+				t.Errorf("build %v image %q; want no build and the image opswire/opswire-%s:${OPSWIRE_TAG:-dev} of make images", s.Build, s.Image, svc)
 			}
 			if !s.ReadOnly || len(s.CapDrop) != 1 || s.CapDrop[0] != "ALL" || s.User == "" {
 				t.Errorf("want read_only, cap_drop ALL and a non-root user; got %v %v %q", s.ReadOnly, s.CapDrop, s.User)
@@ -97,61 +90,6 @@ func TestDeployCompose(t *testing.T) {
 	}
 }
 
-// TestDeployDockerfile re-enacts the Dockerfile's build stage without a
-// container engine: the build context the .dockerignore leaves (shared/ and
-// services/<service>/ without tests), GOWORK=off, the same go build flags.
-// Each binary must build and print its version; the runtime stage must be a
-// non-root scratch image.
-func TestDeployDockerfile(t *testing.T) {
-	root, err := harness.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	df := mustRead(t, filepath.Join(root, "Dockerfile"))
-	for _, want := range []string{"FROM scratch", "USER 65532:65532", "CGO_ENABLED=0", "GOWORK=off",
-		`ENTRYPOINT ["/opswire"]`, "COPY --from=build /etc/ssl/certs/ca-certificates.crt"} {
-		if !strings.Contains(df, want) {
-			t.Errorf("Dockerfile lacks %q", want)
-		}
-	}
-	m := regexp.MustCompile(`go build (.*) -o /out/opswire \.`).FindStringSubmatch(strings.ReplaceAll(df, "\\\n", " "))
-	if m == nil {
-		t.Fatal("Dockerfile: no go build line")
-	}
-	flags := strings.Fields(strings.ReplaceAll(m[1], "${VERSION}", "e2e"))
-	args := []string{"build"}
-	for i := 0; i < len(flags); i++ { // re-join the quoted -ldflags value
-		if flags[i] == "-ldflags" {
-			j := i + 1
-			for ; j < len(flags) && !strings.HasSuffix(flags[j], `"`); j++ {
-			}
-			args = append(args, "-ldflags", strings.Trim(strings.Join(flags[i+1:j+1], " "), `"`))
-			i = j
-			continue
-		}
-		args = append(args, flags[i])
-	}
-	ctx := t.TempDir()
-	copyTree(t, filepath.Join(root, "shared"), filepath.Join(ctx, "shared"))
-	for _, svc := range deployServices {
-		t.Run(svc, func(t *testing.T) {
-			dir := filepath.Join(ctx, "services", svc)
-			copyTree(t, filepath.Join(root, "services", svc), dir)
-			out := filepath.Join(t.TempDir(), "opswire")
-			cmd := exec.Command("go", append(args, "-o", out, ".")...)
-			cmd.Dir = dir
-			cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
-			if b, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
-			}
-			v, err := exec.Command(out, "--version").CombinedOutput()
-			if err != nil || strings.TrimSpace(string(v)) != "opswire-"+svc+" e2e" {
-				t.Fatalf("--version: %q %v", v, err)
-			}
-		})
-	}
-}
-
 // splitVolume splits a compose bind mount "host:target[:ro]", where host may
 // be a ${VAR:-default} expression containing ':'.
 func splitVolume(v string) (host, target string) {
@@ -166,37 +104,56 @@ func splitVolume(v string) (host, target string) {
 	return host, strings.TrimSuffix(strings.TrimPrefix(rest, ":"), ":ro")
 }
 
-// copyTree copies a directory as the .dockerignore filters it: no tests, no testdata.
-func copyTree(t *testing.T, from, to string) {
-	t.Helper()
-	err := filepath.Walk(from, func(p string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(from, p)
-		if info.IsDir() {
-			if info.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			return os.MkdirAll(filepath.Join(to, rel), 0o755)
-		}
-		if strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		src, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer src.Close()
-		dst, err := os.Create(filepath.Join(to, rel))
-		if err != nil {
-			return err
-		}
-		defer dst.Close()
-		_, err = io.Copy(dst, src)
-		return err
-	})
+// TestDeployImagesRegistry renders the kustomization docs/deploy.md shows for
+// images pushed with make push: an overlay of deploy/overlays/production with
+// an images: block. Every opswire container must then name the registry and
+// tag, and NATS keep its own image.
+func TestDeployImagesRegistry(t *testing.T) {
+	dir := t.TempDir()
+	prod, err := filepath.Rel(dir, deployPath(t, "overlays", "production"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- " + prod + "\nimages:\n"
+	for _, svc := range deployServices {
+		k += "- {name: opswire/opswire-" + svc + ", newName: registry.example.com/acme/opswire-" + svc + ", newTag: v1.2.3}\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, o := range kustomizeBuild(t, dir) {
+		if o.GetKind() != "Deployment" && o.GetKind() != "StatefulSet" {
+			continue
+		}
+		cs, _, _ := unstructuredContainers(o)
+		for _, c := range cs {
+			img, _ := c["image"].(string)
+			if strings.Contains(img, "opswire-") {
+				svc := strings.TrimSuffix(strings.TrimPrefix(img, "registry.example.com/acme/opswire-"), ":v1.2.3")
+				if img != "registry.example.com/acme/opswire-"+svc+":v1.2.3" {
+					t.Errorf("%s: image %q not rewritten", o.GetName(), img)
+				}
+				seen[svc] = true
+			} else if !strings.HasPrefix(img, "nats:") {
+				t.Errorf("%s: unexpected image %q", o.GetName(), img)
+			}
+		}
+	}
+	for _, svc := range deployServices {
+		if !seen[svc] {
+			t.Errorf("no container of %s rendered", svc)
+		}
+	}
+}
+
+func unstructuredContainers(o *unstructured.Unstructured) ([]map[string]any, bool, error) {
+	list, ok, err := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	var out []map[string]any
+	for _, c := range list {
+		if m, isMap := c.(map[string]any); isMap {
+			out = append(out, m)
+		}
+	}
+	return out, ok, err
 }
