@@ -26,14 +26,14 @@ import (
 const podmanRuntime = "/usr/sbin/runc"
 
 var podmanRunFlags = []string{"--runtime", podmanRuntime, "--network=host", "--read-only",
-	"--user", "65532:65532", "--cap-drop=ALL", "--security-opt=no-new-privileges",
+	"--cap-drop=ALL", "--security-opt=no-new-privileges",
 	"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"}
 
 // TestDeployImagesPodman builds the watcher and cordon images with `make
 // images` (linux/amd64 only, to keep it short), checks what is in them
 // (platform, user, entrypoint, OCI annotations, one layer with the binary, CA
 // bundle and passwd), installs podman if it is missing, loads them into podman and runs both containers (host network, read-only
-// root, uid 65532, no capabilities) against the harness's real API server and
+// root, uid 65532 from the image or --user, no capabilities) against the harness's real API server and
 // NATS: a node that goes over maxPods is cordoned by the cordon container.
 func TestDeployImagesPodman(t *testing.T) {
 	root, err := harness.RepoRoot()
@@ -83,10 +83,13 @@ func TestDeployImagesPodman(t *testing.T) {
 	cfg := harness.WriteConfig(t, cordonConfig("1m", "  maxCordonedPercent: 100\n"))
 
 	runStart := time.Now()
+	// The watcher runs as the image's own user (its config says 65532:65532),
+	// the cordon actor with --user as Kubernetes' runAsUser would set it; the
+	// process's ids are checked on the host either way.
 	watcher := runContainer(t, podman, images["watcher"], "w1", cfg, cp.Kubeconfig, n.URL)
 	watcher.waitReady(t, 90*time.Second)
 	waitMirrored(t, cp, n)
-	cordon := runContainer(t, podman, images["cordon"], "c1", cfg, cordonRBAC(t, cp, "default"), n.URL)
+	cordon := runContainer(t, podman, images["cordon"], "c1", cfg, cordonRBAC(t, cp, "default"), n.URL, "--user", "65532:65532")
 	cordon.waitReady(t, 90*time.Second)
 	t.Logf("containers ready: %s", time.Since(runStart).Round(time.Millisecond))
 	for _, ct := range []*container{watcher, cordon} {
@@ -227,7 +230,7 @@ type container struct {
 // runContainer starts a service image with the production hardening, the
 // config and kubeconfig bind-mounted read-only (copied world-readable: the
 // container's uid 65532 reads them), listening on a free loopback port.
-func runContainer(t *testing.T, podman, image, id, cfg, kubeconfig, natsURL string) *container {
+func runContainer(t *testing.T, podman, image, id, cfg, kubeconfig, natsURL string, flags ...string) *container {
 	t.Helper()
 	dir := t.TempDir()
 	mounts := map[string]string{cfg: "/etc/opswire/config.yml", kubeconfig: "/kube/config"}
@@ -252,6 +255,7 @@ func runContainer(t *testing.T, podman, image, id, cfg, kubeconfig, natsURL stri
 	}
 	ct := &container{podman: podman, name: fmt.Sprintf("opswire-e2e-%s-%d", id, time.Now().UnixNano()), url: "http://127.0.0.1:" + strconv.Itoa(port)}
 	args := append([]string{"run", "-d", "--name", ct.name}, podmanRunFlags...)
+	args = append(args, flags...)
 	args = append(args, vols...)
 	args = append(args, image, "--config", "/etc/opswire/config.yml", "--kubeconfig", "/kube/config", "--nats-url", natsURL,
 		"--listen", "127.0.0.1:"+strconv.Itoa(port), "--id", id, "--log-format", "json", "--log-level", "debug")
