@@ -233,7 +233,9 @@ func TestCleanupFailover(t *testing.T) {
 	const slack = 250 * time.Millisecond
 	for i := 0; i+perWindow < len(times); i++ {
 		if gap := times[i+perWindow].Sub(times[i]); gap < window-slack {
-			t.Fatalf("DELETEs %d and %d only %v apart: more than %d in a %v window across the failover", i, i+perWindow, gap, perWindow, window)
+			// Not fatal: the audit checks below still report.
+			t.Errorf("DELETEs %d and %d only %v apart: more than %d in a %v window across the failover", i, i+perWindow, gap, perWindow, window)
+			break
 		}
 	}
 	// In OPS: each pod's outcome exactly once, by subject, and published
