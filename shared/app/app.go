@@ -90,6 +90,7 @@ func Run(spec Spec, args []string, getenv func(string) string, stdout, stderr io
 	}
 	log = log.With().Str("cluster", cluster).Logger()
 	rt := &Runtime{Spec: spec, Options: opts, Config: cfg, Log: log, Server: server.New(), Cluster: cluster}
+	registerBuildInfo(rt.Server.Registry, spec.Service)
 	// Not ready until the service has connected to NATS (rt.NATS replaces
 	// this check with the live one), so /readyz never answers ok at start-up.
 	rt.Server.AddReadiness("nats", func() error { return errors.New("not connected yet") })
@@ -179,6 +180,7 @@ func (rt *Runtime) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, e
 		return nil, nil, err
 	}
 	streamsReady.Store(true)
+	watchOpsStream(ctx, js, rt.Server.Registry, rt.Log, opsStreamPoll)
 	return nc, js, nil
 }
 

@@ -56,6 +56,10 @@ type Mirror struct {
 	applied   atomic.Uint64
 	malformed prometheus.Counter
 	received  prometheus.Counter
+	// pending is the stream's NumPending at the last message applied (the
+	// mirror's lag in messages) and lag the age of that message when applied.
+	pending prometheus.Gauge
+	lag     prometheus.Gauge
 }
 
 // New builds a mirror of the given kinds (both when none are given). reg may be nil.
@@ -76,8 +80,25 @@ func New(js jetstream.JetStream, cluster string, log zerolog.Logger, reg prometh
 			Help: "KUBE messages received by the state mirror.",
 		}),
 	}
+	m.pending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "opswire_kube_mirror_pending_messages",
+		Help: "KUBE messages not yet applied by the state mirror (its lag, in messages).",
+	})
+	m.lag = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "opswire_kube_mirror_lag_seconds",
+		Help: "Age of the last KUBE message when the state mirror applied it (stream time to apply time).",
+	})
 	if reg != nil {
-		reg.MustRegister(m.malformed, m.received)
+		synced := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "opswire_kube_mirror_synced",
+			Help: "1 once the state mirror holds the whole KUBE state (initial load done), 0 before.",
+		}, func() float64 {
+			if m.synced.Load() {
+				return 1
+			}
+			return 0
+		})
+		reg.MustRegister(m.malformed, m.received, m.pending, m.lag, synced)
 	}
 	return m
 }
@@ -159,6 +180,11 @@ func (m *Mirror) consume(ctx context.Context, filters []string) error {
 		m.received.Inc()
 		m.apply(j.msg, j.out)
 		if j.out.seq != 0 {
+			m.pending.Set(float64(j.out.pending))
+			// Only live changes: the initial load delivers old last states.
+			if !j.out.stamp.IsZero() && m.synced.Load() {
+				m.lag.Set(time.Since(j.out.stamp).Seconds())
+			}
 			m.applied.Store(j.out.seq)
 			if j.out.pending == 0 {
 				m.markSynced()
@@ -189,12 +215,13 @@ type decoded struct {
 	node    *events.NodeState
 	seq     uint64 // stream sequence; 0 if unknown
 	pending uint64
+	stamp   time.Time // when the stream stored the message
 }
 
 func decode(msg jetstream.Msg) decoded {
 	var d decoded
 	if md, err := msg.Metadata(); err == nil {
-		d.seq, d.pending = md.Sequence.Stream, md.NumPending
+		d.seq, d.pending, d.stamp = md.Sequence.Stream, md.NumPending, md.Timestamp
 	}
 	d.ref, d.err = subject.ParseKube(msg.Subject())
 	if d.err != nil {

@@ -46,6 +46,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "opswire_cordon_reconciles_total", Help: "Node reconciliations run.",
 		}),
 	}
+	// The closed label sets start at zero, so rate() and alerts see them
+	// before the first event.
+	for _, r := range []string{"cap-reached", "rate-limited"} {
+		m.Refusals.WithLabelValues(r)
+	}
+	for _, d := range []string{"false", "true"} {
+		m.Uncordons.WithLabelValues(d)
+		m.Handovers.WithLabelValues(d)
+	}
 	if reg != nil {
 		reg.MustRegister(m.Cordons, m.Uncordons, m.Handovers, m.Refusals, m.Failures, m.Stale, m.Held, m.Reconciles)
 	}

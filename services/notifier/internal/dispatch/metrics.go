@@ -12,8 +12,10 @@ type Metrics struct {
 	// DeadLetterErrors counts failed dead-letter writes (messages left unacked).
 	DeadLetterErrors *prometheus.CounterVec   // receiver
 	SendDuration     *prometheus.HistogramVec // receiver
-	Pending          prometheus.Gauge
-	Groups           prometheus.Gauge
+	// RateLimitWait is the time deliveries spent waiting for the receiver's rate limit.
+	RateLimitWait *prometheus.CounterVec // receiver
+	Pending       prometheus.Gauge
+	Groups        prometheus.Gauge
 }
 
 // NewMetrics registers the series on reg.
@@ -33,11 +35,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Dead-letter writes that failed; their OPS messages were left unacknowledged for redelivery."}, []string{"receiver"}),
 		SendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "opswire_notifier_send_duration_seconds",
 			Help: "Duration of one send attempt.", Buckets: prometheus.DefBuckets}, []string{"receiver"}),
+		RateLimitWait: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opswire_notifier_rate_limit_wait_seconds_total",
+			Help: "Seconds deliveries waited for the receiver's rate limit (per-type windows shared by receivers with one URL)."}, []string{"receiver"}),
 		Pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "opswire_notifier_pending_messages",
 			Help: "OPS messages held (grouping or retrying), not yet acknowledged."}),
 		Groups: prometheus.NewGauge(prometheus.GaugeOpts{Name: "opswire_notifier_groups",
 			Help: "Active groups (route and kind) waiting to be flushed."}),
 	}
-	reg.MustRegister(m.Messages, m.Attempts, m.Deliveries, m.Events, m.DeadLetters, m.DeadLetterErrors, m.SendDuration, m.Pending, m.Groups)
+	reg.MustRegister(m.Messages, m.Attempts, m.Deliveries, m.Events, m.DeadLetters, m.DeadLetterErrors, m.SendDuration, m.RateLimitWait, m.Pending, m.Groups)
 	return m
+}
+
+// InitReceiver creates the series of a configured receiver at zero, so a
+// dashboard and alert rules see them (and rate() works) before the first
+// delivery or failure.
+func (m *Metrics) InitReceiver(name string) {
+	for _, o := range []string{OutcomeDelivered, OutcomeFailed} {
+		m.Deliveries.WithLabelValues(name, o)
+		m.Events.WithLabelValues(name, o)
+	}
+	m.Attempts.WithLabelValues(name, "ok", "")
+	m.DeadLetters.WithLabelValues(name, "max_deliver")
+	m.DeadLetterErrors.WithLabelValues(name)
+	m.RateLimitWait.WithLabelValues(name)
+	m.SendDuration.WithLabelValues(name)
 }

@@ -87,7 +87,10 @@ func (w *worker) deliver(ctx context.Context, b *batch) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		if err := w.r.Limiter.Wait(ctx); err != nil {
+		waitStart := time.Now()
+		err := w.r.Limiter.Wait(ctx)
+		x.d.Metrics.RateLimitWait.WithLabelValues(w.r.Name).Add(time.Since(waitStart).Seconds())
+		if err != nil {
 			return false
 		}
 		x.saveRate(ctx, w.r)

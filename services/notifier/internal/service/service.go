@@ -85,6 +85,9 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	}
 	a := &active{rt: rt, nc: nc, js: js, kv: kv, receivers: receivers, metrics: dispatch.NewMetrics(rt.Server.Registry),
 		backlog: newBacklogMetrics(rt.Server.Registry)}
+	for _, r := range receivers {
+		a.metrics.InitReceiver(r.Name)
+	}
 	activeGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "opswire_notifier_active",
 		Help: "1 while this replica is the active one (holds the lease), 0 on standby."})
 	rt.Server.Registry.MustRegister(activeGauge)

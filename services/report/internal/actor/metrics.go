@@ -1,6 +1,10 @@
 package actor
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/opswire/opswire/services/report/internal/images"
+)
 
 // metrics of the report actor (all prefixed opswire_report_).
 type metrics struct {
@@ -59,6 +63,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "opswire_report_store_errors_total",
 			Help: "Failed reads or writes of the report KV bucket, by operation.",
 		}, []string{"op"}),
+	}
+	// The closed label sets start at zero, so rate() and alerts see them
+	// before the first report.
+	for _, tr := range []string{"schedule", "request"} {
+		for _, o := range []string{"sent", "failed"} {
+			m.reports.WithLabelValues(tr, o)
+		}
+	}
+	for _, r := range []string{images.ReasonMaxBytes, images.ReasonMaxPercent, images.ReasonGrowth} {
+		m.alerts.WithLabelValues(r)
 	}
 	if reg != nil {
 		reg.MustRegister(m.reports, m.rows, m.offenders, m.lastTick, m.missed, m.budgetUsed, m.requests, m.alerts, m.alertFailures, m.storeErrors)

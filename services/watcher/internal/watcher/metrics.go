@@ -37,6 +37,13 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) *metrics {
 			Name: "opswire_watcher_queue_depth", Help: "Objects waiting to be compared and published.",
 		}, depth),
 	}
+	// Both kinds start at zero, so rate() and alerts see the series before
+	// the first event or error.
+	for _, k := range []string{"pod", "node"} {
+		m.unchanged.WithLabelValues(k)
+		m.errors.WithLabelValues(k)
+		m.oversized.WithLabelValues(k)
+	}
 	if reg != nil {
 		reg.MustRegister(m.received, m.published, m.unchanged, m.errors, m.oversized, m.latency, m.depth)
 	}
