@@ -4,6 +4,7 @@
 #   make test          unit, integration and end-to-end tests of every module
 #                      (builds the real kube-apiserver, etcd and helm once, into .cache/bin)
 #   make lint          gofmt and go vet
+#   make rules         promtool check/test of the alert rules (builds promtool once, into .cache/bin)
 #   make fuzz          every Go fuzz target for FUZZTIME each (part of make test)
 #   make bench         benchmarks; writes docs/benchmarks.md
 #   make controlplane  only build the cached kube-apiserver, etcd, nats-server and helm
@@ -23,7 +24,7 @@ TEST_FLAGS ?= -count=1 -timeout 45m
 # Unit tests run under the race detector (needs cgo: gcc).
 UNIT_FLAGS ?= -race
 
-.PHONY: all build test unit fuzz e2e lint bench controlplane clean tidy demo run images push
+.PHONY: all build test unit fuzz e2e lint bench controlplane clean tidy demo run images push rules
 
 all: build
 
@@ -37,7 +38,12 @@ build:
 controlplane:
 	@./hack/build-controlplane.sh
 
-test: controlplane unit fuzz e2e
+test: controlplane unit fuzz rules e2e
+
+# The alert rules of deploy/prometheus: promtool check rules and their unit
+# tests (promtool built from the Go module proxy, cached like kube-apiserver).
+rules:
+	@./hack/check-rules.sh
 
 unit:
 	@for m in $(MODULES); do \
