@@ -115,13 +115,18 @@ func cordonDecision(t *testing.T, m harness.Msg) events.CordonDecision {
 	return d
 }
 
+// isCordonOutcome: an OPS message of cordon's decisions, not one of its
+// write-ahead intents (ops.<cluster>.cordon.intent.>, checked by
+// TestCordonKillAfterPatch).
+func isCordonOutcome(m harness.Msg) bool { return !strings.Contains(m.Subject, ".cordon.intent.") }
+
 // cordonMsgs returns the cordon decisions collected for one node and verb
 // ("" = any verb).
 func cordonMsgs(t *testing.T, ops *harness.Collector, cluster, node, verb string) []events.CordonDecision {
 	t.Helper()
 	var out []events.CordonDecision
 	for _, m := range ops.All() {
-		if !strings.HasPrefix(m.Subject, "ops."+cluster+".cordon.") {
+		if !strings.HasPrefix(m.Subject, "ops."+cluster+".cordon.") || !isCordonOutcome(m) {
 			continue
 		}
 		d := cordonDecision(t, m)

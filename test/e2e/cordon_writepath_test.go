@@ -139,8 +139,15 @@ func TestCordonNATSOutage(t *testing.T) {
 	// At the source: one acknowledged publish per decision (a repeat would
 	// count here even where the stream dropped it as a duplicate), one
 	// write per node.
-	if got := len(after.All()); got != nodes {
-		t.Fatalf("%d OPS messages, want %d:%s", got, nodes, after.Describe())
+	if got := after.Count(isCordonOutcome); got != nodes {
+		t.Fatalf("%d OPS decisions, want %d:%s", got, nodes, after.Describe())
+	}
+	// Each cordon was journaled or, with NATS away, written unjournaled
+	// after the intent's 1 s bound.
+	journaled, unjournaled := cordon.Metric(`opswire_intents_total{result="journaled"}`), cordon.Metric(`opswire_intents_total{result="unjournaled"}`)
+	t.Logf("intents: %v journaled, %v unjournaled", journaled, unjournaled)
+	if journaled+unjournaled != nodes || unjournaled < 1 {
+		t.Fatalf("intents: %v journaled, %v unjournaled; want %d in all, the outage's unjournaled", journaled, unjournaled, nodes)
 	}
 	if v := cordon.Metric("opswire_audit_stored_total"); v != nodes {
 		t.Fatalf("audit publishes acknowledged = %v, want %d", v, nodes)
@@ -186,9 +193,11 @@ func TestCordonRateLimitFailover(t *testing.T) {
 	}
 	isCordon := func(m harness.Msg) bool { return strings.HasPrefix(m.Subject, "ops.e2e.cordon.cordoned.") }
 	harness.Eventually(t, 15*time.Second, "the first leader's two cordons in OPS", func() bool { return ops.Count(isCordon) == perWindow })
-	// The window frees its first slot perWindow after the first action was
-	// stored (the time the new leader reads from OPS).
-	firstStored := opsStoredTime(t, n, ops.WaitFor(t, time.Second, "first cordon", isCordon).Seq)
+	// The window frees its first slot perWindow after the first action's
+	// intent was stored (the time the new leader reads from OPS; the intent
+	// comes before the patch and its outcome).
+	isIntent := func(m harness.Msg) bool { return strings.HasPrefix(m.Subject, "ops.e2e.cordon.intent.") }
+	firstStored := opsStoredTime(t, n, ops.WaitFor(t, time.Second, "first cordon's intent", isIntent).Seq)
 	replicas[first].Kill()
 	killed := time.Now()
 	second := "r1"

@@ -108,6 +108,8 @@ func TestDeployOnRealCluster(t *testing.T) {
 		harness.CreatePod(t, c, harness.Pod("shop", fmt.Sprintf("web-%d", i), "deploy-node-a"))
 	}
 	ops.WaitFor(t, 30*time.Second, "cordon", harness.Subject("ops.default.cordon.cordoned.deploy-node-a"))
+	// Journaled first, under the cordon user's own subjects (ops.*.cordon.>).
+	ops.WaitFor(t, 5*time.Second, "the cordon's intent", harness.Subject("ops.default.cordon.intent.deploy-node-a"))
 	zero := int64(0)
 	for i := 0; i < 2; i++ { // down to minPods 1
 		if err := c.CoreV1().Pods("shop").Delete(ctx, fmt.Sprintf("web-%d", i), metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {

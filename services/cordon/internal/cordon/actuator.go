@@ -74,6 +74,9 @@ type ActuatorConfig struct {
 	// APITimeout bounds each API call (actuate.DefaultAPITimeout when 0).
 	APITimeout time.Duration
 	Now        func() time.Time
+	// Intents stores a write-ahead intent before each patch (an
+	// actuate.Journal); nil: no journal (unit tests).
+	Intents actuate.Intents
 }
 
 // Actuator is the one place where the cordon actor writes: to the node (the
@@ -255,6 +258,31 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, rel
 		release()
 		return actuate.Outcome{}, fmt.Errorf("build patch for node %s: %w", node.Name, err)
 	}
+	verb, reason := VerbCordoned, EventCordoned
+	switch d.Action {
+	case ActionUncordon:
+		verb, reason = VerbUncordoned, EventUncordoned
+	case ActionHandOver:
+		verb, reason = VerbHandedOver, EventHandedOver
+	}
+	// The outcome audit is built before the patch and journaled with the
+	// intent: a leader killed after the patch but before the Auditor stored
+	// the outcome leaves the intent, and the next leader publishes this very
+	// message (same id) once the live node shows the patch (Happened). The
+	// payload's time is the mark's, so Happened can tell this write's mark.
+	id := "cordon/" + string(node.UID) + "/" + verb + "/" + node.ResourceVersion
+	p := a.payload(verb, node.Name, string(node.UID), node.ResourceVersion, d)
+	p.Time = now.UTC()
+	outSubj, outEv, encErr := a.event(verb, id, p)
+	if encErr == nil && a.cfg.Intents != nil {
+		isubj, iev, err := actuate.NewIntent(a.cfg.Cluster, events.Intent{Actor: Service, Action: verb, Kind: "Node",
+			Name: node.Name, UID: string(node.UID)}, outSubj, outEv)
+		if err == nil {
+			a.cfg.Intents.Record(ctx, isubj, iev)
+		} else {
+			a.log.Error().Err(err).Str("node", node.Name).Msg("intent cannot be encoded: writing unjournaled")
+		}
+	}
 	patched, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
 		return a.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "opswire-cordon"})
 	})
@@ -276,19 +304,15 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, rel
 	a.announced.Reset(node.Name)
 	a.ledger.RecordAt(node.Name, string(node.UID), patched.ResourceVersion, d.Action == ActionCordon)
 	a.lastWrite = newestRV(a.lastWrite, patched.ResourceVersion)
-	verb, reason := VerbCordoned, EventCordoned
-	switch d.Action {
-	case ActionUncordon:
-		verb, reason = VerbUncordoned, EventUncordoned
-	case ActionHandOver:
-		verb, reason = VerbHandedOver, EventHandedOver
-	}
 	a.rec.Eventf(node, corev1.EventTypeNormal, reason, "opswire %s (%s): %s", verb, a.cfg.Policy.Mode, d.Reason)
 	a.count(d.Action, false)
 	a.log.Info().Str("node", node.Name).Str("verb", verb).Int("pods", d.Pods).Int("maxPods", d.MaxPods).
 		Int("minPods", d.MinPods).Str("reason", d.Reason).Msg("node " + verb)
-	id := "cordon/" + string(node.UID) + "/" + verb + "/" + node.ResourceVersion
-	a.publish(verb, id, a.payload(verb, node.Name, string(node.UID), node.ResourceVersion, d))
+	if encErr != nil {
+		a.log.Error().Err(encErr).Str("id", id).Str("node", node.Name).Msg("audit message cannot be encoded")
+	} else {
+		a.audit.Publish(outSubj, outEv)
+	}
 	return actuate.Outcome{}, nil
 }
 
@@ -361,12 +385,18 @@ func (a *Actuator) payload(verb, node, uid, rv string, d Decision) events.Cordon
 // until OPS stores it (with the same id) without holding up this action or
 // the next.
 func (a *Actuator) publish(verb, id string, p events.CordonDecision) {
-	ev, err := envelope.New(id, envelope.Source(a.cfg.Cluster, Service), events.TypeCordon, p.Node, p, a.cfg.Now())
+	subj, ev, err := a.event(verb, id, p)
 	if err != nil {
 		a.log.Error().Err(err).Str("id", id).Str("node", p.Node).Msg("audit message cannot be encoded")
 		return
 	}
-	a.audit.Publish(subject.Ops(a.cfg.Cluster, Service, verb, p.Node), ev)
+	a.audit.Publish(subj, ev)
+}
+
+// event builds the OPS message of a decision: its subject and envelope.
+func (a *Actuator) event(verb, id string, p events.CordonDecision) (string, envelope.Event, error) {
+	ev, err := envelope.New(id, envelope.Source(a.cfg.Cluster, Service), events.TypeCordon, p.Node, p, a.cfg.Now())
+	return subject.Ops(a.cfg.Cluster, Service, verb, p.Node), ev, err
 }
 
 // nodeRef references a node for an Event without reading it from the API.

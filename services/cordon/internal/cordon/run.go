@@ -39,6 +39,10 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	// even after the lease is gone, for a grace period at shutdown.
 	audit := actuate.NewAuditor(js, 0, wm, rt.Log)
 	defer audit.Close(5 * time.Second)
+	// Each cordon, uncordon and handover is journaled before its patch (an
+	// intent on ops.<cluster>.cordon.intent.<node>): a leader SIGKILLed
+	// before its outcome audit is stored leaves the intent for the next.
+	journal := actuate.NewJournal(js, 0, wm, rt.Log)
 
 	// Events go to the API asynchronously; in dry-run nothing is written.
 	recorder, stopEvents := rt.EventRecorder(ctx, client, !dryRun)
@@ -69,6 +73,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		window := actuate.NewWindow(cfg.MaxActionsPerMinute, cfg.RateWindow.Duration)
 		act := NewActuator(client, audit, recorder, ledger, NewFleets(m, ledger, policy, client, 0), ActuatorConfig{
 			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Identity: rt.Options.ID, Limiter: window,
+			Intents: journal,
 		}, metrics, rt.Log)
 		ctrl = NewController(m, policy, ledger, act, cfg.Interval.Duration, metrics, rt.Log)
 		mirror.Store(m)
@@ -80,9 +85,13 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 				return nil
 			}
 			// The previous leaders' actions count against this leader's
-			// window; nothing is written before they are known.
+			// window, and their journaled patches whose audit never reached
+			// OPS are audited now (when the live node shows the patch);
+			// nothing is written before both are done.
 			if !dryRun {
-				if err := actuate.SeedFromOPS(gctx, js, window, ActionSubjects(rt.Cluster), wm, rt.Log, nil); err != nil {
+				rec := actuate.Recovery{Intents: IntentSubjects(rt.Cluster), Outcomes: ActionSubjects(rt.Cluster),
+					Happened: act.Happened, Audit: audit}
+				if err := actuate.SeedAndRecover(gctx, js, window, rec, wm, rt.Log, nil); err != nil {
 					return nil
 				}
 			}

@@ -1,0 +1,124 @@
+package cordon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// IntentSubjects is the filter of the actor's write-ahead intents,
+// ops.<cluster>.cordon.intent.>.
+func IntentSubjects(cluster string) string {
+	return subject.Ops(cluster, Service, actuate.VerbIntent) + ".>"
+}
+
+// Happened is the live check of a new leader for an intent without its
+// outcome in OPS (actuate.Recovery.Happened). It reads the node by name and
+// says true only when the live node shows exactly the patch the intent
+// names:
+//
+//   - cordoned: the same node (UID) carries opswire's label and a mark whose
+//     time is this write's, listing the intent's mode, and the effect is in
+//     place (spec.unschedulable, or the NoSchedule taint the mark lists);
+//   - uncordoned: the same node carries no opswire label or mark and is
+//     schedulable (cordon mode) or without opswire's taint (taint mode);
+//   - handedover: no opswire label or mark, still unschedulable, without
+//     opswire's taint.
+//
+// Everything else is false, and nothing is published for the intent: the
+// node still has the version the intent was decided on (the patch did not
+// happen), the node is gone or replaced, or the live state is ambiguous
+// (a person undid the cordon since, another write re-marked the node).
+// The intent still counts in the rate window. An API error (other than
+// NotFound) fails the check, and the recovery retries.
+func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error) {
+	var d events.CordonDecision
+	if err := json.Unmarshal(in.Outcome.Data, &d); err != nil {
+		a.ambiguous(in, "the intent's outcome does not decode")
+		return false, nil
+	}
+	node, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
+		return a.client.CoreV1().Nodes().Get(ctx, in.Name, metav1.GetOptions{})
+	})
+	if apierrors.IsNotFound(err) {
+		a.ambiguous(in, "node no longer exists")
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("re-read node %s of an intent: %w", in.Name, err)
+	}
+	if string(node.UID) != in.UID {
+		a.ambiguous(in, "node was replaced (uid changed)")
+		return false, nil
+	}
+	if d.ResourceVersion != "" && node.ResourceVersion == d.ResourceVersion {
+		return false, nil // unchanged since the decision: the patch did not happen
+	}
+	ok, why := patchVisible(a.cfg.Policy, node, in.Action, d)
+	if !ok {
+		a.ambiguous(in, why)
+	}
+	return ok, nil
+}
+
+// patchVisible reports whether node shows the patch of verb decided as d,
+// and why not.
+func patchVisible(p Policy, node *corev1.Node, verb string, d events.CordonDecision) (bool, string) {
+	mode := d.Mode
+	if mode == "" {
+		mode = p.Mode
+	}
+	_, labelled := node.Labels[events.LabelAutoCordon]
+	_, annotated := node.Annotations[events.AnnotationAutoCordon]
+	m, marked := readMark(node.Annotations)
+	taintKeys := []string{p.TaintKey}
+	if marked {
+		taintKeys = append(taintKeys, m.TaintKeys...)
+	}
+	ourTaint := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule && slices.Contains(taintKeys, t.Key)
+	})
+	switch verb {
+	case VerbCordoned:
+		switch {
+		case !labelled || !marked:
+			return false, "node carries no opswire mark (not cordoned, or undone since)"
+		case !m.Time.Equal(d.Time):
+			return false, "node carries a mark from another write"
+		case !slices.Contains(m.Effects, mode):
+			return false, "the mark does not list the intent's mode"
+		case mode == EffectTaint && !ourTaint:
+			return false, "node carries the mark but not opswire's taint"
+		case mode != EffectTaint && !node.Spec.Unschedulable:
+			return false, "node carries the mark but is schedulable"
+		}
+		return true, ""
+	case VerbUncordoned, VerbHandedOver:
+		switch {
+		case labelled || annotated:
+			return false, "node still carries opswire's mark (not released, or cordoned again)"
+		case ourTaint:
+			return false, "node still carries opswire's taint"
+		case verb == VerbUncordoned && mode != EffectTaint && node.Spec.Unschedulable:
+			return false, "node is unmarked but unschedulable (cordoned since by someone else)"
+		case verb == VerbHandedOver && !node.Spec.Unschedulable:
+			return false, "node is unmarked and schedulable (the person's cordon was lifted since)"
+		}
+		return true, ""
+	}
+	return false, "unknown intent action " + verb
+}
+
+func (a *Actuator) ambiguous(in events.Intent, why string) {
+	a.log.Info().Str("node", in.Name).Str("uid", in.UID).Str("action", in.Action).Str("id", in.Outcome.ID).Str("why", why).
+		Msg("intent without its outcome in OPS: the live node does not show its patch; no outcome published")
+}

@@ -1,0 +1,236 @@
+package cordon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+)
+
+// intentRec is an actuate.Intents that records the intents.
+type intentRec struct {
+	mu     sync.Mutex
+	stored bool
+	msgs   []*nats.Msg
+}
+
+func (r *intentRec) Record(_ context.Context, subj string, ev envelope.Event) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, ev.Msg(subj))
+	return r.stored
+}
+
+func (r *intentRec) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.msgs)
+}
+
+func (r *intentRec) intent(t *testing.T, i int) (*nats.Msg, envelope.Event, events.Intent) {
+	t.Helper()
+	var in events.Intent
+	ev, err := envelope.Decode(r.msgs[i].Header, r.msgs[i].Data, events.TypeIntent, &in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.msgs[i], ev, in
+}
+
+// TestActuatorJournalsBeforeThePatch: for a cordon, an uncordon and a
+// handover, the intent is stored before the node patch, names the node, its
+// UID and the verb, and carries the outcome message that is then published
+// byte for byte; an intent the journal could not store does not hold the
+// patch back. After the patch the new leader's check finds it happened;
+// before it (same resourceVersion) it does not. A refusal and a dry run
+// write no intent.
+func TestActuatorJournalsBeforeThePatch(t *testing.T) {
+	tests := []struct {
+		verb     string
+		node     *corev1.Node
+		livePods int
+		evicting int
+	}{
+		{VerbCordoned, apiNode("a"), 100, 0},
+		{VerbUncordoned, apiNode("a", ours(EffectCordon)), 10, 0},
+		{VerbHandedOver, apiNode("a", ours(EffectCordon)), 40, 60}, // a person drains it
+	}
+	for _, tc := range tests {
+		for _, stored := range []bool{true, false} {
+			t.Run(tc.verb+"/stored="+strconv.FormatBool(stored), func(t *testing.T) {
+				objs := append([]runtime.Object{tc.node}, pods(tc.node.Name, tc.livePods)...)
+				objs = append(objs, evictingPods(tc.node.Name, tc.evicting)...)
+				h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, objs...)
+				in := &intentRec{stored: stored}
+				h.act.cfg.Intents = in
+				var atPatch []int
+				h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+					atPatch = append(atPatch, in.count())
+					return false, nil, nil
+				})
+				state := mirrorOf(tc.node, tc.livePods+tc.evicting)
+				state.Evicting = tc.evicting
+				marked := h.ledger.Marked(state)
+				d := Evaluate(seedPolicy("cordon"), state, marked)
+				if _, err := h.act.Apply(context.Background(), state, marked, d); err != nil {
+					t.Fatal(err)
+				}
+				if len(atPatch) != 1 || atPatch[0] != 1 {
+					t.Fatalf("intents stored when the patch ran: %v, want [1]", atPatch)
+				}
+				msg, ev, intent := in.intent(t, 0)
+				if msg.Subject != "ops.prod.cordon.intent.a" || ev.ID != "cordon/uid-a/"+tc.verb+"/41/intent" ||
+					msg.Header.Get(envelope.HeaderMsgID) != ev.ID || intent.UID != "uid-a" || intent.Action != tc.verb ||
+					intent.Name != "a" || intent.Namespace != "" || intent.Kind != "Node" || intent.Actor != Service {
+					t.Fatalf("intent %s %s %+v", msg.Subject, ev.ID, intent)
+				}
+				h.pub.mu.Lock()
+				outs := h.pub.msgs
+				h.pub.mu.Unlock()
+				if len(outs) != 1 {
+					t.Fatalf("%d outcomes published, want 1", len(outs))
+				}
+				out := outs[0]
+				if intent.Outcome.Subject != out.Subject || intent.Outcome.ID != out.Header.Get(envelope.HeaderMsgID) ||
+					string(intent.Outcome.Data) != string(out.Data) || intent.Outcome.Type != events.TypeCordon ||
+					out.Subject != "ops.prod.cordon."+tc.verb+".a" {
+					t.Fatalf("intent carries %s %s %s; published %s %s %s", intent.Outcome.Subject, intent.Outcome.ID,
+						intent.Outcome.Data, out.Subject, out.Header.Get(envelope.HeaderMsgID), out.Data)
+				}
+				// The fake API keeps the resourceVersion the patch carried;
+				// a real one moves it on.
+				n := h.node(t, "a")
+				n.ResourceVersion = "42"
+				if _, err := h.client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if ok, err := h.act.Happened(context.Background(), intent); err != nil || !ok {
+					t.Fatalf("after the patch: Happened = %v, %v; want true", ok, err)
+				}
+			})
+		}
+	}
+	t.Run("not patched yet", func(t *testing.T) {
+		h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, append([]runtime.Object{apiNode("a")}, pods("a", 100)...)...)
+		in := &intentRec{stored: true}
+		h.act.cfg.Intents = in
+		h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, errors.New("API down")
+		})
+		state := mirrorOf(apiNode("a"), 100)
+		if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err == nil {
+			t.Fatal("want the patch error")
+		}
+		_, _, intent := in.intent(t, 0)
+		if ok, err := h.act.Happened(context.Background(), intent); err != nil || ok {
+			t.Fatalf("patch failed: Happened = %v, %v; want false", ok, err)
+		}
+	})
+	t.Run("refusal and dry run", func(t *testing.T) {
+		objs := append([]runtime.Object{apiNode("a")}, pods("a", 100)...)
+		for _, dry := range []bool{false, true} {
+			fleet := Fleet{Held: 5, Managed: 10} // over the 20 % cap: refused
+			if dry {
+				fleet = Fleet{Managed: 10}
+			}
+			h := newHarness(t, seedPolicy("cordon"), dry, fleet, objs...)
+			in := &intentRec{stored: true}
+			h.act.cfg.Intents = in
+			state := mirrorOf(apiNode("a"), 100)
+			if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err != nil {
+				t.Fatal(err)
+			}
+			if in.count() != 0 || len(h.pub.decisions(t)) != 1 {
+				t.Fatalf("dryRun=%v: %d intents, %d messages; want 0 intents, 1 message", dry, in.count(), len(h.pub.decisions(t)))
+			}
+		}
+	})
+}
+
+// TestActuatorHappened: the new leader's live check of a cordon intent
+// without its outcome, on the node read by name.
+func TestActuatorHappened(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	mark := func(effects []string, when time.Time) func(*corev1.Node) {
+		return func(n *corev1.Node) {
+			n.Labels[events.LabelAutoCordon] = MarkLabelValue
+			b, _ := json.Marshal(Mark{Effects: effects, TaintKeys: []string{events.LabelAutoCordon}, Time: when})
+			n.Annotations = map[string]string{events.AnnotationAutoCordon: string(b)}
+		}
+	}
+	unschedulable := func(n *corev1.Node) { n.Spec.Unschedulable = true }
+	taint := withTaint(events.LabelAutoCordon)
+	other := withTaint("dedicated")
+	tests := []struct {
+		name string
+		verb string
+		mode string
+		node *corev1.Node // nil: gone
+		want bool
+	}{
+		{"cordoned: marked by this write, unschedulable", VerbCordoned, EffectCordon, apiNode("a", mark([]string{EffectCordon}, at), unschedulable), true},
+		{"cordoned: tainted by this write", VerbCordoned, EffectTaint, apiNode("a", mark([]string{EffectTaint}, at), taint), true},
+		{"cordoned: unchanged since the decision", VerbCordoned, EffectCordon, apiNode("a", func(n *corev1.Node) { n.ResourceVersion = "40" }), false},
+		{"cordoned: no mark (a person undid it, or not written)", VerbCordoned, EffectCordon, apiNode("a"), false},
+		{"cordoned: mark left, cordon lifted by a person", VerbCordoned, EffectCordon, apiNode("a", mark([]string{EffectCordon}, at)), false},
+		{"cordoned: mark left, taint removed by a person", VerbCordoned, EffectTaint, apiNode("a", mark([]string{EffectTaint}, at), other), false},
+		{"cordoned: the mark of another write", VerbCordoned, EffectCordon, apiNode("a", mark([]string{EffectCordon}, at.Add(time.Minute)), unschedulable), false},
+		{"cordoned: the mark lists another mode", VerbCordoned, EffectTaint, apiNode("a", mark([]string{EffectCordon}, at), unschedulable), false},
+		{"uncordoned: unmarked and schedulable", VerbUncordoned, EffectCordon, apiNode("a"), true},
+		{"uncordoned: untainted, other taints stay", VerbUncordoned, EffectTaint, apiNode("a", other), true},
+		{"uncordoned: taint mode, a person's cordon stays", VerbUncordoned, EffectTaint, apiNode("a", unschedulable), true},
+		{"uncordoned: still marked", VerbUncordoned, EffectCordon, apiNode("a", mark([]string{EffectCordon}, at), unschedulable), false},
+		{"uncordoned: still tainted", VerbUncordoned, EffectTaint, apiNode("a", taint), false},
+		{"uncordoned: unmarked but cordoned since", VerbUncordoned, EffectCordon, apiNode("a", unschedulable), false},
+		{"handedover: unmarked, still unschedulable", VerbHandedOver, EffectCordon, apiNode("a", unschedulable), true},
+		{"handedover: still marked", VerbHandedOver, EffectCordon, apiNode("a", mark([]string{EffectCordon}, at), unschedulable), false},
+		{"handedover: the person's cordon lifted since", VerbHandedOver, EffectCordon, apiNode("a"), false},
+		{"handedover: opswire's taint still there", VerbHandedOver, EffectTaint, apiNode("a", unschedulable, taint), false},
+		{"node gone", VerbCordoned, EffectCordon, nil, false},
+		{"node replaced", VerbUncordoned, EffectCordon, apiNode("a", func(n *corev1.Node) { n.UID = "uid-new" }), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var objs []runtime.Object
+			if tc.node != nil {
+				objs = append(objs, tc.node)
+			}
+			h := newHarness(t, seedPolicy(EffectCordon), false, Fleet{Managed: 10}, objs...)
+			got, err := h.act.Happened(context.Background(), intentFor(t, tc.verb, tc.mode, at))
+			if err != nil || got != tc.want {
+				t.Fatalf("Happened = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+	h := newHarness(t, seedPolicy(EffectCordon), false, Fleet{Managed: 10})
+	h.client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("API down")
+	})
+	if _, err := h.act.Happened(context.Background(), intentFor(t, VerbCordoned, EffectCordon, at)); err == nil {
+		t.Fatal("an API error must fail the check (the recovery retries)")
+	}
+}
+
+// intentFor is the intent of a write of verb in mode on node a, decided on
+// resourceVersion 40 at the time at.
+func intentFor(t *testing.T, verb, mode string, at time.Time) events.Intent {
+	t.Helper()
+	data, err := json.Marshal(events.CordonDecision{Verb: verb, Mode: mode, Node: "a", NodeUID: "uid-a", Time: at, ResourceVersion: "40"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events.Intent{Actor: Service, Action: verb, Kind: "Node", Name: "a", UID: "uid-a",
+		Outcome: events.IntentOutcome{ID: "cordon/uid-a/" + verb + "/40", Data: data}}
+}
