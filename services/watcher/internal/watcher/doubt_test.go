@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -94,11 +95,14 @@ func TestOversizedNodeKeepsWhatOpswireReads(t *testing.T) {
 		}
 		return n
 	}
+	// A short retry period, so the test watches several of them.
+	const retryMax = 100 * time.Millisecond
 	f := setupWith(t, func(s *source) {
 		s.nodes = append(s.nodes, big(s, "n1", 2000), s.node("n2"))
 	}, nil, func(o *Options) {
 		o.MaxPayload = 64 << 10 // 2,000 labels of ~70 bytes do not fit
 		o.KeepNodeLabel = func(k string) bool { return k == "pool" }
+		o.RetryMax = retryMax
 	})
 	f.eventually("n1 in KUBE", func() bool { return f.nodePods("n1") == 0 })
 	var s events.NodeState
@@ -115,10 +119,15 @@ func TestOversizedNodeKeepsWhatOpswireReads(t *testing.T) {
 		return testutil.ToFloat64(f.w.m.oversized.WithLabelValues("pod")) == 1
 	})
 	f.eventually("n2 counts it", func() bool { return f.nodePods("n2") == 1 })
-	if v := testutil.ToFloat64(f.w.m.oversized.WithLabelValues("pod")); v != 1 {
-		t.Fatalf("oversized pod tried %v times, want 1 (no blind retries)", v)
-	}
-	if v := testutil.ToFloat64(f.w.m.errors.WithLabelValues("pod")); v != 0 {
-		t.Fatalf("%v publish errors for an oversized state, want none", v)
+	// Watched over many retry periods (the exponential backoff reaches
+	// retryMax after a few): a build that retries it, at any period up to
+	// retryMax, tries it again in this time.
+	for end := time.Now().Add(10 * retryMax); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if v := testutil.ToFloat64(f.w.m.oversized.WithLabelValues("pod")); v != 1 {
+			t.Fatalf("oversized pod tried %v times, want 1 (no blind retries)", v)
+		}
+		if v := testutil.ToFloat64(f.w.m.errors.WithLabelValues("pod")); v != 0 {
+			t.Fatalf("%v publish errors for an oversized state, want none", v)
+		}
 	}
 }

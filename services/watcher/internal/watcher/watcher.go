@@ -51,6 +51,9 @@ type Options struct {
 	// KeepNodeLabel selects the node labels an oversized node state keeps
 	// (the ones opswire reads); nil keeps only opswire's own keys.
 	KeepNodeLabel func(key string) bool
+	// RetryMax caps the backoff of a key whose publish failed (0: 5s;
+	// tests shorten it to watch several retry periods quickly).
+	RetryMax time.Duration
 }
 
 // headerRoom is left in a message for the CloudEvents headers.
@@ -119,11 +122,14 @@ func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options
 	if opts.StallWait <= 0 {
 		opts.StallWait = 5 * time.Second
 	}
+	if opts.RetryMax <= 0 {
+		opts.RetryMax = 5 * time.Second
+	}
 	w := &Watcher{
 		opts: opts, source: envelope.Source(opts.Cluster, "watcher"), log: log,
 		pods: pods, nodes: nodes, pub: pub,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 5*time.Second),
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](min(50*time.Millisecond, opts.RetryMax), opts.RetryMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "watcher"}),
 		published: map[string]record{},
 		trimmed:   map[string]bool{},

@@ -1,0 +1,144 @@
+package actor
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/natstest"
+	"github.com/opswire/opswire/shared/natsx"
+)
+
+// outageClock is the actor's clock in TestReportTickAcrossNATSOutage: held
+// just before the tick until released, then running from the tick, so the
+// test chooses when the tick fires (once NATS is down).
+type outageClock struct {
+	mu       sync.Mutex
+	tick     time.Time
+	released time.Time
+}
+
+func (c *outageClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.released.IsZero() {
+		return c.tick.Add(-100 * time.Millisecond)
+	}
+	return c.tick.Add(time.Since(c.released))
+}
+
+func (c *outageClock) release() {
+	c.mu.Lock()
+	c.released = time.Now()
+	c.mu.Unlock()
+}
+
+// A tick that fires while NATS is down must be stored once NATS is back, for
+// as long as its retry window (tick+catchUp or the next tick) lasts, not given
+// up after a fixed run timeout (the old scheduledRunTimeout of 2 minutes). The
+// outage here is longer than one publish attempt (publishAttempt) and than
+// any run timeout a build would bound the tick with in a test: a build that
+// gives the tick up before NATS returns counts it in ticks_missed_total and
+// never reaches reports_total{schedule,sent}.
+func TestReportTickAcrossNATSOutage(t *testing.T) {
+	const outage = publishAttempt + time.Second
+	dir := t.TempDir()
+	srv := natstest.StartWithOptions(t, &server.Options{StoreDir: dir})
+	port := srv.Addr().(*net.TCPAddr).Port
+	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ctx: ctx, nc: nc, js: js}
+	e.pod("shop", "crashy", 150)
+
+	// Hourly: the only tick in the test is the one the clock is held before.
+	cfg := testConfig(t, "sendReport:\n  schedule: \"@hourly\"\n  catchUp: 2h\nnats:\n  duplicates: 3h\nimageAlert:\n  enable: false\n")
+	probe, err := New(Deps{Config: cfg, Cluster: cluster, Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &outageClock{tick: probe.sched.Next(time.Now())}
+	a, err := New(Deps{Config: cfg, Cluster: cluster, JS: js, NC: nc, MaxPayload: nc.MaxPayload(),
+		Log: zerolog.Nop(), Registry: prometheus.NewRegistry(), Getenv: func(string) string { return "" }, Now: clock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, stopLead := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Lead(lctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			stopLead()
+			if err := <-done; err != nil {
+				t.Errorf("Lead: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	eventually(t, 10*time.Second, "leader ready", func() bool { return a.serving.Load() && a.Ready() == nil })
+
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	eventually(t, 5*time.Second, "the client to see NATS down", func() bool { return !nc.IsConnected() })
+	clock.release() // the tick fires now, with NATS down
+	sent := func() float64 { return testutil.ToFloat64(a.m.reports.WithLabelValues(triggerSchedule, "sent")) }
+	missed := func() float64 { return testutil.ToFloat64(a.m.missed) }
+	// Through the outage: nothing stored, nothing given up.
+	for end := time.Now().Add(outage); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if n := sent(); n != 0 {
+			t.Fatalf("reports_total{schedule,sent} = %v with NATS down", n)
+		}
+		if n := missed(); n != 0 {
+			t.Fatalf("the tick was given up %s into a NATS outage (ticks_missed_total = %v); its retry window is until %s",
+				time.Since(clock.released), n, a.sched.Next(clock.tick))
+		}
+	}
+
+	natstest.StartWithOptions(t, &server.Options{Port: port, StoreDir: dir})
+	defer stop() // before the server's cleanup shuts it down
+	eventually(t, 30*time.Second, "the tick's report stored once NATS is back", func() bool { return sent() >= 1 })
+	// Once sent, the tick is recorded; let any second store of it show.
+	time.Sleep(500 * time.Millisecond)
+	if n := sent(); n != 1 {
+		t.Fatalf("reports_total{schedule,sent} = %v, want exactly the one tick", n)
+	}
+	for _, o := range []string{"failed", "duplicate"} {
+		if n := testutil.ToFloat64(a.m.reports.WithLabelValues(triggerSchedule, o)); n != 0 {
+			t.Fatalf("reports_total{schedule,%s} = %v, want 0", o, n)
+		}
+	}
+	if n := missed(); n != 0 {
+		t.Fatalf("ticks_missed_total = %v", n)
+	}
+	if got := testutil.ToFloat64(a.m.lastTick); got != float64(clock.tick.Unix()) {
+		t.Fatalf("last tick %v, want %d (%s)", got, clock.tick.Unix(), clock.tick)
+	}
+	// The stored report is that tick's.
+	ops := e.collect("ops.*.report.restarts")
+	eventually(t, 10*time.Second, "the report in OPS", func() bool { return len(ops.reports(t)) == 1 })
+	if r := ops.reports(t)[0]; r.ID != ScheduledID(clock.tick) || r.OnDemand {
+		t.Fatalf("report %s (on demand %v), want %s", r.ID, r.OnDemand, ScheduledID(clock.tick))
+	}
+}
