@@ -25,11 +25,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/opswire/opswire/services/notifier/internal/chattest"
 )
 
 // DingTalk's documented limits.
@@ -64,17 +64,10 @@ type Message struct {
 	Mobiles []string
 }
 
-var rowLine = regexp.MustCompile(`(?m)^- `)
-var moreLine = regexp.MustCompile(`…and (\d+) more`)
-
 // Table returns how many table rows the message lists and what its
 // "…and N more" line says (0 without one).
 func (m Message) Table() (rows, more int) {
-	rows = len(rowLine.FindAllString(m.Text, -1))
-	if x := moreLine.FindStringSubmatch(m.Text); x != nil {
-		more, _ = strconv.Atoi(x[1])
-	}
-	return rows, more
+	return chattest.Table(m.Text, "- ")
 }
 
 // Request is one recorded request.
@@ -93,10 +86,9 @@ type Server struct {
 	Now      func() time.Time
 	Throttle time.Duration
 
-	mu       sync.Mutex
-	robots   map[string]*robot
-	requests []Request
-	messages map[string][]Message
+	mu     sync.Mutex
+	robots map[string]*robot
+	book   chattest.Book[Request, Message]
 }
 
 type robot struct {
@@ -107,7 +99,7 @@ type robot struct {
 
 // NewServer starts a server.
 func NewServer() *Server {
-	s := &Server{Now: time.Now, Throttle: 10 * time.Minute, robots: map[string]*robot{}, messages: map[string][]Message{}}
+	s := &Server{Now: time.Now, Throttle: 10 * time.Minute, robots: map[string]*robot{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.handle))
 	return s
 }
@@ -124,38 +116,31 @@ func (s *Server) AddRobot(token string, r Robot) string {
 func (s *Server) Messages(token string) []Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Message(nil), s.messages[token]...)
+	return s.book.Messages(token)
 }
 
 // Requests returns every recorded request.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	return s.book.Requests()
 }
 
 // Count returns how many requests were answered with code.
 func (s *Server) Count(code int) int {
-	n := 0
-	for _, r := range s.Requests() {
-		if r.Code == code {
-			n++
-		}
-	}
-	return n
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.book.Count(func(r Request) bool { return r.Code == code })
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	body := chattest.ReadBody(r, 1<<20)
 	now := s.Now()
 	q := r.URL.Query()
 	token := q.Get("access_token")
 	s.mu.Lock()
 	code, msg, m := s.judge(r, q, token, body, now)
-	s.requests = append(s.requests, Request{Token: token, Time: now, Size: len(body), Code: code, Msg: msg, Signed: q.Get("sign") != ""})
-	if code == CodeOK {
-		s.messages[token] = append(s.messages[token], m)
-	}
+	s.book.Record(Request{Token: token, Time: now, Size: len(body), Code: code, Msg: msg, Signed: q.Get("sign") != ""}, token, m, code == CodeOK)
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json;charset=utf-8")
 	_ = json.NewEncoder(w).Encode(map[string]any{"errcode": code, "errmsg": msg})
@@ -169,10 +154,7 @@ func (s *Server) judge(r *http.Request, q map[string][]string, token string, bod
 	if now.Before(rb.blockedTo) {
 		return CodeTooFast, "send too fast, exceed 20 times per minute", Message{}
 	}
-	rb.arrivals = append(rb.arrivals, now)
-	for len(rb.arrivals) > 0 && now.Sub(rb.arrivals[0]) >= time.Minute {
-		rb.arrivals = rb.arrivals[1:]
-	}
+	rb.arrivals = chattest.Slide(rb.arrivals, now, time.Minute)
 	if len(rb.arrivals) > PerMinute {
 		rb.blockedTo = now.Add(s.Throttle)
 		return CodeTooFast, "send too fast, exceed 20 times per minute", Message{}
@@ -185,7 +167,7 @@ func (s *Server) judge(r *http.Request, q map[string][]string, token string, bod
 			return ""
 		}
 		ts, err := strconv.ParseInt(get("timestamp"), 10, 64)
-		if err != nil || abs(now.Sub(time.UnixMilli(ts))) > TimestampSlack {
+		if err != nil || !chattest.Within(now, time.UnixMilli(ts), TimestampSlack) {
 			return CodeSecurity, "invalid timestamp", Message{}
 		}
 		// The query is already URL-decoded: sign is the raw Base64.
@@ -229,7 +211,7 @@ func (s *Server) judge(r *http.Request, q map[string][]string, token string, bod
 		return 40035, "缺少参数 msgtype", Message{}
 	}
 	m.IsAtAll, m.Mobiles = p.At.IsAtAll, p.At.AtMobiles
-	if len(rb.Keywords) > 0 && !containsAny(m.Title+"\n"+m.Text, rb.Keywords) {
+	if len(rb.Keywords) > 0 && !chattest.ContainsAny(m.Title+"\n"+m.Text, rb.Keywords) {
 		return CodeSecurity, "keywords not in content", Message{}
 	}
 	return CodeOK, "ok", m
@@ -241,20 +223,4 @@ func ExpectedSign(secret string, ts int64) string {
 	mac := hmac.New(sha256.New, []byte(secret))
 	_, _ = io.WriteString(mac, strconv.FormatInt(ts, 10)+"\n"+secret)
 	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
-}
-
-func abs(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
-}
-
-func containsAny(s string, words []string) bool {
-	for _, w := range words {
-		if strings.Contains(s, w) {
-			return true
-		}
-	}
-	return false
 }

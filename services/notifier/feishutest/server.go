@@ -24,13 +24,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/opswire/opswire/services/notifier/internal/chattest"
 )
 
 // Limits Feishu documents for custom bots.
@@ -212,7 +213,7 @@ type answer struct {
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	body := chattest.ReadBody(r, 1<<20)
 	s.mu.Lock()
 	latency := s.latency
 	s.inFlight++
@@ -301,7 +302,7 @@ func (s *Server) judge(r *http.Request, token string, body []byte, now time.Time
 	signed := m.Sign != ""
 	if bot.Secret != "" {
 		ts, err := parseTimestamp(m.Timestamp)
-		if err != nil || m.Sign == "" || absDur(now.Sub(time.Unix(ts, 0))) > TimestampSlack || !hmac.Equal([]byte(m.Sign), []byte(expectedSign(bot.Secret, ts))) {
+		if err != nil || m.Sign == "" || !chattest.Within(now, time.Unix(ts, 0), TimestampSlack) || !hmac.Equal([]byte(m.Sign), []byte(expectedSign(bot.Secret, ts))) {
 			return CodeSignMismatch, msgSign, nil, signed
 		}
 	}
@@ -319,7 +320,7 @@ func (s *Server) judge(r *http.Request, token string, body []byte, now time.Time
 	default:
 		return 19002, "params error, msg_type need", nil, signed
 	}
-	if len(bot.Keywords) > 0 && !containsAny(text, bot.Keywords) {
+	if len(bot.Keywords) > 0 && !chattest.ContainsAny(text, bot.Keywords) {
 		return CodeKeyword, msgKeyword, nil, signed
 	}
 	return CodeOK, msgOK, card, signed
@@ -327,10 +328,7 @@ func (s *Server) judge(r *http.Request, token string, body []byte, now time.Time
 
 // admit counts a request against the bot's sliding windows.
 func (b *botState) admit(now time.Time) (int, string) {
-	b.arrivals = append(b.arrivals, now)
-	for len(b.arrivals) > 0 && now.Sub(b.arrivals[0]) >= time.Minute {
-		b.arrivals = b.arrivals[1:]
-	}
+	b.arrivals = chattest.Slide(b.arrivals, now, time.Minute)
 	inSecond := 0
 	for _, t := range b.arrivals {
 		if now.Sub(t) < time.Second {
@@ -367,22 +365,6 @@ func parseTimestamp(raw json.RawMessage) (int64, error) {
 	var n int64
 	err := json.Unmarshal(raw, &n)
 	return n, err
-}
-
-func absDur(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
-}
-
-func containsAny(s string, words []string) bool {
-	for _, w := range words {
-		if strings.Contains(s, w) {
-			return true
-		}
-	}
-	return false
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -22,11 +22,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/opswire/opswire/services/notifier/internal/chattest"
 )
 
 // Slack's limits.
@@ -48,18 +49,12 @@ type Message struct {
 	Mentions bool
 }
 
-var rowLine = regexp.MustCompile(`(?m)^• `)
-var moreLine = regexp.MustCompile(`…and (\d+) more`)
 var control = regexp.MustCompile(`<[!@#]|<https?:|<mailto:`)
 
 // Table returns the rows listed ("• " lines) and the "…and N more" count.
 func (m Message) Table() (rows, more int) {
 	all := strings.Join(m.Sections, "\n")
-	rows = len(rowLine.FindAllString(all, -1))
-	if x := moreLine.FindStringSubmatch(all); x != nil {
-		more, _ = strconv.Atoi(x[1])
-	}
-	return rows, more
+	return chattest.Table(all, "• ")
 }
 
 // All returns every text of the message, one per line.
@@ -80,15 +75,14 @@ type Server struct {
 	*httptest.Server
 	Now func() time.Time
 
-	mu       sync.Mutex
-	hooks    map[string][]time.Time
-	requests []Request
-	messages map[string][]Message
+	mu    sync.Mutex
+	hooks map[string][]time.Time
+	book  chattest.Book[Request, Message]
 }
 
 // NewServer starts a server.
 func NewServer() *Server {
-	s := &Server{Now: time.Now, hooks: map[string][]time.Time{}, messages: map[string][]Message{}}
+	s := &Server{Now: time.Now, hooks: map[string][]time.Time{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.handle))
 	return s
 }
@@ -105,32 +99,23 @@ func (s *Server) AddHook(path string) string {
 func (s *Server) Messages(path string) []Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Message(nil), s.messages[path]...)
+	return s.book.Messages(path)
 }
 
 // Count returns how many requests got the answer.
 func (s *Server) Count(answer string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for _, r := range s.requests {
-		if r.Answer == answer {
-			n++
-		}
-	}
-	return n
+	return s.book.Count(func(r Request) bool { return r.Answer == answer })
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+	body := chattest.ReadBody(r, 4<<20)
 	now := s.Now()
 	hook := strings.TrimPrefix(r.URL.Path, PathPrefix)
 	s.mu.Lock()
 	status, answer, m := s.judge(r, hook, body, now)
-	s.requests = append(s.requests, Request{Hook: hook, Time: now, Status: status, Answer: answer})
-	if status == http.StatusOK {
-		s.messages[hook] = append(s.messages[hook], m)
-	}
+	s.book.Record(Request{Hook: hook, Time: now, Status: status, Answer: answer}, hook, m, status == http.StatusOK)
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "text/html")
 	if status == http.StatusTooManyRequests {
@@ -150,10 +135,7 @@ func (s *Server) judge(r *http.Request, hook string, body []byte, now time.Time)
 	if r.Method != http.MethodPost || !ok {
 		return http.StatusNotFound, "no_service", Message{}
 	}
-	arrivals = append(arrivals, now)
-	for len(arrivals) > 0 && now.Sub(arrivals[0]) >= time.Second {
-		arrivals = arrivals[1:]
-	}
+	arrivals = chattest.Slide(arrivals, now, time.Second)
 	s.hooks[hook] = arrivals
 	if len(arrivals) > PerSecond {
 		return http.StatusTooManyRequests, "rate_limited", Message{}

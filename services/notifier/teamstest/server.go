@@ -16,7 +16,6 @@ package teamstest
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -24,6 +23,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/opswire/opswire/services/notifier/internal/chattest"
 )
 
 // Limits.
@@ -121,7 +122,7 @@ func (s *Server) Count(status int) int {
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+	body := chattest.ReadBody(r, 4<<20)
 	now := s.Now()
 	s.mu.Lock()
 	status, code, retryAfter := s.judge(r, body, now)
@@ -152,10 +153,7 @@ func (s *Server) judge(r *http.Request, body []byte, now time.Time) (int, string
 	if r.URL.Query().Get("sig") != f.sig {
 		return http.StatusUnauthorized, "DirectApiAuthorizationRequired", 0
 	}
-	f.arrivals = append(f.arrivals, now)
-	for len(f.arrivals) > 0 && now.Sub(f.arrivals[0]) >= Windows[len(Windows)-1].Period {
-		f.arrivals = f.arrivals[1:]
-	}
+	f.arrivals = chattest.Slide(f.arrivals, now, Windows[len(Windows)-1].Period)
 	for _, win := range Windows {
 		n := 0
 		for _, t := range f.arrivals {

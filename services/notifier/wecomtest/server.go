@@ -15,14 +15,13 @@ package wecomtest
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/opswire/opswire/services/notifier/internal/chattest"
 )
 
 // WeCom's documented limits.
@@ -48,16 +47,9 @@ type Message struct {
 	Mentions bool // <@userid> in the content or a mentioned list
 }
 
-var rowLine = regexp.MustCompile(`(?m)^> `)
-var moreLine = regexp.MustCompile(`…and (\d+) more`)
-
 // Table returns the rows listed (quote lines) and the "…and N more" count.
 func (m Message) Table() (rows, more int) {
-	rows = len(rowLine.FindAllString(m.Content, -1))
-	if x := moreLine.FindStringSubmatch(m.Content); x != nil {
-		more, _ = strconv.Atoi(x[1])
-	}
-	return rows, more
+	return chattest.Table(m.Content, "> ")
 }
 
 // Request is one recorded request.
@@ -73,15 +65,14 @@ type Server struct {
 	*httptest.Server
 	Now func() time.Time
 
-	mu       sync.Mutex
-	robots   map[string][]time.Time
-	requests []Request
-	messages map[string][]Message
+	mu     sync.Mutex
+	robots map[string][]time.Time
+	book   chattest.Book[Request, Message]
 }
 
 // NewServer starts a server.
 func NewServer() *Server {
-	s := &Server{Now: time.Now, robots: map[string][]time.Time{}, messages: map[string][]Message{}}
+	s := &Server{Now: time.Now, robots: map[string][]time.Time{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.handle))
 	return s
 }
@@ -98,32 +89,23 @@ func (s *Server) AddRobot(key string) string {
 func (s *Server) Messages(key string) []Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Message(nil), s.messages[key]...)
+	return s.book.Messages(key)
 }
 
 // Count returns how many requests were answered with code.
 func (s *Server) Count(code int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for _, r := range s.requests {
-		if r.Code == code {
-			n++
-		}
-	}
-	return n
+	return s.book.Count(func(r Request) bool { return r.Code == code })
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	body := chattest.ReadBody(r, 1<<20)
 	now := s.Now()
 	key := r.URL.Query().Get("key")
 	s.mu.Lock()
 	code, msg, m := s.judge(r, key, body, now)
-	s.requests = append(s.requests, Request{Key: key, Time: now, Code: code, Msg: msg})
-	if code == CodeOK {
-		s.messages[key] = append(s.messages[key], m)
-	}
+	s.book.Record(Request{Key: key, Time: now, Code: code, Msg: msg}, key, m, code == CodeOK)
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	_ = json.NewEncoder(w).Encode(map[string]any{"errcode": code, "errmsg": msg})
@@ -134,10 +116,7 @@ func (s *Server) judge(r *http.Request, key string, body []byte, now time.Time) 
 	if r.Method != http.MethodPost || r.URL.Path != Path || !ok {
 		return CodeInvalidURL, "invalid webhook url, hint: [1700000000_1_abc], from ip: 127.0.0.1", Message{}
 	}
-	arrivals = append(arrivals, now)
-	for len(arrivals) > 0 && now.Sub(arrivals[0]) >= time.Minute {
-		arrivals = arrivals[1:]
-	}
+	arrivals = chattest.Slide(arrivals, now, time.Minute)
 	s.robots[key] = arrivals
 	if len(arrivals) > PerMinute {
 		return CodeFreq, "api freq out of limit", Message{}

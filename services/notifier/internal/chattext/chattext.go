@@ -84,6 +84,15 @@ func MoreLine(more int) string {
 	return fmt.Sprintf("…and %d more", more)
 }
 
+// Want is how many of total rows a message may show at most: all of them,
+// or maxRows when that is set (> 0) and smaller.
+func Want(total, maxRows int) int {
+	if maxRows > 0 && total > maxRows {
+		return maxRows
+	}
+	return total
+}
+
 // Fit returns the largest row count in [0, want] whose rendering size(rows)
 // is within limit; ok is false when even no rows do not fit. size must grow
 // with rows (more rows never make a message shorter).

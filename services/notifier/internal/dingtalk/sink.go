@@ -11,7 +11,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -76,9 +75,8 @@ type Options struct {
 
 // New builds a DingTalk sink; the error never repeats the URL.
 func New(o Options) (*Sink, error) {
-	u, err := url.Parse(o.URL.Value())
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return nil, errors.New("webhook URL is not an absolute http(s) URL")
+	if err := httpx.CheckURL(o.URL.Value()); err != nil {
+		return nil, err
 	}
 	s := &Sink{url: o.URL, secret: o.Secret, keyword: o.Keyword, client: httpx.NoRedirects(o.Client), bodyLimit: o.BodyLimit, maxRows: o.MaxRows, now: o.Now}
 	if s.bodyLimit <= 0 {
@@ -140,10 +138,7 @@ func severityMark(sev string) string {
 // Fit returns the message with as many rows as fit the body budget and how
 // many rows it shows.
 func (s *Sink) Fit(n *notify.Notification) (Message, int, error) {
-	want := len(n.Rows)
-	if s.maxRows > 0 && want > s.maxRows {
-		want = s.maxRows
-	}
+	want := chattext.Want(len(n.Rows), s.maxRows)
 	size := func(rows int) int {
 		b, _ := json.Marshal(Build(n, s.keyword, rows))
 		return len(b)
@@ -161,19 +156,15 @@ func (s *Sink) Send(ctx context.Context, n *notify.Notification) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	body, err := json.Marshal(m)
-	if err != nil {
-		return false, &notify.SendError{Reason: notify.ReasonBadRequest, Err: err}
-	}
 	target := s.url.Value()
 	if s.secret.IsSet() {
 		target = SignURL(target, s.secret.Value(), s.now())
 	}
-	status, resp, err := httpx.PostJSON(ctx, s.client, target, body)
+	a, retry, err := httpx.PostValue(ctx, s.client, target, m)
 	if err != nil {
-		return true, err
+		return retry, err
 	}
-	return Classify(status, resp)
+	return Classify(a.Status, a.Body)
 }
 
 // SignURL appends timestamp and sign to the webhook URL's query, replacing

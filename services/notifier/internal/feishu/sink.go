@@ -3,10 +3,8 @@ package feishu
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -50,9 +48,8 @@ type Options struct {
 // New builds a Feishu sink. The URL must be absolute http(s); the error never
 // repeats it.
 func New(o Options) (*Sink, error) {
-	u, err := url.Parse(o.URL.Value())
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return nil, errors.New("webhook URL is not an absolute http(s) URL")
+	if err := httpx.CheckURL(o.URL.Value()); err != nil {
+		return nil, err
 	}
 	s := &Sink{url: o.URL, secret: o.Secret, keyword: o.Keyword, client: httpx.NoRedirects(o.Client), bodyLimit: o.BodyLimit, maxRows: o.MaxRows, now: o.Now}
 	if s.bodyLimit <= 0 {
@@ -107,13 +104,9 @@ func (s *Sink) Send(ctx context.Context, n *notify.Notification) (bool, error) {
 		ts := s.now().Unix()
 		m.Timestamp, m.Sign = fmt.Sprint(ts), Sign(s.secret.Value(), ts)
 	}
-	body, err := json.Marshal(m)
+	a, retry, err := httpx.PostValue(ctx, s.client, s.url.Value(), m)
 	if err != nil {
-		return false, &notify.SendError{Reason: notify.ReasonBadRequest, Err: err}
+		return retry, err
 	}
-	status, resp, err := httpx.PostJSON(ctx, s.client, s.url.Value(), body)
-	if err != nil {
-		return true, err
-	}
-	return Classify(status, resp)
+	return Classify(a.Status, a.Body)
 }

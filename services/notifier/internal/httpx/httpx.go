@@ -7,6 +7,7 @@ package httpx
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +46,40 @@ func PostJSONHeader(ctx context.Context, client *http.Client, rawURL string, bod
 		return 0, nil, nil, &notify.SendError{Reason: notify.ReasonTransport, Err: RedactURL(err)}
 	}
 	return resp.StatusCode, resp.Header, b, nil
+}
+
+// CheckURL accepts an absolute http(s) webhook URL. Its error never repeats
+// the URL, which carries the bot's token.
+func CheckURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return errors.New("webhook URL is not an absolute http(s) URL")
+	}
+	return nil
+}
+
+// Answer is a receiver's answer to one POST.
+type Answer struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// PostValue is one send attempt of a message: it marshals v and POSTs it
+// with PostJSONHeader. retry says whether a failure may be retried: a
+// message that cannot be marshalled never can (ReasonBadRequest), a
+// transport failure can. The answer itself is left to the receiver's
+// classification.
+func PostValue(ctx context.Context, client *http.Client, rawURL string, v any) (a Answer, retry bool, err error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return Answer{}, false, &notify.SendError{Reason: notify.ReasonBadRequest, Err: err}
+	}
+	a.Status, a.Header, a.Body, err = PostJSONHeader(ctx, client, rawURL, body)
+	if err != nil {
+		return Answer{}, true, err
+	}
+	return a, false, nil
 }
 
 // NoRedirects returns a copy of client (nil: a new one) that never follows

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -72,9 +71,8 @@ type Options struct {
 
 // New builds a Slack sink; the error never repeats the URL.
 func New(o Options) (*Sink, error) {
-	u, err := url.Parse(o.URL.Value())
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return nil, errors.New("webhook URL is not an absolute http(s) URL")
+	if err := httpx.CheckURL(o.URL.Value()); err != nil {
+		return nil, err
 	}
 	s := &Sink{url: o.URL, client: httpx.NoRedirects(o.Client), bodyLimit: o.BodyLimit, maxRows: o.MaxRows, now: o.Now}
 	if s.bodyLimit <= 0 {
@@ -154,10 +152,7 @@ func tableChars(m Message) int {
 // Fit returns the message with as many rows as fit both the body budget and
 // the section limit.
 func (s *Sink) Fit(n *notify.Notification) (Message, int, error) {
-	want := len(n.Rows)
-	if s.maxRows > 0 && want > s.maxRows {
-		want = s.maxRows
-	}
+	want := chattext.Want(len(n.Rows), s.maxRows)
 	size := func(rows int) int {
 		m := Build(n, rows)
 		b, _ := json.Marshal(m)
@@ -179,18 +174,14 @@ func (s *Sink) Send(ctx context.Context, n *notify.Notification) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	body, err := json.Marshal(m)
+	a, retry, err := httpx.PostValue(ctx, s.client, s.url.Value(), m)
 	if err != nil {
-		return false, &notify.SendError{Reason: notify.ReasonBadRequest, Err: err}
+		return retry, err
 	}
-	status, h, resp, err := httpx.PostJSONHeader(ctx, s.client, s.url.Value(), body)
-	if err != nil {
-		return true, err
-	}
-	retry, err := Classify(status, resp)
+	retry, err = Classify(a.Status, a.Body)
 	var se *notify.SendError
-	if errors.As(err, &se) && status == http.StatusTooManyRequests {
-		se.RetryAfter = chattext.RetryAfter(h, s.now())
+	if errors.As(err, &se) && a.Status == http.StatusTooManyRequests {
+		se.RetryAfter = chattext.RetryAfter(a.Header, s.now())
 	}
 	return retry, err
 }

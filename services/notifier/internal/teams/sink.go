@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -93,9 +92,8 @@ type Options struct {
 
 // New builds a Teams sink; the error never repeats the URL.
 func New(o Options) (*Sink, error) {
-	u, err := url.Parse(o.URL.Value())
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return nil, errors.New("webhook URL is not an absolute http(s) URL")
+	if err := httpx.CheckURL(o.URL.Value()); err != nil {
+		return nil, err
 	}
 	s := &Sink{url: o.URL, client: httpx.NoRedirects(o.Client), bodyLimit: o.BodyLimit, maxRows: o.MaxRows, now: o.Now}
 	if s.bodyLimit <= 0 {
@@ -144,10 +142,7 @@ func Build(n *notify.Notification, rows int) Message {
 
 // Fit returns the card with as many rows as fit the body budget.
 func (s *Sink) Fit(n *notify.Notification) (Message, int, error) {
-	want := len(n.Rows)
-	if s.maxRows > 0 && want > s.maxRows {
-		want = s.maxRows
-	}
+	want := chattext.Want(len(n.Rows), s.maxRows)
 	rows, ok := chattext.Fit(want, s.bodyLimit, func(rows int) int {
 		b, _ := json.Marshal(Build(n, rows))
 		return len(b)
@@ -164,18 +159,14 @@ func (s *Sink) Send(ctx context.Context, n *notify.Notification) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	body, err := json.Marshal(m)
+	a, retry, err := httpx.PostValue(ctx, s.client, s.url.Value(), m)
 	if err != nil {
-		return false, &notify.SendError{Reason: notify.ReasonBadRequest, Err: err}
+		return retry, err
 	}
-	status, h, resp, err := httpx.PostJSONHeader(ctx, s.client, s.url.Value(), body)
-	if err != nil {
-		return true, err
-	}
-	retry, err := Classify(status, resp)
+	retry, err = Classify(a.Status, a.Body)
 	var se *notify.SendError
 	if errors.As(err, &se) && se.Reason == notify.ReasonRateLimited {
-		se.RetryAfter = chattext.RetryAfter(h, s.now())
+		se.RetryAfter = chattext.RetryAfter(a.Header, s.now())
 	}
 	return retry, err
 }

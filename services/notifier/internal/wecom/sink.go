@@ -7,10 +7,7 @@ package wecom
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/opswire/opswire/services/notifier/internal/chattext"
@@ -54,9 +51,8 @@ type Options struct {
 
 // New builds a WeCom sink; the error never repeats the URL.
 func New(o Options) (*Sink, error) {
-	u, err := url.Parse(o.URL.Value())
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return nil, errors.New("webhook URL is not an absolute http(s) URL")
+	if err := httpx.CheckURL(o.URL.Value()); err != nil {
+		return nil, err
 	}
 	s := &Sink{url: o.URL, client: httpx.NoRedirects(o.Client), limit: o.ContentLimit, maxRows: o.MaxRows}
 	if s.limit <= 0 {
@@ -95,10 +91,7 @@ func Build(n *notify.Notification, rows int) string {
 
 // Fit returns the content with as many rows as fit the content limit.
 func (s *Sink) Fit(n *notify.Notification) (string, int, error) {
-	want := len(n.Rows)
-	if s.maxRows > 0 && want > s.maxRows {
-		want = s.maxRows
-	}
+	want := chattext.Want(len(n.Rows), s.maxRows)
 	rows, ok := chattext.Fit(want, s.limit, func(rows int) int { return len(Build(n, rows)) })
 	if !ok {
 		return "", 0, chattext.TooLarge("markdown content", s.limit)
@@ -112,15 +105,11 @@ func (s *Sink) Send(ctx context.Context, n *notify.Notification) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	body, err := json.Marshal(Message{MsgType: "markdown", Markdown: Markdown{Content: content}})
+	a, retry, err := httpx.PostValue(ctx, s.client, s.url.Value(), Message{MsgType: "markdown", Markdown: Markdown{Content: content}})
 	if err != nil {
-		return false, &notify.SendError{Reason: notify.ReasonBadRequest, Err: err}
+		return retry, err
 	}
-	status, resp, err := httpx.PostJSON(ctx, s.client, s.url.Value(), body)
-	if err != nil {
-		return true, err
-	}
-	return Classify(status, resp)
+	return Classify(a.Status, a.Body)
 }
 
 // WeCom codes with a meaning of their own.
