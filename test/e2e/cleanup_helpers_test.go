@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +19,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/test/harness"
@@ -157,7 +161,9 @@ func opsFor(verb, ns, pod string) func(harness.Msg) bool {
 }
 
 // cleanupEvents lists the reasons of the Kubernetes Events opswire-cleanup
-// wrote about one pod UID.
+// wrote about one pod UID, each as often as it was recorded: the recorder
+// merges a repeat into the same object and counts it (count, or
+// series.count), so counting objects would hide a double.
 func cleanupEvents(t *testing.T, cp *harness.ControlPlane, ns, uid string) []string {
 	t.Helper()
 	list, err := cp.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
@@ -167,7 +173,63 @@ func cleanupEvents(t *testing.T, cp *harness.ControlPlane, ns, uid string) []str
 	var out []string
 	for _, e := range list.Items {
 		if string(e.InvolvedObject.UID) == uid && e.Source.Component == "opswire-cleanup" {
-			out = append(out, e.Reason)
+			n := max(int(e.Count), 1)
+			if e.Series != nil {
+				n = max(n, int(e.Series.Count))
+			}
+			for range n {
+				out = append(out, e.Reason)
+			}
+		}
+	}
+	return out
+}
+
+// publishCounter counts, on a plain core-NATS subscription, every cleanup
+// outcome published (the intent verb left out), by subject: unlike the OPS
+// stream, which drops a repeated Nats-Msg-Id for minutes, it sees each publish.
+type publishCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// countPublishes subscribes to ops.<cluster>.cleanup.> (start it before the actor).
+func countPublishes(t *testing.T, n *harness.NATS, cluster string) *publishCounter {
+	t.Helper()
+	nc := n.Connect(t)
+	c := &publishCounter{n: map[string]int{}}
+	if _, err := nc.Subscribe("ops."+cluster+".cleanup.>", func(m *nats.Msg) {
+		if strings.Contains(m.Subject, ".cleanup.intent.") {
+			return
+		}
+		c.mu.Lock()
+		c.n[m.Subject]++
+		c.mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Counts is a copy of the publishes so far, by subject.
+func (c *publishCounter) Counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
+}
+
+// podDeletes counts the pod DELETEs sent through proxy, by "<namespace>/<name>",
+// whatever the answer (at the source: a repeat is seen even when answered 404).
+func podDeletes(proxy *harness.APIProxy, ns string) map[string]int {
+	out := map[string]int{}
+	for _, r := range proxy.Requests(func(r harness.APIRequest) bool { return r.Method == http.MethodDelete }) {
+		// /api/v1/namespaces/<ns>/pods/<name>
+		parts := strings.Split(strings.Trim(r.Path, "/"), "/")
+		if len(parts) == 6 && parts[3] == ns && parts[4] == "pods" {
+			out[ns+"/"+parts[5]]++
 		}
 	}
 	return out
