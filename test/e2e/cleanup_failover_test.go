@@ -1,13 +1,8 @@
 package e2e
 
 import (
-	"context"
-	"crypto/tls"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -15,101 +10,27 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/opswire/opswire/test/harness"
 )
 
-// deleteCounter is a reverse proxy in front of the API server that records
-// every pod DELETE it forwards, with the answer's status: deletions counted
+// acceptedPodDeletes returns, by pod (namespace/name), the times of the pod
+// DELETEs the API server accepted, as the proxy saw them: deletions counted
 // at the source, where neither the stream's deduplication nor a lost audit
 // can hide one.
-type deleteCounter struct {
-	mu      sync.Mutex
-	deletes []podDelete
-	// hook, when set, runs after each DELETE the API server accepted and
-	// before its answer goes back to the client, with the number accepted.
-	hook func(accepted int)
-}
-
-type podDelete struct {
-	pod    string // namespace/name
-	status int
-	at     time.Time
-}
-
-// startDeleteCounter starts the proxy and returns a copy of kubeconfig that
-// points at it.
-func startDeleteCounter(t *testing.T, cp *harness.ControlPlane, kubeconfig string) (*deleteCounter, string) {
-	t.Helper()
-	target, err := url.Parse(cp.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dc := &deleteCounter{}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} // the test API server's own certificate
-	proxy.ModifyResponse = func(resp *http.Response) error {
-		r := resp.Request
-		// DELETE /api/v1/namespaces/<ns>/pods/<name>
-		if parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/"); r.Method == http.MethodDelete && len(parts) == 6 && parts[4] == "pods" {
-			dc.mu.Lock()
-			dc.deletes = append(dc.deletes, podDelete{pod: parts[3] + "/" + parts[5], status: resp.StatusCode, at: time.Now()})
-			accepted, hook := 0, dc.hook
-			for _, d := range dc.deletes {
-				if d.status >= 200 && d.status < 300 {
-					accepted++
-				}
-			}
-			dc.mu.Unlock()
-			if hook != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
-				hook(accepted)
-			}
-		}
-		return nil
-	}
-	// TLS like the API server: client-go sends no bearer token over plain http.
-	// A client that dies mid-request (the SIGKILLed leader) must not cancel
-	// the forwarded DELETE before its answer is counted: the API server
-	// completes it anyway.
-	// (ReverseProxy cancels on the request's context, or else on the
-	// writer's CloseNotify: a DELETE gets neither.)
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodDelete {
-			proxy.ServeHTTP(detachedWriter{w}, r.WithContext(context.WithoutCancel(r.Context())))
-			return
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	cfg, err := clientcmd.LoadFromFile(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cfg.Clusters {
-		c.Server, c.InsecureSkipTLSVerify, c.CertificateAuthorityData = srv.URL, true, nil
-	}
-	path := kubeconfig + ".counted"
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	return dc, path
-}
-
-// detachedWriter hides the writer's CloseNotify from the reverse proxy.
-type detachedWriter struct{ http.ResponseWriter }
-
-// successful returns the times of the DELETEs the API server accepted, by pod.
-func (dc *deleteCounter) successful() map[string][]time.Time {
-	dc.mu.Lock()
-	defer dc.mu.Unlock()
+func acceptedPodDeletes(px *harness.APIProxy) map[string][]time.Time {
 	out := map[string][]time.Time{}
-	for _, d := range dc.deletes {
-		if d.status >= 200 && d.status < 300 {
-			out[d.pod] = append(out[d.pod], d.at)
-		}
+	for _, r := range px.Requests(acceptedPodDelete) {
+		parts := strings.Split(strings.Trim(r.Path, "/"), "/")
+		out[parts[3]+"/"+parts[5]] = append(out[parts[3]+"/"+parts[5]], r.At)
 	}
 	return out
+}
+
+// acceptedPodDelete: DELETE /api/v1/namespaces/<ns>/pods/<name>, answered 2xx.
+func acceptedPodDelete(r harness.APIRequest) bool {
+	parts := strings.Split(strings.Trim(r.Path, "/"), "/")
+	return r.Method == http.MethodDelete && len(parts) == 6 && parts[4] == "pods" && r.Status >= 200 && r.Status < 300
 }
 
 // TestCleanupFailover: 100 evicted pods, at most 20 deletions per 10 s
@@ -159,7 +80,8 @@ func TestCleanupFailover(t *testing.T) {
 	if err := n.Conn.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	counter, kc := startDeleteCounter(t, cp, cleanupKubeconfig(t, cp))
+	proxy := harness.StartAPIProxy(t, cp)
+	kc := proxy.Kubeconfig(t, cleanupKubeconfig(t, cp))
 	procs := map[string]*harness.Process{"a": startCleanup(t, n, cfg, kc, "a"), "b": startCleanup(t, n, cfg, kc, "b")}
 	deleted := func(m harness.Msg) bool { return strings.HasPrefix(m.Subject, "ops.e2e.cleanup.deleted.bulk.") }
 
@@ -174,8 +96,11 @@ func TestCleanupFailover(t *testing.T) {
 		auditedBeforeKill int
 		killedCh          = make(chan struct{})
 	)
-	counter.mu.Lock()
-	counter.hook = func(accepted int) {
+	proxy.OnAnswer(func(r harness.APIRequest) {
+		if !acceptedPodDelete(r) {
+			return
+		}
+		accepted := proxy.Count(acceptedPodDelete)
 		if accepted < killAfter {
 			return
 		}
@@ -187,8 +112,7 @@ func TestCleanupFailover(t *testing.T) {
 			killed, deletedBeforeKill, auditedBeforeKill = time.Now(), accepted, ops.Count(deleted)
 			close(killedCh)
 		})
-	}
-	counter.mu.Unlock()
+	})
 	select {
 	case <-killedCh:
 	case <-time.After(60 * time.Second):
@@ -220,7 +144,7 @@ func TestCleanupFailover(t *testing.T) {
 	// more than 20 of those DELETEs (a small tolerance for the proxy's clock
 	// reading against the actor's).
 	var times []time.Time
-	for pod, ts := range counter.successful() {
+	for pod, ts := range acceptedPodDeletes(proxy) {
 		if len(ts) != 1 {
 			t.Fatalf("%s: %d successful DELETEs, want 1", pod, len(ts))
 		}

@@ -1,92 +1,33 @@
 package e2e
 
 import (
-	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/test/harness"
 )
 
-// nodePatchCounter is a reverse proxy in front of the API server that counts
-// every node PATCH the API accepted, by node, and can run a hook after the
-// API accepted one and before its answer goes back to the client.
-type nodePatchCounter struct {
-	mu      sync.Mutex
-	patches map[string]int
-	hook    func(node string, accepted int)
+// acceptedNodePatch: PATCH /api/v1/nodes/<name>, answered 2xx; it returns
+// the node's name.
+func acceptedNodePatch(r harness.APIRequest) (string, bool) {
+	parts := strings.Split(strings.Trim(r.Path, "/"), "/")
+	if r.Method != http.MethodPatch || len(parts) != 4 || parts[2] != "nodes" || r.Status < 200 || r.Status >= 300 {
+		return "", false
+	}
+	return parts[3], true
 }
 
-// startNodePatchCounter starts the proxy and returns a copy of kubeconfig
-// that points at it.
-func startNodePatchCounter(t *testing.T, cp *harness.ControlPlane, kubeconfig string) (*nodePatchCounter, string) {
-	t.Helper()
-	target, err := url.Parse(cp.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc := &nodePatchCounter{patches: map[string]int{}}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.FlushInterval = -1
-	proxy.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} // the test API server's own certificate
-	proxy.ModifyResponse = func(resp *http.Response) error {
-		r := resp.Request
-		// PATCH /api/v1/nodes/<name>
-		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-		if r.Method != http.MethodPatch || len(parts) != 4 || parts[2] != "nodes" || resp.StatusCode < 200 || resp.StatusCode >= 300 {
-			return nil
-		}
-		pc.mu.Lock()
-		pc.patches[parts[3]]++
-		accepted, hook := pc.patches[parts[3]], pc.hook
-		pc.mu.Unlock()
-		if hook != nil {
-			hook(parts[3], accepted)
-		}
-		return nil
-	}
-	// A client that dies mid-request (the SIGKILLed leader) must not cancel
-	// the forwarded PATCH before its answer is counted (detachedWriter: see
-	// startDeleteCounter).
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPatch {
-			proxy.ServeHTTP(detachedWriter{w}, r.WithContext(context.WithoutCancel(r.Context())))
-			return
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	cfg, err := clientcmd.LoadFromFile(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cfg.Clusters {
-		c.Server, c.InsecureSkipTLSVerify, c.CertificateAuthorityData = srv.URL, true, nil
-	}
-	path := kubeconfig + ".patches"
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	return pc, path
-}
-
-func (pc *nodePatchCounter) count(node string) int {
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	return pc.patches[node]
+// nodePatches counts the node PATCHes the API server accepted, at the proxy.
+func nodePatches(px *harness.APIProxy, node string) int {
+	return px.Count(func(r harness.APIRequest) bool { n, ok := acceptedNodePatch(r); return ok && n == node })
 }
 
 // TestCordonKillAfterPatch: two replicas, at most 2 actions per 15 s. The
@@ -129,7 +70,8 @@ func TestCordonKillAfterPatch(t *testing.T) {
 		defer pubMu.Unlock()
 		return published[subj]
 	}
-	counter, kc := startNodePatchCounter(t, cp, cordonRBAC(t, cp, "default"))
+	proxy := harness.StartAPIProxy(t, cp)
+	kc := proxy.Kubeconfig(t, cordonRBAC(t, cp, "default"))
 	replicas := map[string]*harness.Process{}
 	for _, id := range []string{"r1", "r2"} {
 		replicas[id] = harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kc, NATSURL: n.URL, ID: id})
@@ -148,17 +90,15 @@ func TestCordonKillAfterPatch(t *testing.T) {
 	}
 	killed := make(chan int, 1)
 	var once sync.Once
-	counter.mu.Lock()
-	counter.hook = func(node string, _ int) {
-		if node != "kp-0" {
+	proxy.OnAnswer(func(r harness.APIRequest) {
+		if node, ok := acceptedNodePatch(r); !ok || node != "kp-0" {
 			return
 		}
 		once.Do(func() {
 			replicas[first].Kill()
 			killed <- pubCount("ops.e2e.cordon.cordoned.kp-0")
 		})
-	}
-	counter.mu.Unlock()
+	})
 	cordonFill(t, c, "kp-0", 0, 5)
 	var atKill int
 	select {
@@ -213,7 +153,7 @@ func TestCordonKillAfterPatch(t *testing.T) {
 	for i := range 3 {
 		node := fmt.Sprintf("kp-%d", i)
 		subj := "ops.e2e.cordon.cordoned." + node
-		if got := counter.count(node); got != 1 {
+		if got := nodePatches(proxy, node); got != 1 {
 			t.Fatalf("%s patched %d times, want 1", node, got)
 		}
 		if got := ops.Count(harness.Subject(subj)); got != 1 {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -32,6 +33,7 @@ type APIProxy struct {
 	cancel   context.CancelFunc
 	ctx      context.Context
 	requests []APIRequest
+	onAnswer func(APIRequest)
 }
 
 // APIRequest is one request the proxy saw.
@@ -39,7 +41,8 @@ type APIRequest struct {
 	Method string
 	Path   string
 	Query  url.Values
-	Status int // the API's answer (0 while in flight or when cut)
+	Status int       // the API's answer (0 while in flight or when cut)
+	At     time.Time // when the API's answer arrived at the proxy
 	// Expired: the answer said the requested resourceVersion is too old
 	// (410 Gone, as an HTTP status or as a watch's ERROR event).
 	Expired bool
@@ -66,7 +69,12 @@ func (r APIRequest) IsList() bool {
 	return false
 }
 
-// StartAPIProxy starts a proxy to cp (closed on cleanup).
+// requestIndex carries a request's index in APIProxy.requests to ModifyResponse.
+type requestIndex struct{}
+
+// StartAPIProxy starts a proxy to cp (closed on cleanup). A write (anything
+// but a GET) whose client dies mid-request is still forwarded to its end and
+// counted: the API server carries it out anyway. Only Cut ends it early.
 func StartAPIProxy(t testing.TB, cp *ControlPlane) *APIProxy {
 	t.Helper()
 	target, err := url.Parse(cp.URL)
@@ -81,6 +89,20 @@ func StartAPIProxy(t testing.TB, cp *ControlPlane) *APIProxy {
 	rp.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64}
 	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
 		http.Error(w, "proxy: "+err.Error(), http.StatusBadGateway)
+	}
+	rp.ModifyResponse = func(resp *http.Response) error {
+		idx, ok := resp.Request.Context().Value(requestIndex{}).(int)
+		if !ok {
+			return nil
+		}
+		p.mu.Lock()
+		p.requests[idx].Status, p.requests[idx].At = resp.StatusCode, time.Now()
+		r, hook := p.requests[idx], p.onAnswer
+		p.mu.Unlock()
+		if hook != nil {
+			hook(r)
+		}
+		return nil
 	}
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
@@ -97,12 +119,16 @@ func StartAPIProxy(t testing.TB, cp *ControlPlane) *APIProxy {
 		// server ends a watch: the stream closes cleanly, and the client
 		// watches again from its last resourceVersion. (A context without the
 		// server's value keeps the reverse proxy from aborting the stream.)
-		rctx, stop := context.WithCancel(context.Background())
+		rctx, stop := context.WithCancel(context.WithValue(context.Background(), requestIndex{}, idx))
 		defer stop()
+		clientGone := r.Context().Done()
+		if r.Method != http.MethodGet {
+			clientGone = nil // a write is carried out whether its client waits or not
+		}
 		go func() {
 			select {
 			case <-ctx.Done():
-			case <-r.Context().Done():
+			case <-clientGone:
 			case <-rctx.Done():
 			}
 			stop()
@@ -110,6 +136,9 @@ func StartAPIProxy(t testing.TB, cp *ControlPlane) *APIProxy {
 		rec := &statusRecorder{ResponseWriter: w}
 		rp.ServeHTTP(rec, r.WithContext(rctx))
 		p.mu.Lock()
+		if p.requests[idx].At.IsZero() {
+			p.requests[idx].At = time.Now()
+		}
 		p.requests[idx].Status, p.requests[idx].Expired = rec.code, rec.expired || rec.code == http.StatusGone
 		p.mu.Unlock()
 	}))
@@ -122,6 +151,15 @@ func StartAPIProxy(t testing.TB, cp *ControlPlane) *APIProxy {
 		srv.Close()
 	})
 	return p
+}
+
+// OnAnswer sets a hook that runs for every answer of the API server, after
+// it arrived and before it goes back to the client (so a test can, say, kill
+// the client that is about to learn its write succeeded).
+func (p *APIProxy) OnAnswer(hook func(APIRequest)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.onAnswer = hook
 }
 
 // Cut ends every request in flight and refuses new ones until Restore.
