@@ -24,6 +24,7 @@ import (
 	"github.com/opswire/opswire/shared/logging"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/server"
+	"github.com/opswire/opswire/shared/subject"
 )
 
 // Exit codes of every binary.
@@ -130,6 +131,46 @@ func (rt *Runtime) Kube() (kubernetes.Interface, *rest.Config, error) {
 // and "streams" readiness checks, and creates or updates the KUBE and OPS
 // streams (with --manage-streams=false: waits until they exist).
 func (rt *Runtime) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
+	nc, js, streamsReady, err := rt.connectNATS(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rt.Options.ManageStreams {
+		err = natsx.EnsureStreams(ctx, js, rt.Config.NATS)
+	} else {
+		err = natsx.WaitStreams(ctx, js, rt.Log, 10*time.Second)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	streamsReady.Store(true)
+	watchOpsStream(ctx, js, subject.OpsStream, rt.Server.Registry, rt.Log, opsStreamPoll)
+	return nc, js, nil
+}
+
+// NATSReading is NATS for a service that reads streams other than its
+// cluster's KUBE and OPS (a fleet notifier on a hub reads the fleet-wide
+// stream): it never creates or changes a stream, whatever --manage-streams
+// says, and waits until every one of streams exists. The first is the one
+// the opswire_ops_stream_* gauges report.
+func (rt *Runtime) NATSReading(ctx context.Context, streams ...string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, js, streamsReady, err := rt.connectNATS(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := natsx.WaitForStreams(ctx, js, rt.Log, 10*time.Second, streams...); err != nil {
+		return nil, nil, err
+	}
+	streamsReady.Store(true)
+	if len(streams) > 0 {
+		watchOpsStream(ctx, js, streams[0], rt.Server.Registry, rt.Log, opsStreamPoll)
+	}
+	return nc, js, nil
+}
+
+// connectNATS connects and registers the "nats" and "streams" readiness
+// checks; the caller sets the flag it returns once its streams are there.
+func (rt *Runtime) connectNATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, *atomic.Bool, error) {
 	o := rt.Options
 	no := natsx.Options{
 		URL: o.NATSURL, Name: rt.Spec.Binary() + "/" + o.ID, Creds: o.NATSCreds, User: o.NATSUser,
@@ -148,7 +189,7 @@ func (rt *Runtime) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, e
 	}
 	nc, err := natsx.Connect(no, rt.Log)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	rt.nc = nc
 	rt.Server.AddReadiness("nats", func() error {
@@ -158,30 +199,20 @@ func (rt *Runtime) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, e
 		return nil
 	})
 	if err := natsx.WaitConnected(ctx, nc); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("jetstream: %w", err)
+		return nil, nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
-	var streamsReady atomic.Bool
+	streamsReady := &atomic.Bool{}
 	rt.Server.AddReadiness("streams", func() error {
 		if !streamsReady.Load() {
-			return errors.New("KUBE and OPS streams not verified yet")
+			return errors.New("streams not verified yet")
 		}
 		return nil
 	})
-	if o.ManageStreams {
-		err = natsx.EnsureStreams(ctx, js, rt.Config.NATS)
-	} else {
-		err = natsx.WaitStreams(ctx, js, rt.Log, 10*time.Second)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	streamsReady.Store(true)
-	watchOpsStream(ctx, js, rt.Server.Registry, rt.Log, opsStreamPoll)
-	return nc, js, nil
+	return nc, js, streamsReady, nil
 }
 
 // DryRunLeaseSuffix ends the Lease name of an actor in dry-run.

@@ -9,8 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-
-	"github.com/opswire/opswire/shared/subject"
 )
 
 // registerBuildInfo exports opswire_build_info{service,version} 1. Every
@@ -34,7 +32,7 @@ const opsStreamPoll = 30 * time.Second
 // interval from the stream info (one small JetStream API request), so an
 // alert can fire before OPS reaches its max bytes and starts discarding the
 // oldest audit messages. A failed read keeps the last values.
-func watchOpsStream(ctx context.Context, js jetstream.JetStream, reg prometheus.Registerer, log zerolog.Logger, interval time.Duration) {
+func watchOpsStream(ctx context.Context, js jetstream.JetStream, stream string, reg prometheus.Registerer, log zerolog.Logger, interval time.Duration) {
 	var bytes, maxBytes, msgs atomic.Uint64
 	maxBytes.Store(math.Float64bits(-1))
 	gauge := func(name, help string, v *atomic.Uint64, bits bool) prometheus.Collector {
@@ -53,7 +51,7 @@ func watchOpsStream(ctx context.Context, js jetstream.JetStream, reg prometheus.
 	read := func() {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		s, err := js.Stream(rctx, subject.OpsStream)
+		s, err := js.Stream(rctx, stream)
 		if err == nil {
 			var info *jetstream.StreamInfo
 			if info, err = s.Info(rctx); err == nil {

@@ -99,7 +99,11 @@ type Route struct {
 	// Namespaces filters events that name a namespace (cleanup); events
 	// without one match only when Include is empty.
 	Namespaces Namespaces `json:"namespaces"`
-	Receivers  []string   `json:"receivers"`
+	// Clusters to match, by the <cluster> token of the subject
+	// (ops.<cluster>.…); empty = every cluster. Useful on a hub notifier
+	// that reads a fleet (notifier.clusters).
+	Clusters  []string `json:"clusters"`
+	Receivers []string `json:"receivers"`
 	// Title overrides the card title (the seed's msgtitle).
 	Title string `json:"title"`
 	// GroupWait and GroupInterval override the notifier's; 0 inherits.
@@ -110,6 +114,15 @@ type Route struct {
 
 // Notifier configures the fan-out of OPS results to chat receivers.
 type Notifier struct {
+	// Stream is the JetStream stream the receivers' consumers read: OPS
+	// (default) on a cluster's own NATS, the fleet-wide stream on a hub.
+	Stream string `json:"stream"`
+	// Clusters selects whose OPS messages are delivered. Empty (default):
+	// this cluster only (cluster.name, ops.<cluster>.>), as before fleets.
+	// ["*"]: every cluster in Stream; [a, b]: those clusters (fleet mode:
+	// cards, groups, outcomes, dead letters and delivered ids are per the
+	// message's own cluster; docs/notifier.md#fleet-one-notifier-for-many-clusters).
+	Clusters  []string   `json:"clusters"`
 	Receivers []Receiver `json:"receivers"`
 	Routes    []Route    `json:"routes"`
 	// DefaultReceivers get what no route matched; empty drops it (acked, counted).
@@ -145,6 +158,7 @@ type Notifier struct {
 }
 
 func (n *Notifier) setDefaults() {
+	n.Stream = DefaultOpsStream
 	n.GroupWait = D(5 * time.Second)
 	n.GroupInterval = D(30 * time.Second)
 	n.TopRows = 10
@@ -345,7 +359,9 @@ func (n *Notifier) validate(p string, errs *Errors, implicit ...string) {
 		if rt.GroupInterval.Duration < 0 {
 			errs.add(rp+".groupInterval", "must not be negative")
 		}
+		n.validateRouteClusters(rp+".clusters", rt.Clusters, errs)
 	}
+	n.validateFleet(p, errs)
 	for _, r := range n.DefaultReceivers {
 		if !names[r] {
 			errs.add(p+".defaultReceivers", "unknown receiver %q", r)

@@ -85,14 +85,29 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 // that may change them. Progress is logged every logEvery while waiting.
 func WaitStreams(ctx context.Context, js jetstream.JetStream, log zerolog.Logger, logEvery time.Duration) error {
 	for _, name := range []string{subject.KubeStream, subject.OpsStream} {
-		if err := waitStream(ctx, js, name, log, logEvery); err != nil {
+		if err := waitStream(ctx, js, name, log, logEvery,
+			"waiting for the stream; it is created by a service started with --manage-streams (the watcher)"); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func waitStream(ctx context.Context, js jetstream.JetStream, name string, log zerolog.Logger, logEvery time.Duration) error {
+// WaitForStreams waits until every named stream exists, for a service that
+// reads streams it never creates (a fleet notifier on a hub reads the
+// fleet-wide stream the deployment defines). Progress is logged every
+// logEvery while waiting.
+func WaitForStreams(ctx context.Context, js jetstream.JetStream, log zerolog.Logger, logEvery time.Duration, names ...string) error {
+	for _, name := range names {
+		if err := waitStream(ctx, js, name, log, logEvery,
+			"waiting for the stream; this service does not create it (it is the deployment's)"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func waitStream(ctx context.Context, js jetstream.JetStream, name string, log zerolog.Logger, logEvery time.Duration, waiting string) error {
 	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: math.MaxInt32}
 	var lastLog time.Time
 	for {
@@ -108,7 +123,7 @@ func waitStream(ctx context.Context, js jetstream.JetStream, name string, log ze
 			if !errors.Is(err, jetstream.ErrStreamNotFound) {
 				ev = ev.Err(err)
 			}
-			ev.Msg("waiting for the stream; it is created by a service started with --manage-streams (the watcher)")
+			ev.Msg(waiting)
 		}
 		select {
 		case <-ctx.Done():

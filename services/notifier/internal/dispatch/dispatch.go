@@ -62,6 +62,11 @@ type RateLog interface {
 // Settings are the engine's knobs (see config.Notifier).
 type Settings struct {
 	Cluster string
+	// Fleet: the consumer reads many clusters' OPS messages (a hub's fleet
+	// stream). Each message then belongs to the cluster of its subject:
+	// groups, cards, delivered ids, dead letters and outcomes are per that
+	// cluster, never mixed. Off: everything is Cluster's, as before fleets.
+	Fleet bool
 	// Consumer labels the messages metric: the service runs one consumer
 	// (and one dispatcher) per receiver.
 	Consumer     string
@@ -112,6 +117,7 @@ type pending struct {
 
 type group struct {
 	key     string
+	cluster string // the messages' cluster (Settings.Cluster unless Fleet)
 	route   *config.Route
 	items   []*pending
 	timer   *time.Timer
@@ -246,7 +252,7 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 	p.skip = map[string]bool{}
 	for _, r := range routes {
 		for _, recv := range x.mine(r) {
-			rec, err := x.d.Delivered.State(ctx, DeliveredKey(x.s.Cluster, r.Name, recv, it.ID))
+			rec, err := x.d.Delivered.State(ctx, DeliveredKey(x.clusterOf(it), r.Name, recv, it.ID))
 			if err != nil {
 				x.d.Log.Warn().Err(err).Str("receiver", recv).Msg("cannot read delivered records; delivering again")
 			}
@@ -256,8 +262,8 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 				if rec == RecordDeadLettered {
 					reason = "already_dead_lettered"
 				}
-				_ = publishOutcome(x.d.Core, subject.Notify(x.s.Cluster, recv, OutcomeDropped),
-					Outcome{Receiver: recv, Route: r.Name, Outcome: OutcomeDropped, Reason: reason, Events: 1, IDs: []string{it.ID}, Time: x.now()})
+				_ = publishOutcome(x.d.Core, subject.Notify(x.clusterOf(it), recv, OutcomeDropped),
+					Outcome{Receiver: recv, Route: r.Name, Cluster: x.clusterOf(it), Outcome: OutcomeDropped, Reason: reason, Events: 1, IDs: []string{it.ID}, Time: x.now()})
 			}
 		}
 	}
@@ -290,12 +296,39 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 	x.d.Metrics.Pending.Set(float64(len(x.pending)))
 }
 
+// clusterOf is the cluster a message belongs to: on a fleet notifier its
+// subject's token, else the notifier's own cluster (whose messages are the
+// only ones its consumer reads; ids and keys stay what they were).
+func (x *Dispatcher) clusterOf(it *notify.Item) string {
+	if x.s.Fleet {
+		return it.Cluster
+	}
+	return x.s.Cluster
+}
+
+// clusterToken is clusterOf as a subject token.
+func (x *Dispatcher) clusterToken(it *notify.Item) string {
+	if x.s.Fleet {
+		return it.Cluster
+	}
+	return x.clusterTk
+}
+
+// groupKey is route/kind, and route/cluster/kind on a fleet notifier: one
+// card never mixes clusters.
+func (x *Dispatcher) groupKey(routeName string, it *notify.Item) string {
+	if x.s.Fleet {
+		return routeName + "/" + it.Cluster + "/" + string(it.Kind)
+	}
+	return routeName + "/" + string(it.Kind)
+}
+
 // addToGroup must be called with x.mu held.
 func (x *Dispatcher) addToGroup(r *config.Route, p *pending) {
-	key := r.Name + "/" + string(p.item.Kind)
+	key := x.groupKey(r.Name, p.item)
 	g, ok := x.groups[key]
 	if !ok {
-		g = &group{key: key, route: r}
+		g = &group{key: key, cluster: x.clusterOf(p.item), route: r}
 		x.groups[key] = g
 		g.timer = time.AfterFunc(r.GroupWait.Duration, func() { x.flush(g) })
 		x.d.Metrics.Groups.Set(float64(len(x.groups)))
@@ -337,10 +370,11 @@ func (x *Dispatcher) flush(g *group) {
 			continue
 		}
 		w := x.workers[recv]
-		ns := render.Render(render.Group{Route: g.route.Name, Key: g.key, Title: g.route.Title, Cluster: x.s.Cluster, Now: now}, its)
+		ns := render.Render(render.Group{Route: g.route.Name, Key: g.key, Title: g.route.Title, Cluster: g.cluster,
+			ClusterInTitle: x.s.Fleet, Now: now}, its)
 		for _, n := range ns {
 			n.Receiver = recv
-			w.enqueue(&batch{n: n, route: g.route.Name, entries: entriesOf(n, mine)})
+			w.enqueue(&batch{n: n, route: g.route.Name, cluster: g.cluster, entries: entriesOf(n, mine)})
 		}
 	}
 }
@@ -431,11 +465,16 @@ func (x *Dispatcher) deadLetterFailed(recv string, events int, err error) {
 // deadLetter stores one event for one receiver on the DLQ stream. Only a nil
 // error means it is stored.
 func (x *Dispatcher) deadLetter(ctx context.Context, routeName, recv string, p *pending, reason string, cause error) error {
-	m := nats.NewMsg(DeadLetterSubject(x.clusterTk, recv))
+	m := nats.NewMsg(DeadLetterSubject(x.clusterToken(p.item), recv))
 	for k, v := range p.msg.Headers() {
 		m.Header[k] = append([]string(nil), v...)
 	}
-	m.Header.Set(nats.MsgIdHdr, "dlq/"+routeName+"/"+recv+"/"+p.item.ID)
+	id := "dlq/" + routeName + "/" + recv + "/" + p.item.ID
+	if x.s.Fleet {
+		// Ids of different clusters may be equal (report/restarts/<tick>).
+		id = "dlq/" + p.item.Cluster + "/" + routeName + "/" + recv + "/" + p.item.ID
+	}
+	m.Header.Set(nats.MsgIdHdr, id)
 	m.Header.Set(HeaderDLQReceiver, recv)
 	m.Header.Set(HeaderDLQRoute, routeName)
 	m.Header.Set(HeaderDLQReason, reason)

@@ -93,6 +93,8 @@ func (s StreamDeadLetters) Delete(ctx context.Context, seq uint64) error {
 // ReplayResult is the answer to one receiver's replay.
 type ReplayResult struct {
 	Receiver string `json:"receiver"`
+	// Cluster whose dead letters were replayed (fleet notifier only).
+	Cluster string `json:"cluster,omitempty"`
 	// DeadLetters were read; Events are the distinct events among them.
 	DeadLetters int `json:"deadLetters"`
 	Events      int `json:"events"`
@@ -117,14 +119,23 @@ const replayAttempts = 3
 // card's events are recorded before their dead letters are removed. Those
 // that fail again stay in the DLQ, untouched.
 func (x *Dispatcher) Replay(ctx context.Context, dl DeadLetters, receiver string) ReplayResult {
+	return x.ReplayCluster(ctx, dl, receiver, x.clusterTk)
+}
+
+// ReplayCluster is Replay of the dead letters of one cluster (its subject
+// token): a fleet notifier keeps them per cluster, dlq.<cluster>.notifier.<receiver>.
+func (x *Dispatcher) ReplayCluster(ctx context.Context, dl DeadLetters, receiver, cluster string) ReplayResult {
 	res := ReplayResult{Receiver: receiver}
+	if x.s.Fleet {
+		res.Cluster = cluster
+	}
 	w := x.workers[receiver]
 	if w == nil {
 		res.Error = "unknown receiver"
 		return res
 	}
 	log := x.d.Log.With().Str("receiver", receiver).Logger()
-	letters, err := dl.Read(ctx, DeadLetterSubject(x.clusterTk, receiver))
+	letters, err := dl.Read(ctx, DeadLetterSubject(cluster, receiver))
 	if err != nil {
 		res.Error = err.Error()
 		return res
@@ -146,7 +157,7 @@ func (x *Dispatcher) Replay(ctx context.Context, dl DeadLetters, receiver string
 			continue
 		}
 		routeName := l.Header.Get(HeaderDLQRoute)
-		key := DeliveredKey(x.s.Cluster, routeName, receiver, it.ID)
+		key := DeliveredKey(x.clusterOf(it), routeName, receiver, it.ID)
 		e, ok := byKey[key]
 		if !ok {
 			e = &event{route: routeName, item: it}
@@ -179,7 +190,7 @@ func (x *Dispatcher) Replay(ctx context.Context, dl DeadLetters, receiver string
 			remove(e)
 			continue
 		}
-		g := e.route + "/" + string(e.item.Kind)
+		g := x.groupKey(e.route, e.item)
 		if _, ok := groups[g]; !ok {
 			groupOrder = append(groupOrder, g)
 		}
@@ -199,7 +210,8 @@ func (x *Dispatcher) Replay(ctx context.Context, dl DeadLetters, receiver string
 			items[i] = e.item
 			byItem[e.item] = e
 		}
-		for _, n := range render.Render(render.Group{Route: r.Name, Key: g, Title: r.Title, Cluster: x.s.Cluster, Now: now}, items) {
+		gc := x.clusterOf(evs[0].item)
+		for _, n := range render.Render(render.Group{Route: r.Name, Key: g, Title: r.Title, Cluster: gc, ClusterInTitle: x.s.Fleet, Now: now}, items) {
 			n.Receiver = receiver
 			if err := w.sendOnce(ctx, n); err != nil {
 				res.Failed += len(n.Items)
@@ -210,7 +222,7 @@ func (x *Dispatcher) Replay(ctx context.Context, dl DeadLetters, receiver string
 			keys := make([]string, len(n.Items))
 			ids := make([]string, len(n.Items))
 			for i, it := range n.Items {
-				keys[i], ids[i] = DeliveredKey(x.s.Cluster, r.Name, receiver, it.ID), it.ID
+				keys[i], ids[i] = DeliveredKey(gc, r.Name, receiver, it.ID), it.ID
 			}
 			// Recorded before the dead letters go: a crash in between leaves
 			// dead letters that the next replay only removes.
@@ -226,7 +238,7 @@ func (x *Dispatcher) Replay(ctx context.Context, dl DeadLetters, receiver string
 			res.Cards++
 			x.d.Metrics.Deliveries.WithLabelValues(receiver, OutcomeDelivered).Inc()
 			x.d.Metrics.Events.WithLabelValues(receiver, OutcomeDelivered).Add(float64(len(ids)))
-			_ = publishOutcome(x.d.Core, subject.Notify(x.s.Cluster, receiver, OutcomeDelivered), Outcome{Receiver: receiver, Route: r.Name,
+			_ = publishOutcome(x.d.Core, subject.Notify(gc, receiver, OutcomeDelivered), Outcome{Receiver: receiver, Route: r.Name, Cluster: gc,
 				Outcome: OutcomeDelivered, Reason: "replayed", Title: n.Title, Events: len(ids), IDs: ids, Time: x.now()})
 		}
 	}

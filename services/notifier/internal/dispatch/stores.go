@@ -184,8 +184,10 @@ func publishRetry(ctx context.Context, js Publisher, msg *nats.Msg) error {
 // Outcome is published on notify.<cluster>.<receiver>.<outcome> (core NATS,
 // not stored) after every final delivery result.
 type Outcome struct {
-	Receiver string    `json:"receiver"`
-	Route    string    `json:"route"`
+	Receiver string `json:"receiver"`
+	Route    string `json:"route"`
+	// Cluster is the cluster of the events (one per outcome).
+	Cluster  string    `json:"cluster,omitempty"`
 	Outcome  string    `json:"outcome"` // delivered, failed, dropped
 	Reason   string    `json:"reason,omitempty"`
 	Code     int       `json:"code,omitempty"`

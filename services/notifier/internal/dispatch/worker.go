@@ -14,6 +14,7 @@ import (
 type batch struct {
 	n       *notify.Notification
 	route   string
+	cluster string // of every entry: groups never mix clusters
 	entries []*pending
 }
 
@@ -153,7 +154,7 @@ func (w *worker) keys(b *batch) ([]string, []string) {
 	keys := make([]string, len(b.entries))
 	ids := make([]string, len(b.entries))
 	for i, p := range b.entries {
-		keys[i] = DeliveredKey(w.x.s.Cluster, b.route, w.r.Name, p.item.ID)
+		keys[i] = DeliveredKey(b.cluster, b.route, w.r.Name, p.item.ID)
 		ids[i] = p.item.ID
 	}
 	return keys, ids
@@ -171,7 +172,7 @@ func (w *worker) succeeded(ctx context.Context, b *batch, attempts int) {
 	cancel()
 	x.d.Metrics.Deliveries.WithLabelValues(w.r.Name, OutcomeDelivered).Inc()
 	x.d.Metrics.Events.WithLabelValues(w.r.Name, OutcomeDelivered).Add(float64(len(b.entries)))
-	_ = publishOutcome(x.d.Core, subject.Notify(x.s.Cluster, w.r.Name, OutcomeDelivered), Outcome{Receiver: w.r.Name, Route: b.route,
+	_ = publishOutcome(x.d.Core, subject.Notify(b.cluster, w.r.Name, OutcomeDelivered), Outcome{Receiver: w.r.Name, Route: b.route, Cluster: b.cluster,
 		Outcome: OutcomeDelivered, Title: b.n.Title, Attempts: attempts, Events: len(ids), IDs: ids, Time: x.now()})
 	x.d.Log.Debug().Str("receiver", w.r.Name).Str("route", b.route).Int("events", len(ids)).Int("attempts", attempts).Msg("delivered")
 	x.settle(b.entries)
@@ -202,7 +203,7 @@ func (w *worker) failed(ctx context.Context, b *batch, reason string, cause erro
 	}
 	x.d.Metrics.Deliveries.WithLabelValues(w.r.Name, OutcomeFailed).Inc()
 	x.d.Metrics.Events.WithLabelValues(w.r.Name, OutcomeFailed).Add(float64(len(b.entries)))
-	_ = publishOutcome(x.d.Core, subject.Notify(x.s.Cluster, w.r.Name, OutcomeFailed), Outcome{Receiver: w.r.Name, Route: b.route,
+	_ = publishOutcome(x.d.Core, subject.Notify(b.cluster, w.r.Name, OutcomeFailed), Outcome{Receiver: w.r.Name, Route: b.route, Cluster: b.cluster,
 		Outcome: OutcomeFailed, Reason: reason, Code: code, Title: b.n.Title, Attempts: attempts, Events: len(ids), IDs: ids, Time: x.now()})
 	x.settle(b.entries)
 }

@@ -3,6 +3,7 @@ package notify
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,8 +30,11 @@ const (
 
 // Item is one decoded OPS message.
 type Item struct {
-	ID        string // ce-id, the decision's idempotent id
-	Subject   string // NATS subject it was stored under
+	ID      string // ce-id, the decision's idempotent id
+	Subject string // NATS subject it was stored under
+	// Cluster is the <cluster> token of Subject (ops.<cluster>.…), as
+	// stored: the cluster the decision was made in.
+	Cluster   string
 	Type      string // ce-type
 	Source    string
 	Kind      Kind
@@ -52,7 +56,7 @@ func Decode(subj string, h nats.Header, data []byte) (*Item, error) {
 	if err != nil {
 		return nil, err
 	}
-	it := &Item{ID: ev.ID, Subject: subj, Type: ev.Type, Source: ev.Source, Time: ev.Time, Data: data}
+	it := &Item{ID: ev.ID, Subject: subj, Cluster: ClusterToken(subj), Type: ev.Type, Source: ev.Source, Time: ev.Time, Data: data}
 	var payload any
 	switch ev.Type {
 	case events.TypeCordon:
@@ -94,6 +98,17 @@ func Decode(subj string, h nats.Header, data []byte) (*Item, error) {
 		it.Severity = events.SeverityInfo
 	}
 	return it, nil
+}
+
+// ClusterToken returns the <cluster> token of an ops.<cluster>.… subject,
+// "" for any other subject.
+func ClusterToken(subj string) string {
+	rest, ok := strings.CutPrefix(subj, "ops.")
+	if !ok {
+		return ""
+	}
+	tok, _, _ := strings.Cut(rest, ".")
+	return tok
 }
 
 func pick(payload, envelope time.Time) time.Time {

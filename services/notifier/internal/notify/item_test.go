@@ -42,3 +42,19 @@ func TestDecode(t *testing.T) {
 		})
 	}
 }
+
+func TestClusterToken(t *testing.T) {
+	tests := []struct{ subj, want string }{
+		{"ops.prod.cleanup.deleted.ns.p", "prod"},
+		{"ops.my_cluster.report.restarts", "my_cluster"},
+		{"ops.a", "a"},
+		{"kube.a.node.n", ""},
+		{"opsx.a.b", ""},
+		{"", ""},
+	}
+	for _, tc := range tests {
+		if got := ClusterToken(tc.subj); got != tc.want {
+			t.Errorf("ClusterToken(%q) = %q, want %q", tc.subj, got, tc.want)
+		}
+	}
+}

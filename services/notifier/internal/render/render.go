@@ -23,12 +23,26 @@ type Group struct {
 	Key     string
 	Title   string // route title (msgtitle); empty uses the event's or a default
 	Cluster string
-	Now     time.Time
+	// ClusterInTitle appends " · cluster <Cluster>" to every title: a
+	// fleet notifier's cards come from many clusters, and the title is what
+	// a chat preview shows (the footer names the cluster on every card).
+	ClusterInTitle bool
+	Now            time.Time
 }
 
 // Render renders the items of one group (all of one kind). A restart report
 // is never merged with another: each becomes its own notification.
 func Render(g Group, items []*notify.Item) []*notify.Notification {
+	ns := render(g, items)
+	if g.ClusterInTitle {
+		for _, n := range ns {
+			n.Title += " · cluster " + Clean(g.Cluster)
+		}
+	}
+	return ns
+}
+
+func render(g Group, items []*notify.Item) []*notify.Notification {
 	if len(items) == 0 {
 		return nil
 	}

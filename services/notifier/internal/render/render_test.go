@@ -317,20 +317,27 @@ func TestTitles(t *testing.T) {
 	tests := []struct {
 		kind       notify.Kind
 		routeTitle string
+		cluster    string // a fleet notifier's group: the title names it
 		want       string
 	}{
-		{notify.KindCleanup, "", "Pod cleanup"},
-		{notify.KindCleanup, "删除异常 Pod", "删除异常 Pod"},
-		{notify.KindCordon, "", "Node cordon"},
-		{notify.KindCordon, "cordon msgtitle", "cordon msgtitle"},
-		{notify.KindImages, "", "Node image storage"},
-		{notify.KindImages, "镜像告警", "镜像告警"},
-		{notify.KindRestarts, "", "Report's own title"},
-		{notify.KindRestarts, "重启报告", "重启报告"},
+		{notify.KindCleanup, "", "", "Pod cleanup"},
+		{notify.KindCleanup, "", "b", "Pod cleanup · cluster b"},
+		{notify.KindCleanup, "删除异常 Pod", "eu_1", "删除异常 Pod · cluster eu_1"},
+		{notify.KindCordon, "", "<at>x", "Node cordon · cluster ＜at＞x"},
+		{notify.KindRestarts, "", "a", "Report's own title · cluster a"},
+		{notify.KindRestarts, "重启报告", "a", "重启报告 · cluster a"},
+		{notify.KindCleanup, "删除异常 Pod", "", "删除异常 Pod"},
+		{notify.KindCordon, "", "", "Node cordon"},
+		{notify.KindCordon, "cordon msgtitle", "", "cordon msgtitle"},
+		{notify.KindImages, "", "", "Node image storage"},
+		{notify.KindImages, "镜像告警", "", "镜像告警"},
+		{notify.KindRestarts, "", "", "Report's own title"},
+		{notify.KindRestarts, "重启报告", "", "重启报告"},
 	}
 	for _, tc := range tests {
-		t.Run(string(tc.kind)+"/"+tc.routeTitle, func(t *testing.T) {
-			n := renderOne(t, Group{Route: "r", Title: tc.routeTitle, Now: t0}, []*notify.Item{items[tc.kind]})
+		t.Run(string(tc.kind)+"/"+tc.routeTitle+"/"+tc.cluster, func(t *testing.T) {
+			g := Group{Route: "r", Title: tc.routeTitle, Now: t0, Cluster: tc.cluster, ClusterInTitle: tc.cluster != ""}
+			n := renderOne(t, g, []*notify.Item{items[tc.kind]})
 			if n.Title != tc.want {
 				t.Errorf("title %q, want %q", n.Title, tc.want)
 			}

@@ -55,6 +55,9 @@ func matches(r *config.Route, it *notify.Item) bool {
 	if len(r.Severities) > 0 && !contains(r.Severities, string(it.Severity)) {
 		return false
 	}
+	if len(r.Clusters) > 0 && !contains(r.Clusters, it.Cluster) {
+		return false
+	}
 	if it.Namespace == "" {
 		return len(r.Namespaces.Include) == 0
 	}

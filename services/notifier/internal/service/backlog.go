@@ -8,8 +8,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-
-	"github.com/opswire/opswire/shared/subject"
 )
 
 // backlogMetrics make a slow or stuck receiver visible, and a message OPS
@@ -97,7 +95,7 @@ func (s *seqTracker) resolve(firstSeq uint64) (lost, from, to uint64) {
 // watchBacklog reads OPS's state and every receiver consumer's each interval
 // until ctx ends: the backlog and fill gauges, and the lost counter with an
 // error log naming the receiver and the sequences.
-func watchBacklog(ctx context.Context, js jetstream.JetStream, cluster string, trackers map[string]*seqTracker, interval time.Duration, m *backlogMetrics, log zerolog.Logger) {
+func watchBacklog(ctx context.Context, js jetstream.JetStream, stream, cluster string, trackers map[string]*seqTracker, interval time.Duration, m *backlogMetrics, log zerolog.Logger) {
 	warned := map[string]bool{}
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -108,14 +106,14 @@ func watchBacklog(ctx context.Context, js jetstream.JetStream, cluster string, t
 		case <-t.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, interval)
-		checkBacklog(cctx, js, cluster, trackers, warned, m, log)
+		checkBacklog(cctx, js, stream, cluster, trackers, warned, m, log)
 		cancel()
 	}
 }
 
-func checkBacklog(ctx context.Context, js jetstream.JetStream, cluster string, trackers map[string]*seqTracker,
+func checkBacklog(ctx context.Context, js jetstream.JetStream, stream, cluster string, trackers map[string]*seqTracker,
 	warned map[string]bool, m *backlogMetrics, log zerolog.Logger) {
-	st, err := js.Stream(ctx, subject.OpsStream)
+	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return
 	}
@@ -135,7 +133,7 @@ func checkBacklog(ctx context.Context, js jetstream.JetStream, cluster string, t
 				Uint64("streamBytes", si.State.Bytes).Int64("maxBytes", si.Config.MaxBytes).
 				Msg("OPS dropped messages this receiver had not received: they will never be delivered; raise nats.opsMaxBytes (sizing: docs/reliability.md)")
 		}
-		c, err := js.Consumer(ctx, subject.OpsStream, ConsumerName(cluster, r))
+		c, err := js.Consumer(ctx, stream, ConsumerName(cluster, r))
 		if err != nil {
 			continue
 		}

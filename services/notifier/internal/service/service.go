@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,7 +73,15 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	for _, r := range receivers {
 		rt.Log.Info().Str("receiver", r.Name).Msg("receiver ready")
 	}
-	nc, js, err := rt.NATS(ctx)
+	var nc *nats.Conn
+	var js jetstream.JetStream
+	if ReadsOwnOps(n) {
+		nc, js, err = rt.NATS(ctx)
+	} else {
+		// A fleet stream (or another stream) is the deployment's: its
+		// sources would be lost to an update, so it is only waited for.
+		nc, js, err = rt.NATSReading(ctx, n.Stream)
+	}
 	if err != nil {
 		return err
 	}
@@ -184,7 +193,7 @@ func (a *active) run(ctx context.Context) error {
 			return err
 		}
 		d := dispatch.New(dispatch.Settings{
-			Cluster: rt.Cluster, Consumer: r.Name, RetryInitial: n.RetryInitial.Duration, RetryMax: n.RetryMax.Duration,
+			Cluster: rt.Cluster, Fleet: n.Fleet(), Consumer: r.Name, RetryInitial: n.RetryInitial.Duration, RetryMax: n.RetryMax.Duration,
 			GiveUpAfter: n.GiveUpAfter.Duration, AckWait: n.AckWait.Duration, MaxDeliver: n.MaxDeliver,
 		}, dispatch.Deps{
 			Routes: routes, Receivers: []dispatch.Receiver{r}, Delivered: &dispatch.KVDelivered{KV: a.kv}, DeadJS: a.js,
@@ -216,23 +225,75 @@ func (a *active) run(ctx context.Context) error {
 	a.running = ccs
 	a.mu.Unlock()
 	a.on.Store(true)
-	sub, err := a.nc.QueueSubscribe(ReplaySubject(rt.Cluster), "opswire-notifier", func(m *nats.Msg) {
-		a.replay(dctx, dispatchers, m)
-	})
-	if err != nil {
-		stop()
-		return fmt.Errorf("subscribe %s: %w", ReplaySubject(rt.Cluster), err)
+	var subs []*nats.Subscription
+	unsubscribe := func() {
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
+		}
 	}
-	rt.Log.Info().Int("receivers", len(a.receivers)).Str("replay", ReplaySubject(rt.Cluster)).Msg("notifier running")
+	replaySubjects := ReplaySubjects(rt.Cluster, n)
+	for _, subj := range replaySubjects {
+		sub, err := a.nc.QueueSubscribe(subj, "opswire-notifier", func(m *nats.Msg) {
+			a.replay(dctx, dispatchers, m)
+		})
+		if err != nil {
+			unsubscribe()
+			stop()
+			return fmt.Errorf("subscribe %s: %w", subj, err)
+		}
+		subs = append(subs, sub)
+	}
+	ev := rt.Log.Info().Int("receivers", len(a.receivers)).Strs("replay", replaySubjects).Str("stream", n.Stream).
+		Strs("filter", OpsFilters(rt.Cluster, n))
+	if n.Fleet() {
+		ev = ev.Strs("clusters", n.Clusters)
+	}
+	ev.Msg("notifier running")
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		watchBacklog(dctx, a.js, rt.Cluster, trackers, min(max(n.AckWait.Duration, time.Second), 10*time.Second), a.backlog, rt.Log)
+		watchBacklog(dctx, a.js, n.Stream, rt.Cluster, trackers, min(max(n.AckWait.Duration, time.Second), 10*time.Second), a.backlog, rt.Log)
 	}()
 	<-ctx.Done()
-	_ = sub.Unsubscribe()
+	unsubscribe()
 	stop()
 	return nil
+}
+
+// ReadsOwnOps reports whether the notifier reads its own cluster's OPS
+// stream (the default), which it may create like every service; a fleet
+// notifier, or one reading another stream, never creates or changes it.
+func ReadsOwnOps(n config.Notifier) bool {
+	return !n.Fleet() && n.Stream == subject.OpsStream
+}
+
+// OpsFilters are the subject filters of every receiver's consumer:
+// ops.<cluster>.> for the notifier's own cluster; on a fleet notifier
+// ops.*.> (clusters ["*"]) or one ops.<c>.> per listed cluster.
+func OpsFilters(cluster string, n config.Notifier) []string {
+	if !n.Fleet() {
+		return []string{"ops." + subject.Encode(cluster) + ".>"}
+	}
+	out := make([]string, 0, len(n.Clusters))
+	for _, c := range n.Clusters {
+		out = append(out, "ops."+c+".>") // "*" or a validated token
+	}
+	return out
+}
+
+// ReplaySubjects are the replay request subjects the active replica
+// answers: ctl.<cluster>.notifier.replay for its own cluster; on a fleet
+// notifier ctl.*.notifier.replay or one per listed cluster, each replaying
+// the dead letters of the cluster its subject names.
+func ReplaySubjects(cluster string, n config.Notifier) []string {
+	if !n.Fleet() {
+		return []string{ReplaySubject(cluster)}
+	}
+	out := make([]string, 0, len(n.Clusters))
+	for _, c := range n.Clusters {
+		out = append(out, "ctl."+c+".notifier.replay")
+	}
+	return out
 }
 
 // replay answers one replay request (in its own goroutine: a replay waits
@@ -246,6 +307,15 @@ func (a *active) replay(ctx context.Context, dispatchers map[string]*dispatch.Di
 			return
 		}
 	}
+	// The cluster whose dead letters are replayed is the one the subject
+	// names (ctl.<cluster>.notifier.replay): the notifier's own, or on a
+	// fleet notifier any cluster it reads.
+	cluster := subject.Encode(a.rt.Cluster)
+	if a.rt.Config.Notifier.Fleet() {
+		if t := strings.Split(m.Subject, "."); len(t) > 1 {
+			cluster = t[1]
+		}
+	}
 	go func() {
 		var out []dispatch.ReplayResult
 		dl := dispatch.StreamDeadLetters{JS: a.js}
@@ -253,7 +323,7 @@ func (a *active) replay(ctx context.Context, dispatchers map[string]*dispatch.Di
 			if req.Receiver != "" && r.Name != req.Receiver {
 				continue
 			}
-			out = append(out, dispatchers[r.Name].Replay(ctx, dl, r.Name))
+			out = append(out, dispatchers[r.Name].ReplayCluster(ctx, dl, r.Name, cluster))
 		}
 		if len(out) == 0 {
 			out = append(out, dispatch.ReplayResult{Receiver: req.Receiver, Error: "unknown receiver"})
@@ -282,10 +352,13 @@ func ConsumerConfig(cluster, receiver string, n config.Notifier) jetstream.Consu
 		backoff = append(backoff, d)
 		d = min(2*d, 10*ack) // documented cap: never more than 10× ackWait
 	}
-	return jetstream.ConsumerConfig{
+	desc := "opswire notifier: OPS results for receiver " + receiver
+	if n.Fleet() {
+		desc += " of clusters " + strings.Join(n.Clusters, ", ")
+	}
+	cc := jetstream.ConsumerConfig{
 		Durable:       ConsumerName(cluster, receiver),
-		Description:   "opswire notifier: OPS results for receiver " + receiver,
-		FilterSubject: "ops." + subject.Encode(cluster) + ".>",
+		Description:   desc,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ack,
@@ -293,21 +366,29 @@ func ConsumerConfig(cluster, receiver string, n config.Notifier) jetstream.Consu
 		MaxDeliver:    -1,
 		MaxAckPending: n.MaxAckPending,
 	}
+	if f := OpsFilters(cluster, n); len(f) == 1 {
+		cc.FilterSubject = f[0]
+	} else {
+		cc.FilterSubjects = f
+	}
+	return cc
 }
 
 // LegacyConsumerName is the one consumer all receivers shared before
 // per-receiver consumers.
 func LegacyConsumerName(cluster string) string { return "opswire-notifier-" + subject.Encode(cluster) }
 
-// EnsureConsumer creates or updates a receiver's consumer. A new one starts
-// where the legacy shared consumer stood, if it exists, instead of replaying
-// the OPS stream; an existing one keeps its start position.
+// EnsureConsumer creates or updates a receiver's consumer on notifier.stream.
+// A new one starts where the legacy shared consumer stood, if it exists
+// (one cluster's OPS only), instead of replaying the stream; an existing one
+// keeps its start position.
 func EnsureConsumer(ctx context.Context, js jetstream.JetStream, cluster, receiver string, n config.Notifier) (jetstream.Consumer, error) {
 	cc := ConsumerConfig(cluster, receiver, n)
-	if c, err := js.Consumer(ctx, subject.OpsStream, cc.Durable); err == nil {
+	stream := n.Stream
+	if c, err := js.Consumer(ctx, stream, cc.Durable); err == nil {
 		old := c.CachedInfo().Config
 		cc.DeliverPolicy, cc.OptStartSeq, cc.OptStartTime = old.DeliverPolicy, old.OptStartSeq, old.OptStartTime
-		c, err := js.UpdateConsumer(ctx, subject.OpsStream, cc)
+		c, err := js.UpdateConsumer(ctx, stream, cc)
 		if err != nil {
 			return nil, fmt.Errorf("consumer %s: %w", cc.Durable, err)
 		}
@@ -315,10 +396,12 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, cluster, receiv
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("consumer %s: %w", cc.Durable, err)
 	}
-	if legacy, err := js.Consumer(ctx, subject.OpsStream, LegacyConsumerName(cluster)); err == nil {
-		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, legacy.CachedInfo().AckFloor.Stream+1
+	if !n.Fleet() {
+		if legacy, err := js.Consumer(ctx, stream, LegacyConsumerName(cluster)); err == nil {
+			cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, legacy.CachedInfo().AckFloor.Stream+1
+		}
 	}
-	c, err := js.CreateConsumer(ctx, subject.OpsStream, cc)
+	c, err := js.CreateConsumer(ctx, stream, cc)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", cc.Durable, err)
 	}
