@@ -25,8 +25,12 @@ type NATSCluster struct {
 	Conn *nats.Conn
 	JS   jetstream.JetStream
 
-	bin   string
-	nodes []*natsNode
+	// Nodes are the nodes' names and ports (StartNATSClusterFrom's render input).
+	Nodes []NATSNode
+
+	bin     string
+	connect []nats.Option
+	nodes   []*natsNode
 }
 
 type natsNode struct {
@@ -58,27 +62,8 @@ func NATSServerVersion() string {
 // leader, and connects a test client to all of them. Everything stops on cleanup.
 func StartNATSCluster(t testing.TB, size int) *NATSCluster {
 	t.Helper()
-	dir, err := BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &NATSCluster{bin: filepath.Join(dir, "nats-server-"+NATSServerVersion())}
-	if _, err := os.Stat(c.bin); err != nil {
-		t.Fatalf("%s is missing: run `make controlplane` (hack/build-controlplane.sh) first", c.bin)
-	}
-	clientPorts, routePorts := make([]int, size), make([]int, size)
-	for i := range size {
-		clientPorts[i], routePorts[i] = mustFreePort(t), mustFreePort(t)
-	}
-	var routes []string
-	for _, p := range routePorts {
-		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(p))
-	}
-	base := t.TempDir()
-	for i := range size {
-		name := "n" + strconv.Itoa(i+1)
-		conf := filepath.Join(base, name+".conf")
-		body := fmt.Sprintf(`server_name: %s
+	return StartNATSClusterFrom(t, size, func(n NATSNode) string {
+		return fmt.Sprintf(`server_name: %s
 listen: 127.0.0.1:%d
 jetstream {
   store_dir: %q
@@ -90,13 +75,55 @@ cluster {
   listen: 127.0.0.1:%d
   routes: [%s]
 }
-`, name, clientPorts[i], filepath.Join(base, name), routePorts[i], strings.Join(routes, ", "))
-		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+`, n.Name, n.ClientPort, n.StoreDir, n.RoutePort, strings.Join(n.Routes, ", "))
+	})
+}
+
+// NATSNode is what one node's configuration is made of: its name (n1, n2,
+// …), loopback ports, storage, and every node's route URL
+// (nats-route://127.0.0.1:<route port>). HTTPPort is free for monitoring.
+type NATSNode struct {
+	Name                            string
+	ClientPort, RoutePort, HTTPPort int
+	StoreDir                        string
+	Routes                          []string
+}
+
+// StartNATSClusterFrom is StartNATSCluster with each node's configuration
+// file made by render (a production configuration with TLS and users, say);
+// the processes inherit the test's environment (t.Setenv), and connect are
+// the options of every connection the harness makes (TLS CA, user). Node i's
+// ports are in Nodes[i].
+func StartNATSClusterFrom(t testing.TB, size int, render func(NATSNode) string, connect ...nats.Option) *NATSCluster {
+	t.Helper()
+	dir, err := BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &NATSCluster{bin: filepath.Join(dir, "nats-server-"+NATSServerVersion()), connect: connect}
+	if _, err := os.Stat(c.bin); err != nil {
+		t.Fatalf("%s is missing: run `make controlplane` (hack/build-controlplane.sh) first", c.bin)
+	}
+	base := t.TempDir()
+	for i := range size {
+		name := "n" + strconv.Itoa(i+1)
+		c.Nodes = append(c.Nodes, NATSNode{Name: name, ClientPort: mustFreePort(t), RoutePort: mustFreePort(t),
+			HTTPPort: mustFreePort(t), StoreDir: filepath.Join(base, name)})
+	}
+	var routes []string
+	for _, n := range c.Nodes {
+		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(n.RoutePort))
+	}
+	for i := range c.Nodes {
+		c.Nodes[i].Routes = routes
+		n := c.Nodes[i]
+		conf := filepath.Join(base, n.Name+".conf")
+		if err := os.WriteFile(conf, []byte(render(n)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		url := "nats://127.0.0.1:" + strconv.Itoa(clientPorts[i])
+		url := "nats://127.0.0.1:" + strconv.Itoa(n.ClientPort)
 		c.URLs = append(c.URLs, url)
-		c.nodes = append(c.nodes, &natsNode{name: name, conf: conf, log: logPath(t, "nats-"+name+".log")})
+		c.nodes = append(c.nodes, &natsNode{name: n.Name, conf: conf, log: logPath(t, "nats-"+n.Name+".log")})
 	}
 	c.URL = strings.Join(c.URLs, ",")
 	t.Cleanup(func() {
@@ -110,7 +137,7 @@ cluster {
 	for i := range c.nodes {
 		c.start(t, i)
 	}
-	nc, err := nats.Connect(c.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	nc, err := nats.Connect(c.URL, append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}, connect...)...)
 	if err != nil {
 		t.Fatalf("nats connect: %v", err)
 	}
@@ -138,7 +165,7 @@ func (c *NATSCluster) start(t testing.TB, i int) {
 	n.starts++
 	n.p = startLogged(t, log, c.bin, "-c", n.conf)
 	Eventually(t, 30*time.Second, n.name+" listening", func() bool {
-		nc, err := nats.Connect(c.URLs[i], nats.NoReconnect())
+		nc, err := nats.Connect(c.URLs[i], append([]nats.Option{nats.NoReconnect()}, c.connect...)...)
 		if err != nil {
 			if n.p.exited() {
 				t.Fatalf("nats-server %s exited:\n%s", n.name, tail(log, 30))
@@ -197,3 +224,37 @@ func (c *NATSCluster) StreamInfo(name string) (*jetstream.StreamInfo, error) {
 	}
 	return st.Info(ctx)
 }
+
+// Log is the output of node i's current run.
+func (c *NATSCluster) Log(i int) string {
+	b, _ := os.ReadFile(c.nodes[i].p.log)
+	return string(b)
+}
+
+// NATSOutsider is a nats-server process that is not a member of the
+// cluster: one that tries to join it (with a wrong certificate, say).
+type NATSOutsider struct {
+	p *proc
+}
+
+// StartOutsider starts nats-server with the configuration body (it inherits
+// the test's environment); it stops on cleanup.
+func (c *NATSCluster) StartOutsider(t testing.TB, name, body string) *NATSOutsider {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), name+".conf")
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := &NATSOutsider{p: startLogged(t, logPath(t, "nats-"+name+".log"), c.bin, "-c", conf)}
+	t.Cleanup(func() { o.p.terminate(10 * time.Second) })
+	return o
+}
+
+// Log is the outsider's output so far.
+func (o *NATSOutsider) Log() string {
+	b, _ := os.ReadFile(o.p.log)
+	return string(b)
+}
+
+// Exited reports whether the process has exited.
+func (o *NATSOutsider) Exited() bool { return o.p.exited() }
