@@ -15,6 +15,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -467,6 +468,9 @@ func (x *Dispatcher) deadLetterFailed(recv string, events int, err error) {
 func (x *Dispatcher) deadLetter(ctx context.Context, routeName, recv string, p *pending, reason string, cause error) error {
 	m := nats.NewMsg(DeadLetterSubject(x.clusterToken(p.item), recv))
 	for k, v := range p.msg.Headers() {
+		if isServerHeader(k) {
+			continue
+		}
 		m.Header[k] = append([]string(nil), v...)
 	}
 	id := "dlq/" + routeName + "/" + recv + "/" + p.item.ID
@@ -493,6 +497,16 @@ func (x *Dispatcher) deadLetter(ctx context.Context, routeName, recv string, p *
 	}
 	x.d.Metrics.DeadLetters.WithLabelValues(recv, reason).Inc()
 	return nil
+}
+
+// isServerHeader: the headers JetStream itself reads on a publish
+// (Nats-Msg-Id, Nats-Expected-*, Nats-TTL) or refuses from a client: a
+// message of a sourced stream (a hub's fleet stream) carries
+// Nats-Stream-Source, and a publish with it fails ("message stream source
+// header is not allowed"), so a dead letter copied with it could never be
+// stored. The ce-* headers, which make the dead letter replayable, are kept.
+func isServerHeader(k string) bool {
+	return len(k) >= 5 && strings.EqualFold(k[:5], "Nats-")
 }
 
 // deadLetterBudget bounds the retries of one dead-letter write; the receiver's

@@ -24,8 +24,8 @@ import (
 	"github.com/opswire/opswire/shared/subject"
 )
 
-// fleetStream stands for a hub's fleet-wide stream (fed by sources in a
-// deployment; here by publishing to it directly).
+// fleetStream stands for a hub's fleet-wide stream: it sources each
+// cluster's stream, as in a deployment.
 const fleetStream = "FLEET"
 
 // TestFleetCardsPerCluster: a fleet notifier (notifier.clusters ["*"],
@@ -33,11 +33,19 @@ const fleetStream = "FLEET"
 // clusters' report ticks or reused ids would have) from clusters a and b
 // sends one card per cluster naming it, never a mixed one; a route with
 // clusters [b] gets only b's; outcomes, delivered ids and dead letters are
-// per cluster; a replay of one cluster leaves the other's dead letters.
+// per cluster (dead letters of sourced messages, which carry
+// Nats-Stream-Source, are stored); a replay of one cluster leaves the
+// other's dead letters.
 func TestFleetCardsPerCluster(t *testing.T) {
 	nc, js := natstest.Connect(t)
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: fleetStream, Subjects: []string{"ops.>"}, Duplicates: time.Minute}); err != nil {
+	for _, c := range []string{"a", "b"} {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OPS_" + c, Subjects: []string{"ops." + c + ".>"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: fleetStream, Duplicates: time.Minute,
+		Sources: []*jetstream.StreamSource{{Name: "OPS_a"}, {Name: "OPS_b"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := dispatch.EnsureDeadLetterStream(ctx, js, time.Hour, 1); err != nil {
@@ -106,7 +114,8 @@ func TestFleetCardsPerCluster(t *testing.T) {
 				t.Fatal(err)
 			}
 			m := ev.Msg(subject.Ops(cl, "cleanup", "deleted", "ns", pod))
-			// One stream deduplicates equal ids; the notifier must not.
+			// A stream deduplicates equal ids, across its sources too; the
+			// notifier must not conflate them.
 			m.Header.Del(nats.MsgIdHdr)
 			if _, err := js.PublishMsg(ctx, m); err != nil {
 				t.Fatal(err)
