@@ -220,7 +220,8 @@ const DryRunLeaseSuffix = "-dryrun"
 
 // Elector builds the leader election of a service: Lease
 // <controller.leaseLockName>-<service> in controller.leaseLockNamespace,
-// exported as the opswire_leader gauge.
+// exported as the opswire_leader gauge and the opswire_leader_terms_total and
+// opswire_leader_lost_total counters.
 func (rt *Runtime) Elector(client kubernetes.Interface) *leader.Elector {
 	return rt.elector(client, rt.LeaseName(false))
 }
@@ -257,7 +258,14 @@ func (rt *Runtime) elector(client kubernetes.Interface, lease string) *leader.El
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "opswire_leader", Help: "1 while this replica holds the actor's lease.",
 	})
-	rt.Server.Registry.MustRegister(g)
+	rt.Server.Registry.MustRegister(g,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "opswire_leader_terms_total", Help: "Terms this replica has led (its work started under the lease).",
+		}, func() float64 { return float64(e.Terms()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "opswire_leader_lost_total",
+			Help: "Terms that ended because the lease was lost or not renewed within renewDeadline (the replica then campaigns again).",
+		}, func() float64 { return float64(e.Lost()) }))
 	e.OnChange = func(leading bool) {
 		if leading {
 			g.Set(1)

@@ -60,6 +60,8 @@ type Mirror struct {
 	// mirror's lag in messages) and lag the age of that message when applied.
 	pending prometheus.Gauge
 	lag     prometheus.Gauge
+	// syncedGauge is 1 once the initial load is done.
+	syncedGauge prometheus.Gauge
 }
 
 // New builds a mirror of the given kinds (both when none are given). reg may be nil.
@@ -88,19 +90,37 @@ func New(js jetstream.JetStream, cluster string, log zerolog.Logger, reg prometh
 		Name: "opswire_kube_mirror_lag_seconds",
 		Help: "Age of the last KUBE message when the state mirror applied it (stream time to apply time).",
 	})
+	m.syncedGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "opswire_kube_mirror_synced",
+		Help: "1 once the state mirror holds the whole KUBE state (initial load done), 0 before.",
+	})
 	if reg != nil {
-		synced := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "opswire_kube_mirror_synced",
-			Help: "1 once the state mirror holds the whole KUBE state (initial load done), 0 before.",
-		}, func() float64 {
-			if m.synced.Load() {
-				return 1
-			}
-			return 0
-		})
-		reg.MustRegister(m.malformed, m.received, m.pending, m.lag, synced)
+		// A leader builds a new mirror for each term in the same process:
+		// the later ones take over the first one's collectors.
+		m.malformed = register(reg, m.malformed)
+		m.received = register(reg, m.received)
+		m.pending = register(reg, m.pending)
+		m.lag = register(reg, m.lag)
+		m.syncedGauge = register(reg, m.syncedGauge)
 	}
+	m.syncedGauge.Set(0)
 	return m
+}
+
+// register registers c, or returns the collector of the same description
+// already registered.
+func register[T prometheus.Collector](reg prometheus.Registerer, c T) T {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(T); ok {
+			return existing
+		}
+	}
+	panic(err)
 }
 
 // Run consumes until ctx ends. It recreates the consumer if the server loses it.
@@ -248,6 +268,7 @@ func decode(msg jetstream.Msg) decoded {
 
 func (m *Mirror) markSynced() {
 	if m.synced.CompareAndSwap(false, true) {
+		m.syncedGauge.Set(1)
 		m.mu.RLock()
 		m.log.Info().Int("pods", len(m.pods)).Int("nodes", len(m.nodes)).Msg("cluster state loaded from KUBE")
 		m.mu.RUnlock()

@@ -1,13 +1,24 @@
 // Package leader runs an actor's work only while it holds a Lease, using
-// client-go's leaderelection. The lease is released on shutdown so a standby
-// takes over at once, and losing it cancels the work immediately: an actor
-// that is no longer sure it leads must not write to the cluster.
+// client-go's leaderelection.
+//
+// The work of one term runs with a context that ends the moment this replica
+// can no longer be sure it leads: when the lease has not been renewed for
+// renewDeadline (checked here, before client-go gives up and long before
+// another replica may take the lease at leaseDuration), when client-go reports
+// the lease lost, or at shutdown. The lease is released only after the work
+// has returned, so nothing acts once a standby may have taken over, and a
+// clean shutdown hands over at once.
+//
+// Losing the lease does not end the process: the elector campaigns again, with
+// backoff, as a standby would. The next term's work starts only after the
+// previous term's work has returned.
 package leader
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,8 +28,12 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
-// ErrLostLeadership is returned when the lease was lost before shutdown.
+// ErrLostLeadership is the cause (context.Cause) of a term's context when it
+// ended because the lease was lost or could not be renewed in time.
 var ErrLostLeadership = errors.New("lost leadership")
+
+// errShutdown is the cause of a term's context at shutdown.
+var errShutdown = errors.New("shutting down")
 
 // Config of one election.
 type Config struct {
@@ -37,6 +52,13 @@ type Elector struct {
 	client  kubernetes.Interface
 	log     zerolog.Logger
 	leading atomic.Bool
+	// terms counts the terms this replica led; lost those that ended
+	// because the lease was lost (not at shutdown, not by the work).
+	terms, lost atomic.Int64
+	// workMu is held by a term's work while it runs: the next term's work
+	// cannot start before it is released, and the lease is not released
+	// before it is.
+	workMu sync.Mutex
 	// OnChange, when set, is told of every leadership change (for metrics).
 	OnChange func(leading bool)
 }
@@ -46,8 +68,14 @@ func New(client kubernetes.Interface, cfg Config, log zerolog.Logger) *Elector {
 	return &Elector{cfg: cfg, client: client, log: log}
 }
 
-// IsLeader reports whether this replica currently holds the lease.
+// IsLeader reports whether this replica's work currently runs as leader.
 func (e *Elector) IsLeader() bool { return e.leading.Load() }
+
+// Terms is the number of terms this replica has led (work started).
+func (e *Elector) Terms() int64 { return e.terms.Load() }
+
+// Lost is the number of terms that ended because the lease was lost.
+func (e *Elector) Lost() int64 { return e.lost.Load() }
 
 func (e *Elector) set(v bool) {
 	e.leading.Store(v)
@@ -56,12 +84,17 @@ func (e *Elector) set(v bool) {
 	}
 }
 
-// Run blocks until ctx ends or leadership is lost. work runs with a context
-// that is cancelled the moment leadership ends; Run returns after work returns.
-// It returns nil on shutdown and ErrLostLeadership (or work's error) otherwise.
+// Run blocks until ctx ends or work returns on its own. Each time this
+// replica acquires the lease, work runs with a context that is cancelled the
+// moment leadership ends (its cause is ErrLostLeadership when the lease was
+// lost); after a lost lease Run campaigns again, waiting RetryPeriod, doubled
+// after each term shorter than LeaseDuration, up to LeaseDuration. Run
+// returns after the last work has returned: nil on shutdown, work's result
+// when work returned while it still led.
 func (e *Elector) Run(ctx context.Context, work func(ctx context.Context) error) error {
 	if !e.cfg.Enabled {
 		e.log.Warn().Msg("leader election disabled: acting as the only replica")
+		e.terms.Add(1)
 		e.set(true)
 		defer e.set(false)
 		err := work(ctx)
@@ -70,16 +103,60 @@ func (e *Elector) Run(ctx context.Context, work func(ctx context.Context) error)
 		}
 		return err
 	}
-	lock := &resourcelock.LeaseLock{
+	backoff := e.cfg.RetryPeriod
+	for {
+		res, err := e.term(ctx, work)
+		switch {
+		case err != nil:
+			return err
+		case ctx.Err() != nil:
+			return nil
+		case res.ended:
+			return res.err
+		}
+		e.lost.Add(1)
+		if res.led >= e.cfg.LeaseDuration {
+			backoff = e.cfg.RetryPeriod
+		}
+		e.log.Warn().Str("lease", e.cfg.Namespace+"/"+e.cfg.Name).Dur("led", res.led).Dur("backoff", backoff).
+			Msg("lost the lease; stopped acting, campaigning again")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, e.cfg.LeaseDuration)
+	}
+}
+
+// termResult is how one term ended.
+type termResult struct {
+	ended bool          // work returned while it still led
+	err   error         // work's result then
+	led   time.Duration // how long the work ran
+}
+
+// term campaigns until it holds the lease, runs work, and returns once the
+// term is over and its work has returned.
+func (e *Elector) term(ctx context.Context, work func(ctx context.Context) error) (termResult, error) {
+	lock := &renewLock{Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metaFor(e.cfg),
 		Client:     e.client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
-	}
-	var (
-		workErr  error
-		started  atomic.Bool
-		workDone = make(chan struct{})
-	)
+	}}
+	// The elector's context is not ctx: at shutdown the work is stopped
+	// first and the lease released (client-go releases when this context
+	// ends) only after the work has returned.
+	electCtx, stopElect := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElect()
+	stopOnShutdown := context.AfterFunc(ctx, func() {
+		e.workMu.Lock() // the work, told by its own AfterFunc, has returned
+		e.workMu.Unlock()
+		stopElect()
+	})
+	defer stopOnShutdown()
+
+	var res termResult // written by the work goroutine under workMu
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		Name:            e.cfg.Name,
@@ -89,19 +166,18 @@ func (e *Elector) Run(ctx context.Context, work func(ctx context.Context) error)
 		ReleaseOnCancel: true,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(lctx context.Context) {
-				defer close(workDone)
-				if lctx.Err() != nil {
-					return // acquired and lost before this goroutine ran
+				e.workMu.Lock()
+				defer e.workMu.Unlock()
+				// Once the elector's Run has returned or shutdown began, lctx
+				// or ctx has ended: a late goroutine never starts the work.
+				if lctx.Err() != nil || ctx.Err() != nil {
+					return
 				}
-				started.Store(true)
-				e.log.Info().Str("lease", e.cfg.Namespace+"/"+e.cfg.Name).Msg("became leader")
-				e.set(true)
-				workErr = work(lctx)
+				res = e.lead(ctx, lctx, lock, work)
+				// The work has returned: now the lease may be released.
+				stopElect()
 			},
-			OnStoppedLeading: func() {
-				e.set(false)
-				e.log.Info().Msg("stopped leading")
-			},
+			OnStoppedLeading: func() {}, // lead logs and resets the state
 			OnNewLeader: func(id string) {
 				if id != e.cfg.Identity {
 					e.log.Info().Str("leader", id).Msg("following")
@@ -110,20 +186,90 @@ func (e *Elector) Run(ctx context.Context, work func(ctx context.Context) error)
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("leader election: %w", err)
+		return termResult{}, fmt.Errorf("leader election: %w", err)
 	}
-	// Run returns when ctx ends or the lease is lost; it cancels the work's
-	// context but does not wait for it, so wait here: nothing may act after
-	// this returns.
-	le.Run(ctx)
-	if started.Load() {
-		<-workDone
-		if workErr != nil && ctx.Err() == nil {
-			return workErr
+	// Run returns when electCtx ends or the lease is lost; it cancels lctx
+	// but does not wait for the work, so wait here: nothing may act after
+	// term returns.
+	le.Run(electCtx)
+	e.workMu.Lock()
+	defer e.workMu.Unlock()
+	return res, nil
+}
+
+// lead runs one term's work. Its context ends at shutdown, when client-go
+// ends lctx, or when the lease has gone renewDeadline without a renewal.
+func (e *Elector) lead(ctx, lctx context.Context, lock *renewLock, work func(ctx context.Context) error) termResult {
+	wctx, cancel := context.WithCancelCause(lctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() { cancel(errShutdown) })
+	defer stop()
+	go e.watchdog(wctx, lock, cancel)
+
+	term := e.terms.Add(1)
+	e.log.Info().Str("lease", e.cfg.Namespace+"/"+e.cfg.Name).Int64("term", term).Msg("became leader")
+	e.set(true)
+	start := time.Now()
+	err := work(wctx)
+	led := time.Since(start)
+	e.set(false)
+	if wctx.Err() == nil {
+		// The work ended by itself while it led.
+		return termResult{ended: true, err: err, led: led}
+	}
+	cause := context.Cause(wctx)
+	if errors.Is(cause, context.Canceled) {
+		cause = ErrLostLeadership // client-go ended lctx: the lease is lost
+	}
+	e.log.Info().Int64("term", term).AnErr("why", cause).Dur("led", led).Msg("stopped leading")
+	return termResult{err: err, led: led}
+}
+
+// watchdog cancels the term when the lease has gone renewDeadline without a
+// renewal. client-go gives up only a retryPeriod later and then tries to
+// release the lease (up to renewDeadline more) before ending lctx; another
+// replica may take the lease leaseDuration after the last renewal it saw.
+func (e *Elector) watchdog(ctx context.Context, lock *renewLock, cancel context.CancelCauseFunc) {
+	for {
+		left := time.Until(lock.renewed().Add(e.cfg.RenewDeadline))
+		if left <= 0 {
+			e.log.Warn().Dur("renewDeadline", e.cfg.RenewDeadline).Msg("lease not renewed in time; stopping work")
+			cancel(ErrLostLeadership)
+			return
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
 		}
 	}
-	if ctx.Err() != nil {
-		return nil
-	}
-	return ErrLostLeadership
 }
+
+// renewLock records when the lease was last written with this replica as its
+// holder (the time the write was sent, so the lease is valid at least until
+// then plus its duration).
+type renewLock struct {
+	resourcelock.Interface
+	last atomic.Int64 // unix nanoseconds
+}
+
+func (l *renewLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	return l.write(ler, func() error { return l.Interface.Create(ctx, ler) })
+}
+
+func (l *renewLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	return l.write(ler, func() error { return l.Interface.Update(ctx, ler) })
+}
+
+func (l *renewLock) write(ler resourcelock.LeaderElectionRecord, do func() error) error {
+	sent := time.Now()
+	err := do()
+	if err == nil && ler.HolderIdentity == l.Identity() {
+		l.last.Store(sent.UnixNano())
+	}
+	return err
+}
+
+func (l *renewLock) renewed() time.Time { return time.Unix(0, l.last.Load()) }

@@ -15,8 +15,8 @@ import (
 )
 
 // faultAPIConfig keeps the leases through an API outage of tens of seconds
-// (renewDeadline above the outage: a replica that cannot renew for
-// renewDeadline stops leading and exits, see docs/reliability.md).
+// (renewDeadline above the outage), so this test is about the watcher's
+// state, not leadership; TestFaultAPIServerOutageLeaders loses the leases.
 const faultAPIConfig = `
 cluster:
   name: e2e

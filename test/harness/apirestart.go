@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -17,6 +18,16 @@ func (cp *ControlPlane) StopAPIServer(t testing.TB) {
 	cp.apiserver.terminate(15 * time.Second)
 	if !cp.apiserver.exited() {
 		t.Fatal("kube-apiserver did not stop")
+	}
+}
+
+// KillAPIServer SIGKILLs kube-apiserver (a crash: it stops answering at
+// once, where SIGTERM drains open watches first); etcd keeps running.
+func (cp *ControlPlane) KillAPIServer(t testing.TB) {
+	t.Helper()
+	cp.apiserver.signal(syscall.SIGKILL, 10*time.Second)
+	if !cp.apiserver.exited() {
+		t.Fatal("kube-apiserver did not die")
 	}
 }
 

@@ -3,6 +3,7 @@ package cleanup
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,33 +70,47 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	// after the lease is gone, for a grace period at shutdown.
 	audit := actuate.NewAuditor(js, 0, wm, log)
 	defer audit.Close(5 * time.Second)
-	window := actuate.NewWindow(cfg.MaxDeletionsPerMinute, cfg.RateWindow.Duration)
 	// Each removal is journaled before it is written (an intent on
 	// ops.<cluster>.cleanup.intent.<ns>.<pod>): a leader SIGKILLed before
 	// its outcome audit is stored leaves the intent for the next leader.
 	journal := actuate.NewJournal(js, 0, wm, log)
-	act := NewActuator(client, audit, recorder, metrics, log, ActuatorConfig{
-		Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Limiter: window, Now: clock.Now, Intents: journal,
-	})
-	ctl := NewController(policy, act, metrics, cfg.Interval.Duration, workers, clock.Now, log)
+	// The controller and mirror of the current term (a replica that loses
+	// the lease campaigns again and starts a new term with fresh state).
+	var (
+		curCtl    atomic.Pointer[Controller]
+		curMirror atomic.Pointer[kubestate.Mirror]
+	)
 	rt.Server.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "opswire_cleanup_queue_depth", Help: "Pod keys waiting to be examined.",
-	}, func() float64 { return float64(ctl.Len()) }))
-
-	var mirror *kubestate.Mirror
-	mirror = kubestate.New(js, rt.Cluster, log, rt.Server.Registry, kubestate.Handlers{
-		OnPod:  ctl.OnPod,
-		OnNode: func(old, cur *events.NodeState) { ctl.OnNode(old, cur, mirror) },
-	}, subject.KindPod, subject.KindNode)
+	}, func() float64 {
+		if c := curCtl.Load(); c != nil {
+			return float64(c.Len())
+		}
+		return 0
+	}))
 
 	elector := rt.ActorElector(client, dryRun)
 	rt.Server.AddReadiness("kube-state", func() error {
-		if elector.IsLeader() && !mirror.Synced() {
+		if m := curMirror.Load(); elector.IsLeader() && (m == nil || !m.Synced()) {
 			return errors.New("leader is loading cluster state from KUBE")
 		}
 		return nil
 	})
 	return elector.Run(ctx, func(lctx context.Context) error {
+		// Everything a term decides with is built for it: the window is
+		// seeded from OPS, the mirror loaded from KUBE, the queue empty.
+		window := actuate.NewWindow(cfg.MaxDeletionsPerMinute, cfg.RateWindow.Duration)
+		act := NewActuator(client, audit, recorder, metrics, log, ActuatorConfig{
+			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Limiter: window, Now: clock.Now, Intents: journal,
+		})
+		ctl := NewController(policy, act, metrics, cfg.Interval.Duration, workers, clock.Now, log)
+		var mirror *kubestate.Mirror
+		mirror = kubestate.New(js, rt.Cluster, log, rt.Server.Registry, kubestate.Handlers{
+			OnPod:  ctl.OnPod,
+			OnNode: func(old, cur *events.NodeState) { ctl.OnNode(old, cur, mirror) },
+		}, subject.KindPod, subject.KindNode)
+		curCtl.Store(ctl)
+		curMirror.Store(mirror)
 		done := make(chan struct{})
 		go func() { defer close(done); _ = mirror.Run(lctx) }()
 		defer func() { <-done }()

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -93,8 +94,11 @@ type Watcher struct {
 	pods   cache.SharedIndexInformer
 	nodes  cache.SharedIndexInformer
 	pub    AsyncPublisher
-	queue  workqueue.TypedRateLimitingInterface[string]
-	m      *metrics
+	// q is the current term's queue: a term shuts its queue down when it
+	// ends, and the next term (a replica that lost the lease and won it
+	// again) starts with a new one.
+	q atomic.Pointer[workqueue.TypedRateLimitingInterface[string]]
+	m *metrics
 
 	mu        sync.Mutex
 	published map[string]record
@@ -128,14 +132,12 @@ func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options
 	w := &Watcher{
 		opts: opts, source: envelope.Source(opts.Cluster, "watcher"), log: log,
 		pods: pods, nodes: nodes, pub: pub,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](min(50*time.Millisecond, opts.RetryMax), opts.RetryMax),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "watcher"}),
 		published: map[string]record{},
 		trimmed:   map[string]bool{},
 		acks:      make(chan pending, 8192),
 	}
-	w.m = newMetrics(reg, func() float64 { return float64(w.queue.Len()) })
+	w.newQueue()
+	w.m = newMetrics(reg, func() float64 { return float64(w.queue().Len()) })
 	if err := pods.AddIndexers(cache.Indexers{byNode: countedOnNode, evictingOnNode: evictingOn}); err != nil {
 		return nil, fmt.Errorf("pod index: %w", err)
 	}
@@ -147,6 +149,16 @@ func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options
 	}
 	return w, nil
 }
+
+// newQueue starts a term's queue.
+func (w *Watcher) newQueue() {
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](min(50*time.Millisecond, w.opts.RetryMax), w.opts.RetryMax),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "watcher"})
+	w.q.Store(&q)
+}
+
+func (w *Watcher) queue() workqueue.TypedRateLimitingInterface[string] { return *w.q.Load() }
 
 // countedOnNode indexes a pod under its node while it occupies a slot there.
 func countedOnNode(obj any) ([]string, error) {
@@ -187,18 +199,18 @@ func (w *Watcher) handler(kind string, key func(any) string) cache.ResourceEvent
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			w.m.received.WithLabelValues(kind, "add").Inc()
-			w.queue.Add(key(obj))
+			w.queue().Add(key(obj))
 		},
 		UpdateFunc: func(old, cur any) {
 			if rv(old) == rv(cur) {
 				return // periodic resync: nothing new
 			}
 			w.m.received.WithLabelValues(kind, "update").Inc()
-			w.queue.Add(key(cur))
+			w.queue().Add(key(cur))
 		},
 		DeleteFunc: func(obj any) {
 			w.m.received.WithLabelValues(kind, "delete").Inc()
-			w.queue.Add(key(obj))
+			w.queue().Add(key(obj))
 		},
 	}
 }
@@ -217,21 +229,28 @@ func rv(obj any) string {
 // KUBE already holds (seed), so a restarted watcher republishes only what
 // changed while it was away, and writes tombstones for objects deleted meanwhile.
 func (w *Watcher) Run(ctx context.Context, seed map[string]record) error {
+	// A later term (this replica lost the lease and won it again) starts
+	// afresh, as a new process would: what KUBE holds now, a new queue.
+	if w.queue().ShuttingDown() {
+		w.newQueue()
+	}
+	w.acks = make(chan pending, cap(w.acks))
 	w.mu.Lock()
+	w.published = make(map[string]record, len(seed))
 	for k, r := range seed {
 		w.published[k] = r
 	}
 	w.mu.Unlock()
 	for _, k := range w.pods.GetIndexer().ListKeys() {
-		w.queue.Add(podPrefix + k)
+		w.queue().Add(podPrefix + k)
 	}
 	for _, k := range w.nodes.GetIndexer().ListKeys() {
-		w.queue.Add(nodePrefix + k)
+		w.queue().Add(nodePrefix + k)
 	}
 	for k := range seed {
-		w.queue.Add(k) // gone while we were away → tombstone
+		w.queue().Add(k) // gone while we were away → tombstone
 	}
-	w.log.Info().Int("seeded", len(seed)).Int("queued", w.queue.Len()).Msg("publishing")
+	w.log.Info().Int("seeded", len(seed)).Int("queued", w.queue().Len()).Msg("publishing")
 
 	var wg sync.WaitGroup
 	ackDone := make(chan struct{})
@@ -245,7 +264,7 @@ func (w *Watcher) Run(ctx context.Context, seed map[string]record) error {
 		}()
 	}
 	<-ctx.Done()
-	w.queue.ShutDownWithDrain()
+	w.queue().ShutDownWithDrain()
 	wg.Wait()
 	close(w.acks)
 	<-ackDone
@@ -253,12 +272,12 @@ func (w *Watcher) Run(ctx context.Context, seed map[string]record) error {
 }
 
 func (w *Watcher) processNext(ctx context.Context) bool {
-	key, shutdown := w.queue.Get()
+	key, shutdown := w.queue().Get()
 	if shutdown {
 		return false
 	}
 	if ctx.Err() != nil {
-		w.queue.Done(key)
+		w.queue().Done(key)
 		return true
 	}
 	if err := w.sync(key); err != nil {
@@ -269,14 +288,14 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 			w.m.oversized.WithLabelValues(kindOf(key)).Inc()
 			w.log.Error().Err(err).Str("key", key).Int("maxPayload", w.maxPayload()).
 				Msg("state too large for one NATS message; KUBE keeps the previous state of this object until it changes")
-			w.queue.Forget(key)
-			w.queue.Done(key)
+			w.queue().Forget(key)
+			w.queue().Done(key)
 			return true
 		}
 		w.m.errors.WithLabelValues(kindOf(key)).Inc()
 		w.log.Debug().Err(err).Str("key", key).Msg("publish failed; will retry")
-		w.queue.Done(key)
-		w.queue.AddRateLimited(key)
+		w.queue().Done(key)
+		w.queue().AddRateLimited(key)
 	}
 	return true
 }
@@ -310,11 +329,11 @@ func (w *Watcher) syncPod(key string) error {
 	ns, name, _ := strings.Cut(storeKey, "/")
 	if !exists {
 		if !had {
-			w.queue.Done(key)
+			w.queue().Done(key)
 			return nil
 		}
 		if prev.node != "" {
-			w.queue.Add(nodePrefix + prev.node)
+			w.queue().Add(nodePrefix + prev.node)
 		}
 		state := events.PodState{Op: events.OpDelete, UID: prev.uid, Namespace: ns, Name: name}
 		return w.publish(key, "pod", subject.Pod(w.opts.Cluster, ns, name), "pod/"+prev.uid+"/delete",
@@ -330,15 +349,15 @@ func (w *Watcher) syncPod(key string) error {
 	if contrib != prev.node || evicting != prev.evicting {
 		for _, n := range []string{prev.node, contrib} {
 			if n != "" {
-				w.queue.Add(nodePrefix + n)
+				w.queue().Add(nodePrefix + n)
 			}
 		}
 	}
 	rec := record{hash: hashPod(state), uid: state.UID, node: contrib, evicting: evicting}
 	if had && !prev.doubt && prev.hash == rec.hash && prev.uid == rec.uid {
 		w.m.unchanged.WithLabelValues("pod").Inc()
-		w.queue.Forget(key)
-		w.queue.Done(key)
+		w.queue().Forget(key)
+		w.queue().Done(key)
 		return nil
 	}
 	return w.publish(key, "pod", subject.Pod(w.opts.Cluster, ns, name), "pod/"+state.UID+"/"+state.ResourceVersion,
@@ -356,7 +375,7 @@ func (w *Watcher) syncNode(key string) error {
 	w.mu.Unlock()
 	if !exists {
 		if !had {
-			w.queue.Done(key)
+			w.queue().Done(key)
 			return nil
 		}
 		w.mu.Lock()
@@ -399,8 +418,8 @@ func (w *Watcher) syncNode(key string) error {
 	rec := record{hash: hashNode(state), uid: state.UID}
 	if had && !prev.doubt && prev.hash == rec.hash && prev.uid == rec.uid {
 		w.m.unchanged.WithLabelValues("node").Inc()
-		w.queue.Forget(key)
-		w.queue.Done(key)
+		w.queue().Forget(key)
+		w.queue().Done(key)
 		return nil
 	}
 	// A node's state also changes through pod events (its count), which do not
@@ -451,14 +470,14 @@ func (w *Watcher) collectAcks() {
 				w.published[p.key] = p.rec
 			}
 			w.mu.Unlock()
-			w.queue.Forget(p.key)
-			w.queue.Done(p.key)
+			w.queue().Forget(p.key)
+			w.queue().Done(p.key)
 		case err := <-p.future.Err():
 			w.m.errors.WithLabelValues(p.kind).Inc()
 			w.log.Debug().Err(err).Str("key", p.key).Msg("publish not acknowledged; will retry")
 			w.markDoubt(p.key, p.rec, p.op)
-			w.queue.Done(p.key)
-			w.queue.AddRateLimited(p.key)
+			w.queue().Done(p.key)
+			w.queue().AddRateLimited(p.key)
 		}
 	}
 }
