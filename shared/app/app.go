@@ -135,9 +135,12 @@ func (rt *Runtime) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, e
 	if err != nil {
 		return nil, nil, err
 	}
-	if rt.Options.ManageStreams {
+	switch {
+	case rt.Options.ManageStreams:
 		err = natsx.EnsureStreams(ctx, js, rt.Config.NATS)
-	} else {
+	case len(rt.Config.NATS.OpsSources) > 0: // a fleet hub: OPS, no KUBE
+		err = natsx.WaitForStreams(ctx, js, rt.Log, 10*time.Second, natsx.StreamNames(rt.Config.NATS)...)
+	default:
 		err = natsx.WaitStreams(ctx, js, rt.Log, 10*time.Second)
 	}
 	if err != nil {
@@ -150,13 +153,22 @@ func (rt *Runtime) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, e
 
 // NATSReading is NATS for a service that reads streams other than its
 // cluster's KUBE and OPS (a fleet notifier on a hub reads the fleet-wide
-// stream): it never creates or changes a stream, whatever --manage-streams
-// says, and waits until every one of streams exists. The first is the one
+// stream): it creates or changes no stream, except a fleet hub's OPS
+// defined by nats.opsSources with --manage-streams, and waits until every
+// one of streams exists. The first is the one
 // the opswire_ops_stream_* gauges report.
 func (rt *Runtime) NATSReading(ctx context.Context, streams ...string) (*nats.Conn, jetstream.JetStream, error) {
 	nc, js, streamsReady, err := rt.connectNATS(ctx)
 	if err != nil {
 		return nil, nil, err
+	}
+	// On a fleet hub the deployment defines the fleet-wide OPS in config.yml
+	// (nats.opsSources): a service started there with --manage-streams (the
+	// fleet-hub overlay's notifier) creates or updates it first.
+	if rt.Options.ManageStreams && len(rt.Config.NATS.OpsSources) > 0 {
+		if err := natsx.EnsureStreams(ctx, js, rt.Config.NATS); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := natsx.WaitForStreams(ctx, js, rt.Log, 10*time.Second, streams...); err != nil {
 		return nil, nil, err

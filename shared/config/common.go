@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Controller holds the seed's global controller settings plus leader-election timing.
 type Controller struct {
@@ -81,6 +85,12 @@ type NATS struct {
 	// Duplicates is the deduplication window of both streams; it must outlast
 	// the longest NATS outage a publisher retries through.
 	Duplicates Duration `json:"duplicates"`
+	// OpsSources makes this the fleet hub's OPS (docs/fleet.md): a stream
+	// with no subjects of its own that sources ops.<cluster>.> from the OPS
+	// stream of each named cluster's JetStream domain (<cluster>, reached
+	// over the leaf connection). A hub has no KUBE stream. Empty (the
+	// default): OPS stores ops.> published to this server, as on an edge.
+	OpsSources []string `json:"opsSources"`
 }
 
 func (n *NATS) setDefaults() {
@@ -106,6 +116,16 @@ func (n *NATS) validate(p string, errs *Errors) {
 	}
 	if n.Duplicates.Duration < time.Second {
 		errs.add(join(p, "duplicates"), "must be at least 1s")
+	}
+	seen := map[string]bool{}
+	for i, c := range n.OpsSources {
+		switch {
+		case c == "" || strings.ContainsAny(c, ".*> \t"):
+			errs.add(fmt.Sprintf("%s[%d]", join(p, "opsSources"), i), "%q must be a cluster name: one NATS subject token (no '.', '*', '>' or spaces)", c)
+		case seen[c]:
+			errs.add(fmt.Sprintf("%s[%d]", join(p, "opsSources"), i), "cluster %q is listed twice", c)
+		}
+		seen[c] = true
 	}
 }
 

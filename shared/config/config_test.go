@@ -113,3 +113,26 @@ func TestResolveSecret(t *testing.T) {
 		t.Fatal("unset variable: want error")
 	}
 }
+
+// TestOpsSources: a fleet hub's list of clusters is cluster names, each once.
+func TestOpsSources(t *testing.T) {
+	c, err := Parse([]byte("nats:\n  opsSources: [a, prod-eu]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.NATS.OpsSources; len(got) != 2 || got[0] != "a" || got[1] != "prod-eu" {
+		t.Fatalf("opsSources = %v", got)
+	}
+	for doc, field := range map[string]string{
+		"nats:\n  opsSources: [a, a]\n":       "nats.opsSources[1]",
+		"nats:\n  opsSources: [a, \"b.c\"]\n": "nats.opsSources[1]",
+		"nats:\n  opsSources: [\"\"]\n":       "nats.opsSources[0]",
+		"nats:\n  opsSources: [\"x*\", ok]\n": "nats.opsSources[0]",
+	} {
+		_, err := Parse([]byte(doc))
+		var errs Errors
+		if !errors.As(err, &errs) || len(errs) != 1 || errs[0].Field != field {
+			t.Errorf("%q: err = %v, want one error naming %s", doc, err, field)
+		}
+	}
+}

@@ -33,12 +33,21 @@ func KubeStreamConfig(c config.NATS) jetstream.StreamConfig {
 	}
 }
 
-// OpsStreamConfig is the audit log of every decision and action.
+// OpsStreamConfig is the audit log of every decision and action. On a fleet
+// hub (nats.opsSources set) it stores no subject of its own: it sources each
+// cluster's ops.<cluster>.> from that cluster's OPS (OpsSource).
 func OpsStreamConfig(c config.NATS) jetstream.StreamConfig {
+	subjects := []string{"ops.>"}
+	var sources []*jetstream.StreamSource
+	for _, cluster := range c.OpsSources {
+		subjects = nil
+		sources = append(sources, OpsSource(cluster))
+	}
 	return jetstream.StreamConfig{
 		Name:        subject.OpsStream,
 		Description: "opswire: audit log of every decision and action",
-		Subjects:    []string{"ops.>"},
+		Subjects:    subjects,
+		Sources:     sources,
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		MaxAge:      c.OpsMaxAge.Duration,
@@ -50,10 +59,41 @@ func OpsStreamConfig(c config.NATS) jetstream.StreamConfig {
 	}
 }
 
-// EnsureStreams creates or updates the KUBE and OPS streams. It is idempotent,
-// so every service may call it at start and none depends on start order.
+// OpsSource is one cluster's feed of a fleet hub's OPS: the OPS stream of
+// the cluster's JetStream domain (an edge server whose jetstream.domain is
+// the cluster name, connected to the hub as a leaf node), reached through its
+// API prefix $JS.<cluster>.API, filtered to ops.<cluster>.> so that a
+// cluster can only ever feed its own subjects, and delivered on
+// fleet.<cluster>.> so that the hub's leaf user of a cluster needs to
+// publish only there. The hub records the last sequence it holds of every
+// source and resumes from it after the link was down.
+func OpsSource(cluster string) *jetstream.StreamSource {
+	token := subject.Encode(cluster)
+	return &jetstream.StreamSource{
+		Name:          subject.OpsStream,
+		FilterSubject: "ops." + token + ".>",
+		External:      &jetstream.ExternalStream{APIPrefix: "$JS." + cluster + ".API", DeliverPrefix: "fleet." + token},
+	}
+}
+
+// StreamNames are the streams a server of this configuration holds: KUBE
+// and OPS, or OPS alone on a fleet hub (no cluster state there).
+func StreamNames(c config.NATS) []string {
+	if len(c.OpsSources) > 0 {
+		return []string{subject.OpsStream}
+	}
+	return []string{subject.KubeStream, subject.OpsStream}
+}
+
+// EnsureStreams creates or updates the KUBE and OPS streams (OPS alone on a
+// fleet hub). It is idempotent, so every service may call it at start and
+// none depends on start order.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, c config.NATS) error {
-	for _, sc := range []jetstream.StreamConfig{KubeStreamConfig(c), OpsStreamConfig(c)} {
+	streams := []jetstream.StreamConfig{KubeStreamConfig(c), OpsStreamConfig(c)}
+	if len(c.OpsSources) > 0 {
+		streams = streams[1:]
+	}
+	for _, sc := range streams {
 		if err := ensureStream(ctx, js, sc); err != nil {
 			return err
 		}

@@ -1,0 +1,109 @@
+package natsx
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/natstest"
+)
+
+// TestFleetHubSourcesEdges: a hub (JetStream domain "hub") and an edge
+// (domain "a", a leaf node of the hub), each with the streams EnsureStreams
+// makes for it. The hub's OPS has no subjects and no KUBE beside it; it
+// sources the edge's ops.a.> across the leaf connection, and not a forged
+// ops.b.> that the edge stored.
+func TestFleetHubSourcesEdges(t *testing.T) {
+	leafPort := freePort(t)
+	hub := natstest.StartWithOptions(t, &server.Options{JetStreamDomain: "hub",
+		LeafNode: server.LeafNodeOpts{Host: "127.0.0.1", Port: leafPort}})
+	u, _ := url.Parse("nats-leaf://127.0.0.1:" + strconv.Itoa(leafPort))
+	edge := natstest.StartWithOptions(t, &server.Options{JetStreamDomain: "a",
+		LeafNode: server.LeafNodeOpts{Remotes: []*server.RemoteLeafOpts{{URLs: []*url.URL{u}}}}})
+	deadline := time.Now().Add(10 * time.Second)
+	for edge.NumLeafNodes() == 0 || hub.NumLeafNodes() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the edge did not connect to the hub as a leaf node in 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hubJS, edgeJS := jsOf(t, hub), jsOf(t, edge)
+	if err := EnsureStreams(ctx, edgeJS, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	hubCfg := config.Default().NATS
+	hubCfg.OpsSources = []string{"a"}
+	for i := 0; i < 2; i++ { // idempotent
+		if err := EnsureStreams(ctx, hubJS, hubCfg); err != nil {
+			t.Fatalf("EnsureStreams on the hub #%d: %v", i, err)
+		}
+	}
+	if err := WaitForStreams(ctx, hubJS, zerolog.Nop(), time.Hour, StreamNames(hubCfg)...); err != nil {
+		t.Fatalf("WaitStreams on the hub: %v", err)
+	}
+	if _, err := hubJS.Stream(ctx, "KUBE"); err == nil {
+		t.Fatal("the hub has a KUBE stream")
+	}
+	ops, err := hubJS.Stream(ctx, "OPS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := ops.CachedInfo().Config; len(sc.Subjects) != 0 || len(sc.Sources) != 1 || sc.Sources[0].FilterSubject != "ops.a.>" {
+		t.Fatalf("hub OPS config: subjects %v, sources %+v", sc.Subjects, sc.Sources)
+	}
+	for subj, id := range map[string]string{"ops.a.cleanup.deleted.ns.p": "cleanup/u1/deleted", "ops.b.cleanup.deleted.ns.forged": "cleanup/u2/deleted"} {
+		ev, _ := envelope.New(id, "opswire/a/cleanup", "t.v1", "", map[string]int{}, time.Now())
+		if _, err := PublishEvent(ctx, edgeJS, subj, ev, time.Second); err != nil {
+			t.Fatalf("publish %s on the edge: %v", subj, err)
+		}
+	}
+	for {
+		info, err := ops.Info(ctx, jetstream.WithSubjectFilter("ops.>"))
+		if err == nil && info.State.Msgs >= 1 {
+			if len(info.State.Subjects) != 1 || info.State.Subjects["ops.a.cleanup.deleted.ns.p"] != 1 {
+				t.Fatalf("hub OPS holds %v, want only ops.a.cleanup.deleted.ns.p once", info.State.Subjects)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the hub's OPS never sourced the edge's message: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func jsOf(t *testing.T, s *server.Server) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
