@@ -44,6 +44,9 @@ type LogDirer interface {
 // creating the directory (and its keep-or-remove cleanup) on first use.
 func logPath(t testing.TB, file string) string {
 	t.Helper()
+	if p, ok := t.(*prefixedTB); ok {
+		return logPath(p.TB, p.prefix+"-"+file)
+	}
 	if d, ok := t.(LogDirer); ok {
 		return filepath.Join(d.LogDir(), unsafeName.ReplaceAllString(file, "_"))
 	}
@@ -90,3 +93,15 @@ func listLogs(dir string) []string {
 	sort.Strings(names)
 	return names
 }
+
+// prefixedTB names its processes' logs with a prefix.
+type prefixedTB struct {
+	testing.TB
+	prefix string
+}
+
+// Prefixed is t with a prefix on the name of every process log started
+// through it (a-etcd.log, a-apiserver.log), so that two control planes or
+// services of the same name in one test (a fleet of clusters) keep separate
+// logs. Everything else goes to t.
+func Prefixed(t testing.TB, prefix string) testing.TB { return &prefixedTB{TB: t, prefix: prefix} }

@@ -1,0 +1,232 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/opswire/opswire/shared/config"
+)
+
+// TestFleetManifests renders the fleet overlays and checks what
+// TestFleetTwoClusters cannot run: the hub has the notifier (managing the
+// fleet OPS) and NATS only, no RBAC; an edge has everything but the
+// notifier, each service named after the cluster of the ConfigMap
+// opswire-fleet; the hub's auth.conf has a leaf-only user for exactly the
+// clusters config.yml sources, each with its password from opswire-fleet;
+// both nats.conf load with nats-server's loader (domains, leaf listener and
+// remote over TLS); a per-cluster kustomization of fleet-edge names its own
+// cluster; and every pod passes the deploy's hardening checklist.
+func TestFleetManifests(t *testing.T) {
+	hub := kustomizeBuild(t, deployPath(t, "overlays", "fleet-hub"))
+	edge := kustomizeBuild(t, deployPath(t, "overlays", "fleet-edge"))
+	kinds := func(objs []*unstructured.Unstructured, kind string) []string {
+		var out []string
+		for _, o := range objs {
+			if o.GetKind() == kind {
+				out = append(out, o.GetName())
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+
+	// The hub: NATS and the notifier, which creates the fleet OPS.
+	if got := kinds(hub, "Deployment"); !reflect.DeepEqual(got, []string{"opswire-notifier"}) {
+		t.Errorf("hub Deployments %v, want only opswire-notifier", got)
+	}
+	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+		if got := kinds(hub, kind); len(got) != 0 {
+			t.Errorf("hub %ss %v, want none (the notifier has no Kubernetes access)", kind, got)
+		}
+	}
+	if got := kinds(hub, "ServiceAccount"); !reflect.DeepEqual(got, []string{"opswire-notifier"}) {
+		t.Errorf("hub ServiceAccounts %v", got)
+	}
+	if env := strings.Join(deploymentEnv(t, hub, "opswire-notifier"), " "); !strings.Contains(env, "OPSWIRE_MANAGE_STREAMS=true") ||
+		!strings.Contains(env, "OPSWIRE_NATS_TLS_CA=/etc/opswire-tls/ca.crt") {
+		t.Errorf("hub notifier env %q: want it to manage the streams, over TLS", env)
+	}
+	svc := findObj(hub, "Service", "nats-leaf")
+	if svc == nil {
+		t.Fatal("hub: no Service nats-leaf")
+	}
+	if ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports"); len(ports) != 1 || ports[0].(map[string]any)["port"] != int64(7422) {
+		t.Errorf("Service nats-leaf ports %v, want 7422", ports)
+	}
+	hubCfg, err := config.Parse([]byte(renderedConfig(t, hub)))
+	if err != nil {
+		t.Fatalf("hub config.yml: %v", err)
+	}
+	if !reflect.DeepEqual(hubCfg.NATS.OpsSources, fleetClusters) || hubCfg.NATS.Replicas != 3 {
+		t.Errorf("hub nats = %+v, want opsSources %v and 3 replicas", hubCfg.NATS, fleetClusters)
+	}
+	hubEnv := map[string]corev1.EnvVar{}
+	for _, e := range podOf(t, hub, "StatefulSet", "nats").Spec.Containers[0].Env {
+		hubEnv[e.Name] = e
+	}
+	o := loadNATSConf(t, hub, map[string]string{})
+	if o.JetStreamDomain != "hub" || o.LeafNode.Port != 7422 || o.LeafNode.TLSConfig == nil || o.TLSConfig == nil {
+		t.Errorf("hub nats.conf: domain %q, leaf port %d (TLS %v), client TLS %v", o.JetStreamDomain, o.LeafNode.Port, o.LeafNode.TLSConfig != nil, o.TLSConfig != nil)
+	}
+	if !o.FeatureFlags["js_api_reply_v2"] || !o.FeatureFlags["js_snapshot_sources"] {
+		t.Errorf("hub nats.conf feature flags %v", o.FeatureFlags)
+	}
+	var leafUsers []string
+	for _, u := range o.Users {
+		c, isLeaf := strings.CutPrefix(u.Username, "leaf-")
+		if !isLeaf {
+			if u.Username != "notifier" && u.Username != "audit" {
+				t.Errorf("hub user %s: want only notifier, audit and leaf users", u.Username)
+			}
+			continue
+		}
+		leafUsers = append(leafUsers, c)
+		if _, ok := u.AllowedConnectionTypes["LEAFNODE"]; !ok || len(u.AllowedConnectionTypes) != 1 {
+			t.Errorf("hub user %s: connection types %v, want LEAFNODE only", u.Username, u.AllowedConnectionTypes)
+		}
+		pub, sub := u.Permissions.Publish.Allow, u.Permissions.Subscribe.Allow
+		if !reflect.DeepEqual(pub, []string{"ops." + c + ".>", "fleet." + c + ".>", "$JSC.R." + c + ".>"}) ||
+			!reflect.DeepEqual(sub, []string{"$JS." + c + ".API.>", "$JS.FC.>"}) {
+			t.Errorf("hub user %s: publish %v, subscribe %v: only its own cluster's subjects", u.Username, pub, sub)
+		}
+		v := "NATS_LEAF_" + strings.ToUpper(c) + "_PASSWORD"
+		if e, ok := hubEnv[v]; !ok || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil ||
+			e.ValueFrom.SecretKeyRef.Name != "opswire-fleet" || e.ValueFrom.SecretKeyRef.Key != "leaf-"+c+"-password" {
+			t.Errorf("hub StatefulSet: %s = %+v, want Secret opswire-fleet key leaf-%s-password", v, e, c)
+		}
+	}
+	sort.Strings(leafUsers)
+	if !reflect.DeepEqual(leafUsers, fleetClusters) {
+		t.Errorf("hub leaf users for %v, config.yml sources %v", leafUsers, fleetClusters)
+	}
+
+	// An edge: everything but the notifier; each service named after the cluster.
+	if got := kinds(edge, "Deployment"); !reflect.DeepEqual(got, []string{"opswire-cleanup", "opswire-cordon", "opswire-report", "opswire-watcher"}) {
+		t.Errorf("edge Deployments %v", got)
+	}
+	if findObj(edge, "ServiceAccount", "opswire-notifier") != nil || findObj(edge, "PodDisruptionBudget", "opswire-notifier") != nil {
+		t.Error("edge: the notifier's objects are left")
+	}
+	fleetCM := findByPrefix(edge, "ConfigMap", "opswire-fleet-")
+	if fleetCM == nil {
+		t.Fatal("edge: no ConfigMap opswire-fleet")
+	}
+	for _, d := range kinds(edge, "Deployment") {
+		if ref := envFrom(t, podOf(t, edge, "Deployment", d), "OPSWIRE_CLUSTER"); ref == nil || ref.ConfigMapKeyRef == nil ||
+			ref.ConfigMapKeyRef.Name != fleetCM.GetName() || ref.ConfigMapKeyRef.Key != "cluster" {
+			t.Errorf("edge %s: OPSWIRE_CLUSTER from %+v, want ConfigMap %s key cluster", d, ref, fleetCM.GetName())
+		}
+	}
+	eo := loadNATSConf(t, edge, map[string]string{"OPSWIRE_CLUSTER": "a", "NATS_SERVER_NAME": "a-nats-0", "NATS_ROUTE_PASSWORD": "x",
+		"NATS_LEAF_URL": "tls://leaf-a:x@nats-hub.example.com:7422"})
+	if eo.JetStreamDomain != "a" || eo.ServerName != "a-nats-0" || len(eo.LeafNode.Remotes) != 1 ||
+		eo.LeafNode.Remotes[0].LocalAccount != "OPSWIRE" || eo.LeafNode.Remotes[0].TLSConfig == nil || len(eo.Users) != 6 {
+		t.Errorf("edge nats.conf: domain %q, server %q, remotes %+v, %d users", eo.JetStreamDomain, eo.ServerName, eo.LeafNode.Remotes, len(eo.Users))
+	}
+	if eo.TLSConfig == nil || eo.Cluster.TLSConfig == nil || len(eo.Routes) != 3 {
+		t.Errorf("edge nats.conf: client TLS %v, route TLS %v, %d routes: want the production cluster", eo.TLSConfig != nil, eo.Cluster.TLSConfig != nil, len(eo.Routes))
+	}
+	if edgeCfg, err := config.Parse([]byte(renderedConfig(t, edge))); err != nil {
+		t.Errorf("edge config.yml: %v", err)
+	} else if edgeCfg.NATS.Replicas != 3 || len(edgeCfg.NATS.OpsSources) != 0 {
+		t.Errorf("edge config.yml: nats %+v; want the production file's", edgeCfg.NATS)
+	}
+	for _, d := range kinds(edge, "Deployment") {
+		if env := strings.Join(deploymentEnv(t, edge, d), " "); !strings.Contains(env, "OPSWIRE_NATS_TLS_CA=/etc/opswire-tls/ca.crt") {
+			t.Errorf("edge %s: no OPSWIRE_NATS_TLS_CA in %q", d, env)
+		}
+	}
+	for _, objs := range [][]*unstructured.Unstructured{hub, edge} {
+		for _, o := range objs {
+			if k := o.GetKind(); k == "Deployment" || k == "StatefulSet" {
+				checkPod(t, o.GetName(), *podOf(t, objs, k, o.GetName()))
+			}
+		}
+	}
+
+	// Cluster b's own kustomization of fleet-edge.
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, deployPath(t, "overlays", "fleet-edge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [" + rel + "]\n" +
+		"configMapGenerator:\n- name: opswire-fleet\n  behavior: replace\n  literals: [cluster=b, hub=nats-hub.example.com:7422]\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := kustomizeBuild(t, dir)
+	cm := findByPrefix(b, "ConfigMap", "opswire-fleet-")
+	if data, _, _ := unstructured.NestedStringMap(cm.Object, "data"); data["cluster"] != "b" {
+		t.Errorf("cluster b's opswire-fleet: %v", data)
+	}
+	if ref := envFrom(t, podOf(t, b, "Deployment", "opswire-cleanup"), "OPSWIRE_CLUSTER"); ref == nil || ref.ConfigMapKeyRef.Name != cm.GetName() {
+		t.Errorf("cluster b's cleanup reads OPSWIRE_CLUSTER from %+v, want %s", ref, cm.GetName())
+	}
+}
+
+func podOf(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *corev1.PodTemplateSpec {
+	t.Helper()
+	o := findObj(objs, kind, name)
+	if o == nil {
+		t.Fatalf("%s %s missing", kind, name)
+	}
+	var spec corev1.PodTemplateSpec
+	tmpl, _, _ := unstructured.NestedMap(o.Object, "spec", "template")
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tmpl, &spec); err != nil {
+		t.Fatal(err)
+	}
+	return &spec
+}
+
+func envFrom(t *testing.T, spec *corev1.PodTemplateSpec, name string) *corev1.EnvVarSource {
+	t.Helper()
+	for _, e := range spec.Spec.Containers[0].Env {
+		if e.Name == name {
+			return e.ValueFrom
+		}
+	}
+	return nil
+}
+
+// loadNATSConf loads a rendered nats.conf with nats-server's loader, with
+// the test's passwords and the given variables in the environment.
+func loadNATSConf(t *testing.T, objs []*unstructured.Unstructured, vars map[string]string) *natsserver.Options {
+	t.Helper()
+	cm := findByPrefix(objs, "ConfigMap", "nats-config-")
+	if cm == nil {
+		t.Fatal("ConfigMap nats-config missing")
+	}
+	dir := t.TempDir()
+	files, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	certs := makeCerts(t, "")
+	for name, body := range files {
+		body = strings.ReplaceAll(strings.ReplaceAll(body, "/etc/nats/tls/", certs+"/"), "/etc/nats/hub-ca/", certs+"/")
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, v := range natsEnvPasswords(fleetPasswords()) {
+		t.Setenv(k, v)
+	}
+	for i := 0; i < 3; i++ {
+		t.Setenv("NATS_ROUTE_"+string(rune('0'+i)), "nats://route:x@nats-"+string(rune('0'+i))+".nats-headless.opswire.svc:6222")
+	}
+	for k, v := range vars {
+		t.Setenv(k, v)
+	}
+	o, err := natsserver.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
+	if err != nil {
+		t.Fatalf("nats.conf does not load: %v", err)
+	}
+	return o
+}
