@@ -35,7 +35,7 @@ type fleet struct {
 	audit         *nats.Conn
 	auditJS       jetstream.JetStream
 	bot           *feishutest.Server
-	notifiers     []*harness.Process
+	notifier      *harness.Process
 	edges         map[string]*fleetEdge
 }
 
@@ -164,43 +164,16 @@ func startFleet(t *testing.T) *fleet {
 	hubCfg := overrideConfig(t, renderedConfig(t, hubObjs), fleetHubOverrides)
 	env := append(deploymentEnv(t, hubObjs, "opswire-notifier"), "OPSWIRE_NATS_TLS_CA="+f.caFile,
 		"OPSWIRE_NATS_PASSWORD="+f.pw["notifier"], "OPSWIRE_FEISHU_URL="+botURL, "OPSWIRE_FEISHU_SECRET=fleet-secret-7d")
-	for _, o := range fleetNotifierRuns() {
-		p := harness.StartService(t, "notifier", harness.ServiceOptions{Config: hubCfg, NATSURL: f.hubURL, Env: append(env, o.env...), ID: o.id})
-		f.notifiers = append(f.notifiers, p)
-	}
-	for _, p := range f.notifiers {
-		p.WaitReady(t, 60*time.Second)
-	}
+	// One fleet notifier (the hub config's notifier.clusters) reads every
+	// cluster from the fleet OPS.
+	f.notifier = harness.StartService(t, "notifier", harness.ServiceOptions{Config: hubCfg, NATSURL: f.hubURL, Env: env, ID: "hub"})
+	f.notifier.WaitReady(t, 60*time.Second)
 	return f
 }
 
-// fleetNotifierRun is one notifier process on the hub.
-type fleetNotifierRun struct {
-	id  string
-	env []string
-}
-
-// fleetNotifierRuns are the notifier processes the hub runs. The notifier
-// consumes the OPS of the cluster it is configured for (its --cluster), so
-// the hub runs one per cluster, each reading that cluster's subjects of the
-// fleet OPS.
-func fleetNotifierRuns() []fleetNotifierRun {
-	var out []fleetNotifierRun
-	for _, c := range fleetClusters {
-		out = append(out, fleetNotifierRun{id: "hub-" + c, env: []string{"OPSWIRE_CLUSTER=" + c}})
-	}
-	return out
-}
-
-// notifierEvents sums the events the hub's notifiers delivered.
+// notifierEvents is the number of events the hub's notifier delivered.
 func (f *fleet) notifierEvents() float64 {
-	var sum float64
-	for _, p := range f.notifiers {
-		if v := p.Metric(`opswire_notifier_events_total{outcome="delivered",receiver="feishu"}`); v > 0 {
-			sum += v
-		}
-	}
-	return sum
+	return f.notifier.Metric(`opswire_notifier_events_total{outcome="delivered",receiver="feishu"}`)
 }
 
 func (f *fleet) cardTexts() []string {
