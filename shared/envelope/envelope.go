@@ -118,6 +118,12 @@ func Parse(h nats.Header, data []byte) (Event, error) {
 
 // Decode parses the envelope, checks its type and decodes the payload into out.
 func Decode(h nats.Header, data []byte, wantType string, out any) (Event, error) {
+	return DecodeFunc(h, data, wantType, func(data []byte) error { return json.Unmarshal(data, out) })
+}
+
+// DecodeFunc is Decode with a payload decoder of the caller's (the KUBE
+// mirror's decoders made for the compact states, say).
+func DecodeFunc(h nats.Header, data []byte, wantType string, unmarshal func([]byte) error) (Event, error) {
 	e, err := Parse(h, data)
 	if err != nil {
 		return e, err
@@ -125,7 +131,7 @@ func Decode(h nats.Header, data []byte, wantType string, out any) (Event, error)
 	if e.Type != wantType {
 		return e, fmt.Errorf("%w: ce-type %q, want %q", ErrMalformed, e.Type, wantType)
 	}
-	if err := json.Unmarshal(data, out); err != nil {
+	if err := unmarshal(data); err != nil {
 		return e, fmt.Errorf("%w: %s payload: %v", ErrMalformed, wantType, err)
 	}
 	return e, nil

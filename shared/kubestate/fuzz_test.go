@@ -46,7 +46,7 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, subj, typ string, data []byte) {
 		h := pod.Msg(subj).Header
 		h.Set(envelope.HeaderType, typ)
-		d := decode(fuzzMsg{subj: subj, h: h, data: data})
+		d := decode(fuzzMsg{subj: subj, h: h, data: data}, &events.Interner{})
 		if d.err != nil {
 			return
 		}

@@ -12,7 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +36,56 @@ type Handlers struct {
 	OnSynced func()
 }
 
+// podMap holds pods by namespace, then name: two string lookups and no key
+// to build. The keys are the states' own strings when they equal the
+// subject's (they do, as the watcher writes them), so the map keeps no part
+// of a message's subject alive and holds no copy.
+type podMap struct {
+	byNS map[string]map[string]*events.PodState
+	n    int
+}
+
+func (pm *podMap) get(ns, name string) (*events.PodState, bool) {
+	p, ok := pm.byNS[ns][name]
+	return p, ok
+}
+
+// put stores p under ref's namespace and name and returns what it replaced.
+func (pm *podMap) put(ref subject.Ref, p *events.PodState) *events.PodState {
+	names, ok := pm.byNS[ref.Namespace]
+	if !ok {
+		ns := p.Namespace
+		if ns != ref.Namespace {
+			ns = strings.Clone(ref.Namespace)
+		}
+		names = map[string]*events.PodState{}
+		pm.byNS[ns] = names
+	}
+	old, ok := names[ref.Name]
+	if !ok {
+		pm.n++
+	}
+	name := p.Name
+	if name != ref.Name {
+		name = strings.Clone(ref.Name)
+	}
+	names[name] = p // an existing key is replaced too: the old state's strings go
+	return old
+}
+
+func (pm *podMap) del(ns, name string) (*events.PodState, bool) {
+	names := pm.byNS[ns]
+	old, ok := names[name]
+	if ok {
+		delete(names, name)
+		pm.n--
+		if len(names) == 0 {
+			delete(pm.byNS, ns)
+		}
+	}
+	return old, ok
+}
+
 // Mirror holds the current pods and nodes of one cluster.
 type Mirror struct {
 	js      jetstream.JetStream
@@ -45,7 +95,7 @@ type Mirror struct {
 	h       Handlers
 
 	mu    sync.RWMutex
-	pods  map[string]*events.PodState // namespace/name
+	pods  podMap
 	nodes map[string]*events.NodeState
 
 	synced   atomic.Bool
@@ -71,7 +121,7 @@ func New(js jetstream.JetStream, cluster string, log zerolog.Logger, reg prometh
 	}
 	m := &Mirror{
 		js: js, cluster: cluster, kinds: kinds, log: log, h: h,
-		pods: map[string]*events.PodState{}, nodes: map[string]*events.NodeState{},
+		pods: podMap{byNS: map[string]map[string]*events.PodState{}}, nodes: map[string]*events.NodeState{},
 		syncedCh: make(chan struct{}),
 		malformed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "opswire_kube_messages_malformed_total",
@@ -164,66 +214,35 @@ func (m *Mirror) consume(ctx context.Context, filters []string) error {
 	}
 	go func() { <-ctx.Done(); it.Stop() }()
 
-	// JSON decoding is most of the cost of loading 150,000 objects, so it
-	// runs on every core; the results are applied in stream order by this
-	// goroutine alone, so handlers still see one object's states in order.
-	jobs := make(chan *decodeJob, 1024)
-	ordered := make(chan *decodeJob, 1024)
-	var workers sync.WaitGroup
-	for i := 0; i < runtime.GOMAXPROCS(0); i++ {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			for j := range jobs {
-				j.out = decode(j.msg)
-				close(j.done)
+	// One goroutine reads, decodes and applies, so handlers see every
+	// object's states in stream order. The decoders made for the compact
+	// states (events.DecodePod) cost less than handing each message to
+	// another goroutine would: on the 2 cores an actor usually gets, the
+	// worker pool encoding/json once needed only added to the load.
+	in := &events.Interner{}
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() != nil {
+				return nil
 			}
-		}()
-	}
-	readErr := make(chan error, 1)
-	go func() {
-		defer close(ordered)
-		defer close(jobs)
-		for {
-			msg, err := it.Next()
-			if err != nil {
-				readErr <- err
-				return
-			}
-			j := &decodeJob{msg: msg, done: make(chan struct{})}
-			jobs <- j
-			ordered <- j
+			return err
 		}
-	}()
-	for j := range ordered {
-		<-j.done
+		d := decode(msg, in)
 		m.received.Inc()
-		m.apply(j.msg, j.out)
-		if j.out.seq != 0 {
-			m.pending.Set(float64(j.out.pending))
+		m.apply(msg, d)
+		if d.seq != 0 {
+			m.pending.Set(float64(d.pending))
 			// Only live changes: the initial load delivers old last states.
-			if !j.out.stamp.IsZero() && m.synced.Load() {
-				m.lag.Set(time.Since(j.out.stamp).Seconds())
+			if !d.stamp.IsZero() && m.synced.Load() {
+				m.lag.Set(time.Since(d.stamp).Seconds())
 			}
-			m.applied.Store(j.out.seq)
-			if j.out.pending == 0 {
+			m.applied.Store(d.seq)
+			if d.pending == 0 {
 				m.markSynced()
 			}
 		}
 	}
-	workers.Wait()
-	err = <-readErr
-	if errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() != nil {
-		return nil
-	}
-	return err
-}
-
-// decodeJob is one message on its way through the decoding workers.
-type decodeJob struct {
-	msg  jetstream.Msg
-	out  decoded
-	done chan struct{}
 }
 
 // decoded is what a message says, worked out without touching the maps.
@@ -238,7 +257,8 @@ type decoded struct {
 	stamp   time.Time // when the stream stored the message
 }
 
-func decode(msg jetstream.Msg) decoded {
+// decode reads one message; in shares repeated strings across messages.
+func decode(msg jetstream.Msg, in *events.Interner) decoded {
 	var d decoded
 	if md, err := msg.Metadata(); err == nil {
 		d.seq, d.pending, d.stamp = md.Sequence.Stream, md.NumPending, md.Timestamp
@@ -253,14 +273,16 @@ func decode(msg jetstream.Msg) decoded {
 	}
 	switch d.ref.Kind {
 	case subject.KindPod:
-		var p events.PodState
-		if _, d.err = envelope.Decode(msg.Headers(), msg.Data(), events.TypePod, &p); d.err == nil {
-			d.pod, d.gone = &p, p.Op == events.OpDelete
+		var p *events.PodState
+		unmarshal := func(b []byte) (err error) { p, err = events.DecodePod(b, in); return err }
+		if _, d.err = envelope.DecodeFunc(msg.Headers(), msg.Data(), events.TypePod, unmarshal); d.err == nil {
+			d.pod, d.gone = p, p.Op == events.OpDelete
 		}
 	case subject.KindNode:
-		var n events.NodeState
-		if _, d.err = envelope.Decode(msg.Headers(), msg.Data(), events.TypeNode, &n); d.err == nil {
-			d.node, d.gone = &n, n.Op == events.OpDelete
+		var n *events.NodeState
+		unmarshal := func(b []byte) (err error) { n, err = events.DecodeNode(b, in); return err }
+		if _, d.err = envelope.DecodeFunc(msg.Headers(), msg.Data(), events.TypeNode, unmarshal); d.err == nil {
+			d.node, d.gone = n, n.Op == events.OpDelete
 		}
 	}
 	return d
@@ -270,7 +292,7 @@ func (m *Mirror) markSynced() {
 	if m.synced.CompareAndSwap(false, true) {
 		m.syncedGauge.Set(1)
 		m.mu.RLock()
-		m.log.Info().Int("pods", len(m.pods)).Int("nodes", len(m.nodes)).Msg("cluster state loaded from KUBE")
+		m.log.Info().Int("pods", m.pods.n).Int("nodes", len(m.nodes)).Msg("cluster state loaded from KUBE")
 		m.mu.RUnlock()
 		close(m.syncedCh)
 		if m.h.OnSynced != nil {
@@ -287,18 +309,20 @@ func (m *Mirror) apply(msg jetstream.Msg, d decoded) {
 	case d.gone:
 		m.remove(d.ref)
 	case d.pod != nil:
-		key := d.ref.Namespace + "/" + d.ref.Name
 		m.mu.Lock()
-		old := m.pods[key]
-		m.pods[key] = d.pod
+		old := m.pods.put(d.ref, d.pod)
 		m.mu.Unlock()
 		if m.h.OnPod != nil {
 			m.h.OnPod(old, d.pod)
 		}
 	case d.node != nil:
+		name := d.node.Name
+		if name != d.ref.Name {
+			name = strings.Clone(d.ref.Name)
+		}
 		m.mu.Lock()
-		old := m.nodes[d.ref.Name]
-		m.nodes[d.ref.Name] = d.node
+		old := m.nodes[name]
+		m.nodes[name] = d.node
 		m.mu.Unlock()
 		if m.h.OnNode != nil {
 			m.h.OnNode(old, d.node)
@@ -309,10 +333,8 @@ func (m *Mirror) apply(msg jetstream.Msg, d decoded) {
 func (m *Mirror) remove(ref subject.Ref) {
 	switch ref.Kind {
 	case subject.KindPod:
-		key := ref.Namespace + "/" + ref.Name
 		m.mu.Lock()
-		old, ok := m.pods[key]
-		delete(m.pods, key)
+		old, ok := m.pods.del(ref.Namespace, ref.Name)
 		m.mu.Unlock()
 		if ok && m.h.OnPod != nil {
 			m.h.OnPod(old, nil)
@@ -384,7 +406,7 @@ func (m *Mirror) CatchUp(ctx context.Context) error {
 func (m *Mirror) Pod(namespace, name string) (*events.PodState, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	p, ok := m.pods[namespace+"/"+name]
+	p, ok := m.pods.get(namespace, name)
 	return p, ok
 }
 
@@ -400,9 +422,11 @@ func (m *Mirror) Node(name string) (*events.NodeState, bool) {
 func (m *Mirror) Pods() []*events.PodState {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	out := make([]*events.PodState, 0, len(m.pods))
-	for _, p := range m.pods {
-		out = append(out, p)
+	out := make([]*events.PodState, 0, m.pods.n)
+	for _, names := range m.pods.byNS {
+		for _, p := range names {
+			out = append(out, p)
+		}
 	}
 	return out
 }
@@ -422,5 +446,5 @@ func (m *Mirror) Nodes() []*events.NodeState {
 func (m *Mirror) Len() (pods, nodes int) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return len(m.pods), len(m.nodes)
+	return m.pods.n, len(m.nodes)
 }
