@@ -71,6 +71,14 @@ type AutoCordon struct {
 	// the cordon), so it stays cordoned until a person uncordons it. 0 turns
 	// the recognition off.
 	DrainEvictingPercent float64 `json:"drainEvictingPercent"`
+	// DrainEvictedPercent recognises a drain paced by PodDisruptionBudgets,
+	// which evicts one pod at a time so that few are ever evicting at once:
+	// when a node opswire cordoned falls to minPods and at least two, and at
+	// least this share, of the pods that left it since opswire cordoned it
+	// left through the Eviction API, opswire hands it over instead of
+	// uncordoning it. 0 turns this recognition off (DrainEvictingPercent
+	// still applies).
+	DrainEvictedPercent float64 `json:"drainEvictedPercent"`
 	// MaxActionsPerMinute rate-limits writes: at most this many cordons and
 	// uncordons in any sliding RateWindow (default one minute), counting the
 	// previous leaders' actions recorded in OPS.
@@ -90,6 +98,7 @@ func (a *AutoCordon) setDefaults() {
 	a.CapCounts = CapCountsUnavailable
 	a.AlwaysCountTaintKeys = []string{TaintClusterAutoscalerToBeDeleted}
 	a.DrainEvictingPercent = 50
+	a.DrainEvictedPercent = 50
 	a.MaxActionsPerMinute = 60
 	a.RateWindow = D(time.Minute)
 }
@@ -137,6 +146,9 @@ func (a *AutoCordon) validate(p string, errs *Errors) {
 	validateTaintKeys(join(p, "alwaysCountTaintKeys"), a.AlwaysCountTaintKeys, errs)
 	if a.DrainEvictingPercent < 0 || a.DrainEvictingPercent > 100 {
 		errs.add(join(p, "drainEvictingPercent"), "must be in [0, 100], got %v", a.DrainEvictingPercent)
+	}
+	if a.DrainEvictedPercent < 0 || a.DrainEvictedPercent > 100 {
+		errs.add(join(p, "drainEvictedPercent"), "must be in [0, 100], got %v", a.DrainEvictedPercent)
 	}
 	if a.MaxActionsPerMinute < 1 {
 		errs.add(join(p, "maxActionsPerMinute"), "must be at least 1")

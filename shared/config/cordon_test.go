@@ -31,6 +31,7 @@ func TestAutoCordonDefaults(t *testing.T) {
 		{"ignoreTaintKeys", len(a.IgnoreTaintKeys), 0},
 		{"alwaysCountTaintKeys", strings.Join(a.AlwaysCountTaintKeys, ","), "ToBeDeletedByClusterAutoscaler"},
 		{"drainEvictingPercent", a.DrainEvictingPercent, 50.0},
+		{"drainEvictedPercent", a.DrainEvictedPercent, 50.0},
 	}
 	for _, ck := range checks {
 		if ck.got != ck.want {
@@ -67,6 +68,7 @@ func TestAutoCordonValidation(t *testing.T) {
 		{"invalid ignored taint key", "ignoreTaintKeys: [ok, 'not a key']", "autoCordon.ignoreTaintKeys[1]"},
 		{"invalid always-count taint key", "alwaysCountTaintKeys: ['a b*']", "autoCordon.alwaysCountTaintKeys[0]"},
 		{"drain percent over 100", "drainEvictingPercent: 150", "autoCordon.drainEvictingPercent"},
+		{"drained-away percent below 0", "drainEvictedPercent: -1", "autoCordon.drainEvictedPercent"},
 		{"zero interval", "interval: 0s", "autoCordon.interval"},
 		{"misspelt key", "maxPod: 5", "autoCordon.maxPod"},
 	}

@@ -711,7 +711,7 @@ func (d *decoder) container(c *Container) bool {
 
 var nodeKeys = []string{"op", "uid", "name", "resourceVersion", "labels", "annotations", "unschedulable", "taints",
 	"ready", "readySince", "allocatablePods", "ephemeralStorageBytes", "pods", "evicting", "podsResourceVersion",
-	"imageBytes", "imageCount", "imagesTruncated"}
+	"imageBytes", "imageCount", "imagesTruncated", "departed", "departedEvicted"}
 
 func (d *decoder) node(n *NodeState) bool {
 	return d.object(func(key []byte) (int, bool) {
@@ -780,6 +780,14 @@ func (d *decoder) node(n *NodeState) bool {
 		case "imagesTruncated":
 			n.ImagesTruncated, ok = d.boolean()
 			return 17, ok
+		case "departed":
+			v, ok = d.integer(strconv.IntSize)
+			n.Departed = int(v)
+			return 18, ok
+		case "departedEvicted":
+			v, ok = d.integer(strconv.IntSize)
+			n.DepartedEvicted = int(v)
+			return 19, ok
 		}
 		return d.unknown(key, nodeKeys)
 	})

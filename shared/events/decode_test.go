@@ -29,7 +29,21 @@ func fullNode() NodeState {
 		Labels: map[string]string{"kubernetes.io/hostname": "node-0001"}, Annotations: map[string]string{AnnotationAutoCordon: "true"},
 		Unschedulable: true, Taints: []Taint{{Key: TaintOutOfService, Value: "nodeshutdown", Effect: "NoExecute"}, {Key: "a", Effect: "NoSchedule"}},
 		Ready: "True", ReadySince: &t1, AllocatablePods: 110, EphemeralBytes: 100 << 30, Pods: 30, Evicting: 3,
-		PodsResourceVersion: "98", ImageBytes: 12 << 30, ImageCount: 50, ImagesTruncated: true}
+		PodsResourceVersion: "98", ImageBytes: 12 << 30, ImageCount: 50, ImagesTruncated: true, Departed: 12, DepartedEvicted: 7}
+}
+
+// TestFullStatesSetEveryField: the fixtures of the fast path set every
+// field, so a field added to a state without a case in the decoder (which
+// would skip it silently) fails TestDecodeFastPath.
+func TestFullStatesSetEveryField(t *testing.T) {
+	for _, v := range []any{fullPod(), fullNode()} {
+		rv := reflect.ValueOf(v)
+		for i := range rv.NumField() {
+			if rv.Field(i).IsZero() {
+				t.Errorf("%T.%s is not set in the fixture", v, rv.Type().Field(i).Name)
+			}
+		}
+	}
 }
 
 // marshal is how the watcher encodes (envelope.Marshal: no HTML escaping).

@@ -76,7 +76,9 @@ type PodState struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// DisruptionReason is the reason of the pod's DisruptionTarget condition
 	// while it is True (e.g. EvictionByEvictionAPI, PreemptionByScheduler,
-	// DeletionByTaintManager): why the pod is about to be terminated.
+	// DeletionByTaintManager): why the pod is about to be terminated. A
+	// tombstone carries EvictionByEvictionAPI when the deleted pod counted on
+	// a node and was evicted through the Eviction API.
 	DisruptionReason string `json:"disruptionReason,omitempty"`
 }
 
@@ -130,6 +132,17 @@ type NodeState struct {
 	// Eviction API (PodState.EvictedByAPI): a kubectl drain shows as most of
 	// the node's pods evicting at once.
 	Evicting int `json:"evicting,omitempty"`
+	// Departed counts the pods that have stopped counting on the node (deleted,
+	// or terminated: Succeeded or Failed) since the watcher began counting for
+	// it: a running total that only grows, carried from one watcher to the next
+	// through this state. DepartedEvicted counts those of them that left
+	// through the Eviction API (their last state had the DisruptionTarget
+	// condition with reason EvictionByEvictionAPI). An actor compares them
+	// with the values it saw earlier: a drain paced by PodDisruptionBudgets,
+	// which evicts one pod at a time, shows as most departures being evictions
+	// although few pods are ever evicting at once.
+	Departed        int `json:"departed,omitempty"`
+	DepartedEvicted int `json:"departedEvicted,omitempty"`
 	// PodsResourceVersion is the resourceVersion of the watcher's pod list
 	// when it counted Pods. An actor re-counting from the API asks for a list
 	// at least that new (resourceVersionMatch=NotOlderThan), which the API

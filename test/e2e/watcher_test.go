@@ -133,8 +133,8 @@ func TestWatcherRestartLeavesNoDuplicatesOrGaps(t *testing.T) {
 	}
 	before := kubeLastSeq(t, n)
 
-	// While it is away: one pod created, one deleted (the node count nets out),
-	// one pod's status changes.
+	// While it is away: one pod created, one deleted (the node count nets out,
+	// its departure total grows by one), one pod's status changes.
 	harness.CreatePod(t, cp.Client, harness.Pod("default", "new", node.Name))
 	if err := cp.Client.CoreV1().Pods("default").Delete(ctx, "p-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
@@ -156,11 +156,13 @@ func TestWatcherRestartLeavesNoDuplicatesOrGaps(t *testing.T) {
 	harness.Eventually(t, 10*time.Second, "marker", func() bool {
 		return lastPod(t, n.JS, subject.Pod("e2e", "default", "marker")) != nil
 	})
-	if got := kubeLastSeq(t, n) - before; got != 4 {
-		t.Fatalf("%d messages stored after restart, want exactly 4 (new, tombstone, status change, marker)", got)
+	if got := kubeLastSeq(t, n) - before; got != 5 {
+		t.Fatalf("%d messages stored after restart, want exactly 5 (new, tombstone, status change, the node's departure, marker)", got)
 	}
-	if s := lastNode(t, n.JS, subject.Node("e2e", "worker-1")); s == nil || s.Pods != 20 {
-		t.Fatalf("node state %+v, want 20 pods", s)
+	// The restarted watcher carried the departure total on from KUBE (0)
+	// and counted p-0's deletion while it was away, once.
+	if s := lastNode(t, n.JS, subject.Node("e2e", "worker-1")); s == nil || s.Pods != 20 || s.Departed != 1 || s.DepartedEvicted != 0 {
+		t.Fatalf("node state %+v, want 20 pods and 1 departure", s)
 	}
 }
 

@@ -205,6 +205,9 @@ func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, want Decis
 	}
 	live := stateFromNode(node, c.Pods)
 	live.Evicting = c.Evicting
+	// Departed pods are gone from the API: only the watcher's totals know
+	// them (and they are compared with the baseline of the live mark).
+	live.Departed, live.DepartedEvicted = n.Departed, n.DepartedEvicted
 	apiMarked := hasLabel(live, events.LabelAutoCordon)
 	live, liveMarked := a.ledger.View(a.cfg.Policy, live) // dry-run: the simulated mark
 	// What the API just said is newer than the mirror: a mark found live is

@@ -42,6 +42,9 @@ type Decision struct {
 	Pods    int
 	MaxPods int
 	MinPods int
+	// Departed and DepartedEvicted are the node's departure totals the
+	// decision saw; a cordon records them in its mark as the baseline.
+	Departed, DepartedEvicted int
 }
 
 // Evaluate decides what one node needs from its state alone. marked says
@@ -54,18 +57,21 @@ type Decision struct {
 //  2. marked, cordoned by opswire's mark, and being drained (most of its
 //     pods evicted through the Eviction API): hand the node over to the
 //     person draining it (remove the mark, keep the cordon).
-//  3. marked and pods <= minPods: uncordon (lift what opswire applied). This
+//  3. marked, cordoned by opswire's mark, pods <= minPods, and drained at a
+//     pace (most of the pods that left since the cordon left through the
+//     Eviction API, Policy.drainedAway): hand over as in 2.
+//  4. marked and pods <= minPods: uncordon (lift what opswire applied). This
 //     holds outside nodeSelector too, so narrowing the selector never strands
 //     a node opswire cordoned.
-//  4. marked, managed, pods >= maxPods, but the effect was removed (e.g. a
+//  5. marked, managed, pods >= maxPods, but the effect was removed (e.g. a
 //     person uncordoned without removing the mark): apply it again; the way
 //     to keep opswire off a node is the donotcordon label.
-//  5. marked otherwise: hold (hysteresis: between the bounds nothing changes).
-//  6. unmarked: cordon only if managed, pods >= maxPods, nobody else has
+//  6. marked otherwise: hold (hysteresis: between the bounds nothing changes).
+//  7. unmarked: cordon only if managed, pods >= maxPods, nobody else has
 //     cordoned or tainted it with opswire's key, and no person tainted it
 //     (the seed's rule; Policy.personTaint says which taints count).
 func Evaluate(p Policy, n *events.NodeState, marked bool) Decision {
-	d := Decision{Action: ActionNone, Pods: n.Pods}
+	d := Decision{Action: ActionNone, Pods: n.Pods, Departed: n.Departed, DepartedEvicted: n.DepartedEvicted}
 	if hasLabel(n, events.LabelDoNotCordon) {
 		return d.with(ActionNone, CodeDoNotCordon, "node is labelled %s", events.LabelDoNotCordon)
 	}
@@ -75,11 +81,20 @@ func Evaluate(p Policy, n *events.NodeState, marked bool) Decision {
 		return d.with(ActionNone, CodeAllocatableAbsent, "node reports no allocatable pods; percentage thresholds cannot apply")
 	}
 	if marked {
+		atMin := n.Pods <= d.MinPods
+		left, evicted, drainedAway := 0, 0, false
+		if atMin && n.Unschedulable {
+			left, evicted, drainedAway = p.drainedAway(n)
+		}
 		switch {
 		case n.Unschedulable && p.drained(n) && p.cordonedByMark(n):
 			return d.with(ActionHandOver, CodeDrained, "%d of its %d pods are being evicted through the Eviction API: a person is draining the node; "+
 				"opswire removes its mark and leaves the node cordoned until a person uncordons it", n.Evicting, n.Pods)
-		case n.Pods <= d.MinPods:
+		case drainedAway && p.cordonedByMark(n):
+			return d.with(ActionHandOver, CodeDrained, "%d of the %d pods that left the node since opswire cordoned it left through the Eviction API "+
+				"(a drain paced by PodDisruptionBudgets): a person is draining the node; "+
+				"opswire removes its mark and leaves the node cordoned until a person uncordons it", evicted, left)
+		case atMin:
 			return d.with(ActionUncordon, CodeMinReached, "%d non-terminated pods <= minPods %d", n.Pods, d.MinPods)
 		case n.Pods >= d.MaxPods && p.Managed(n) && !p.applied(n, p.Mode):
 			return d.with(ActionCordon, CodeReapply, "%d non-terminated pods >= maxPods %d and the %s was removed while opswire's mark stayed", n.Pods, d.MaxPods, p.Mode)

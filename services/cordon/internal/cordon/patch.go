@@ -25,6 +25,18 @@ type Mark struct {
 	MinPods   int       `json:"minPods"`
 	Time      time.Time `json:"time"`
 	By        string    `json:"by,omitempty"` // replica identity
+	// Departed holds the node's departure totals (NodeState.Departed,
+	// DepartedEvicted) when opswire cordoned it: the baseline from which
+	// the pods that left since then are counted (Policy.drainedAway).
+	// Absent in marks written before opswire recorded it.
+	Departed *Departures `json:"departed,omitempty"`
+}
+
+// Departures are a node's running totals of pods that left it, and of those
+// that left through the Eviction API.
+type Departures struct {
+	Pods    int `json:"pods"`
+	Evicted int `json:"evicted"`
 }
 
 // readMark parses the annotation; ok is false when it is absent or unreadable.
@@ -65,7 +77,8 @@ type patchSpec struct {
 // cordonPatch marks the node and applies the policy's effect on top of what
 // opswire already applied (a re-apply keeps earlier effects listed).
 func cordonPatch(p Policy, node *corev1.Node, d Decision, now time.Time, by string) ([]byte, Mark, error) {
-	m := Mark{Reason: d.Reason, Pods: d.Pods, MaxPods: d.MaxPods, MinPods: d.MinPods, Time: now.UTC(), By: by}
+	m := Mark{Reason: d.Reason, Pods: d.Pods, MaxPods: d.MaxPods, MinPods: d.MinPods, Time: now.UTC(), By: by,
+		Departed: &Departures{Pods: d.Departed, Evicted: d.DepartedEvicted}}
 	if old, ok := readMark(node.Annotations); ok {
 		m.Effects, m.TaintKeys = old.Effects, old.TaintKeys
 	}

@@ -33,6 +33,7 @@ type Policy struct {
 	IgnoreTaintKeys      []string
 	AlwaysCountTaintKeys []string
 	DrainEvictingPercent float64
+	DrainEvictedPercent  float64
 }
 
 // Taint key prefixes Kubernetes itself manages (node conditions, the node
@@ -48,7 +49,7 @@ func NewPolicy(c config.AutoCordon) Policy {
 		Selector: c.Selector(), IncludeControlPlane: c.IncludeControlPlane,
 		MaxCordonedNodes: c.MaxCordonedNodes, MaxCordonedPercent: c.MaxCordonedPercent,
 		CapCounts: c.CapCounts, IgnoreTaintKeys: c.IgnoreTaintKeys, AlwaysCountTaintKeys: c.AlwaysCountTaintKeys,
-		DrainEvictingPercent: c.DrainEvictingPercent,
+		DrainEvictingPercent: c.DrainEvictingPercent, DrainEvictedPercent: c.DrainEvictedPercent,
 	}
 }
 
@@ -167,6 +168,35 @@ func (p Policy) CountsUnavailable() bool { return p.CapCounts != config.CapCount
 func (p Policy) drained(n *events.NodeState) bool {
 	return p.DrainEvictingPercent > 0 && n.Evicting >= 2 &&
 		float64(n.Evicting)*100 >= p.DrainEvictingPercent*float64(n.Pods)
+}
+
+// drainedAway reports a node drained at a pace (a kubectl drain slowed by
+// PodDisruptionBudgets evicts one pod at a time, each gone before the next is
+// evicted, so few are ever evicting at once): of the pods that left the node
+// since opswire cordoned it, at least two, and at least DrainEvictedPercent,
+// left through the Eviction API. The departures since the cordon are the
+// watcher's running totals (NodeState.Departed, DepartedEvicted) minus the
+// totals the mark recorded when opswire cordoned the node, so every leader
+// computes the same from the same two facts. left counts at least the fall
+// of the pod count since the cordon (arrivals on a cordoned node are rare): a
+// departure the totals missed then counts as not evicted, never as a drain.
+// ok is false without a baseline in the mark (a mark written before opswire
+// recorded one, or a dry run), or when the totals went backwards (KUBE lost
+// the node's state): the departures are then unknown.
+func (p Policy) drainedAway(n *events.NodeState) (left, evicted int, ok bool) {
+	if p.DrainEvictedPercent <= 0 {
+		return 0, 0, false
+	}
+	m, found := readMark(n.Annotations)
+	if !found || m.Departed == nil {
+		return 0, 0, false
+	}
+	left, evicted = n.Departed-m.Departed.Pods, n.DepartedEvicted-m.Departed.Evicted
+	if left < 0 || evicted < 0 || evicted > left {
+		return 0, 0, false
+	}
+	left = max(left, m.Pods-n.Pods)
+	return left, evicted, evicted >= 2 && float64(evicted)*100 >= p.DrainEvictedPercent*float64(left)
 }
 
 // cordonedByMark reports whether opswire's mark on the node includes the

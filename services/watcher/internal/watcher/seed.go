@@ -78,6 +78,6 @@ func addSeed(seed map[string]record, msg jetstream.Msg) {
 		if e.Type != events.TypeNode || json.Unmarshal(msg.Data(), &s) != nil || s.Op == events.OpDelete {
 			return
 		}
-		seed[nodePrefix+ref.Name] = record{hash: hashNode(s), uid: s.UID}
+		seed[nodePrefix+ref.Name] = record{hash: hashNode(s), uid: s.UID, left: departures{all: s.Departed, evicted: s.DepartedEvicted}}
 	}
 }

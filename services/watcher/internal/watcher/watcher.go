@@ -84,7 +84,13 @@ type record struct {
 	// evicting: the pod counts on node and is being evicted through the
 	// Eviction API (it then also counts in the node's Evicting).
 	evicting bool
+	// left: nodes only, the departure totals the stored state carries
+	// (NodeState.Departed/DepartedEvicted), to carry on counting from.
+	left departures
 }
+
+// departures are a node's running totals of pods that stopped counting on it.
+type departures struct{ all, evicted int }
 
 // Watcher turns informer events into KUBE messages.
 type Watcher struct {
@@ -105,16 +111,33 @@ type Watcher struct {
 	// trimmed names the nodes published with their labels filtered, so the
 	// warning is logged once per node, not on every recount.
 	trimmed map[string]bool
-	acks    chan pending
+	// left holds each node's departure totals (NodeState.Departed): a
+	// departure is counted when the pod's sync first sees that it no longer
+	// counts on its node, before the node is recounted, so no node state
+	// shows the lower count without the departure.
+	left map[string]departures
+	// leaving holds the uids of pods whose departure is counted but whose new
+	// state (tombstone or terminated) is not stored yet: a retried publish
+	// must not count it again.
+	leaving map[string]bool
+	// evictedAtDelete maps the key of a deleted pod to its uid when its final
+	// state (the informer's delete event) was being evicted through the
+	// Eviction API: a pod evicted and removed before its sync ran was never
+	// stored as evicting, and only the delete event still shows it.
+	evictedAtDelete map[string]string
+	acks            chan pending
 }
 
 type pending struct {
-	key     string
-	kind    string
-	rec     record
-	op      events.Op
-	future  jetstream.PubAckFuture
-	started time.Time
+	key  string
+	kind string
+	rec  record
+	op   events.Op
+	// departed is the uid of a pod whose counted departure this publish
+	// stores (its tombstone or terminated state); "" for none.
+	departed string
+	future   jetstream.PubAckFuture
+	started  time.Time
 }
 
 // New wires handlers into the informers. The informers must have been built
@@ -134,17 +157,18 @@ func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options
 		pods: pods, nodes: nodes, pub: pub,
 		published: map[string]record{},
 		trimmed:   map[string]bool{},
-		acks:      make(chan pending, 8192),
+		left:      map[string]departures{}, leaving: map[string]bool{}, evictedAtDelete: map[string]string{},
+		acks: make(chan pending, 8192),
 	}
 	w.newQueue()
 	w.m = newMetrics(reg, func() float64 { return float64(w.queue().Len()) })
 	if err := pods.AddIndexers(cache.Indexers{byNode: countedOnNode, evictingOnNode: evictingOn}); err != nil {
 		return nil, fmt.Errorf("pod index: %w", err)
 	}
-	if _, err := pods.AddEventHandler(w.handler("pod", podKey)); err != nil {
+	if _, err := pods.AddEventHandler(w.handler("pod", podKey, w.noteDeleted)); err != nil {
 		return nil, err
 	}
-	if _, err := nodes.AddEventHandler(w.handler("node", nodeKey)); err != nil {
+	if _, err := nodes.AddEventHandler(w.handler("node", nodeKey, nil)); err != nil {
 		return nil, err
 	}
 	return w, nil
@@ -195,7 +219,8 @@ func nodeKey(obj any) string {
 }
 
 // handler only counts and enqueues; it never touches cached objects.
-func (w *Watcher) handler(kind string, key func(any) string) cache.ResourceEventHandlerFuncs {
+// deleted, if set, is told of each delete event's final state first.
+func (w *Watcher) handler(kind string, key func(any) string, deleted func(key string, obj any)) cache.ResourceEventHandlerFuncs {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			w.m.received.WithLabelValues(kind, "add").Inc()
@@ -210,9 +235,45 @@ func (w *Watcher) handler(kind string, key func(any) string) cache.ResourceEvent
 		},
 		DeleteFunc: func(obj any) {
 			w.m.received.WithLabelValues(kind, "delete").Inc()
-			w.queue().Add(key(obj))
+			k := key(obj)
+			if deleted != nil {
+				deleted(k, obj)
+			}
+			w.queue().Add(k)
 		},
 	}
+}
+
+// noteDeleted remembers a deleted pod whose final state was being evicted
+// through the Eviction API (see evictedAtDelete). It reads the object the
+// informer hands over and keeps only its uid.
+func (w *Watcher) noteDeleted(key string, obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	p, ok := obj.(*compact.Pod)
+	if !ok || !p.State.EvictedByAPI() {
+		return
+	}
+	w.mu.Lock()
+	w.evictedAtDelete[key] = p.State.UID
+	w.mu.Unlock()
+}
+
+// depart counts the departure of pod uid from node, once per pod.
+func (w *Watcher) depart(uid, node string, evicted bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.leaving[uid] {
+		return
+	}
+	w.leaving[uid] = true
+	d := w.left[node]
+	d.all++
+	if evicted {
+		d.evicted++
+	}
+	w.left[node] = d
 }
 
 func rv(obj any) string {
@@ -237,8 +298,14 @@ func (w *Watcher) Run(ctx context.Context, seed map[string]record) error {
 	w.acks = make(chan pending, cap(w.acks))
 	w.mu.Lock()
 	w.published = make(map[string]record, len(seed))
+	// Departure totals carry on from the stored node states; a departure a
+	// previous term counted but never stored is counted again from the seed.
+	w.left, w.leaving = map[string]departures{}, map[string]bool{}
 	for k, r := range seed {
 		w.published[k] = r
+		if name, ok := strings.CutPrefix(k, nodePrefix); ok {
+			w.left[name] = r.left
+		}
 	}
 	w.mu.Unlock()
 	for _, k := range w.pods.GetIndexer().ListKeys() {
@@ -325,19 +392,32 @@ func (w *Watcher) syncPod(key string) error {
 	}
 	w.mu.Lock()
 	prev, had := w.published[key]
+	evictedAtDelete, deletedEvicting := w.evictedAtDelete[key]
+	if !exists && !had {
+		delete(w.evictedAtDelete, key)
+	}
 	w.mu.Unlock()
+	deletedEvicting = deletedEvicting && evictedAtDelete == prev.uid
 	ns, name, _ := strings.Cut(storeKey, "/")
 	if !exists {
 		if !had {
 			w.queue().Done(key)
 			return nil
 		}
+		state := events.PodState{Op: events.OpDelete, UID: prev.uid, Namespace: ns, Name: name}
+		departed := ""
 		if prev.node != "" {
+			// Counted before the node is recounted (queued just below).
+			evicted := prev.evicting || deletedEvicting
+			w.depart(prev.uid, prev.node, evicted)
+			departed = prev.uid
+			if evicted {
+				state.DisruptionReason = events.DisruptionEvictionByEvictionAPI
+			}
 			w.queue().Add(nodePrefix + prev.node)
 		}
-		state := events.PodState{Op: events.OpDelete, UID: prev.uid, Namespace: ns, Name: name}
-		return w.publish(key, "pod", subject.Pod(w.opts.Cluster, ns, name), "pod/"+prev.uid+"/delete",
-			events.TypePod, ns+"/"+name, state, record{}, events.OpDelete)
+		return w.publishPod(key, subject.Pod(w.opts.Cluster, ns, name), "pod/"+prev.uid+"/delete",
+			ns+"/"+name, state, record{uid: prev.uid}, events.OpDelete, departed)
 	}
 	p := obj.(*compact.Pod)
 	state := p.State // a copy: the cached object is never modified
@@ -346,7 +426,21 @@ func (w *Watcher) syncPod(key string) error {
 		contrib = state.NodeName
 	}
 	evicting := contrib != "" && state.EvictedByAPI()
-	if contrib != prev.node || evicting != prev.evicting {
+	departed := ""
+	if had && prev.node != "" && (prev.uid != state.UID || contrib != prev.node) {
+		// The pod stopped counting on its node (it terminated, or another pod
+		// of the same name replaced it): a departure, counted before the node
+		// is recounted.
+		evicted := prev.evicting || deletedEvicting || (prev.uid == state.UID && state.EvictedByAPI())
+		w.depart(prev.uid, prev.node, evicted)
+		departed = prev.uid
+		if deletedEvicting {
+			w.mu.Lock()
+			delete(w.evictedAtDelete, key)
+			w.mu.Unlock()
+		}
+	}
+	if contrib != prev.node || evicting != prev.evicting || departed != "" {
 		for _, n := range []string{prev.node, contrib} {
 			if n != "" {
 				w.queue().Add(nodePrefix + n)
@@ -360,8 +454,14 @@ func (w *Watcher) syncPod(key string) error {
 		w.queue().Done(key)
 		return nil
 	}
-	return w.publish(key, "pod", subject.Pod(w.opts.Cluster, ns, name), "pod/"+state.UID+"/"+state.ResourceVersion,
-		events.TypePod, ns+"/"+name, state, rec, events.OpUpsert)
+	return w.publishPod(key, subject.Pod(w.opts.Cluster, ns, name), "pod/"+state.UID+"/"+state.ResourceVersion,
+		ns+"/"+name, state, rec, events.OpUpsert, departed)
+}
+
+// publishPod publishes a pod's state; departed names the pod whose counted
+// departure it stores (see Watcher.leaving).
+func (w *Watcher) publishPod(key, subj, id, ceSubject string, state events.PodState, rec record, op events.Op, departed string) error {
+	return w.publishWith(key, "pod", subj, id, events.TypePod, ceSubject, state, rec, op, departed)
 }
 
 func (w *Watcher) syncNode(key string) error {
@@ -380,6 +480,7 @@ func (w *Watcher) syncNode(key string) error {
 		}
 		w.mu.Lock()
 		delete(w.trimmed, name)
+		delete(w.left, name)
 		w.mu.Unlock()
 		state := events.NodeState{Op: events.OpDelete, UID: prev.uid, Name: name}
 		return w.publish(key, "node", subject.Node(w.opts.Cluster, name), "node/"+prev.uid+"/delete",
@@ -397,6 +498,10 @@ func (w *Watcher) syncNode(key string) error {
 	}
 	state.Evicting = len(keys)
 	state.PodsResourceVersion = w.pods.LastSyncResourceVersion()
+	w.mu.Lock()
+	left := w.left[name]
+	w.mu.Unlock()
+	state.Departed, state.DepartedEvicted = left.all, left.evicted
 	size := jsonSize(state)
 	oversized := size > w.maxPayload()-headerRoom
 	if oversized {
@@ -415,7 +520,7 @@ func (w *Watcher) syncNode(key string) error {
 		w.log.Warn().Str("node", name).Int("bytes", size).Int("labelsKept", len(state.Labels)).
 			Msg("node state over the NATS message size: publishing only the labels opswire reads")
 	}
-	rec := record{hash: hashNode(state), uid: state.UID}
+	rec := record{hash: hashNode(state), uid: state.UID, left: left}
 	if had && !prev.doubt && prev.hash == rec.hash && prev.uid == rec.uid {
 		w.m.unchanged.WithLabelValues("node").Inc()
 		w.queue().Forget(key)
@@ -433,6 +538,10 @@ func (w *Watcher) syncNode(key string) error {
 }
 
 func (w *Watcher) publish(key, kind, subj, id, typ, ceSubject string, payload any, rec record, op events.Op) error {
+	return w.publishWith(key, kind, subj, id, typ, ceSubject, payload, rec, op, "")
+}
+
+func (w *Watcher) publishWith(key, kind, subj, id, typ, ceSubject string, payload any, rec record, op events.Op, departed string) error {
 	ev, err := envelope.New(id, w.source, typ, ceSubject, payload, time.Now())
 	if err != nil {
 		return err
@@ -451,7 +560,7 @@ func (w *Watcher) publish(key, kind, subj, id, typ, ceSubject string, payload an
 	if err != nil {
 		return err
 	}
-	w.acks <- pending{key: key, kind: kind, rec: rec, op: op, future: fut, started: start}
+	w.acks <- pending{key: key, kind: kind, rec: rec, op: op, departed: departed, future: fut, started: start}
 	return nil
 }
 
@@ -466,9 +575,15 @@ func (w *Watcher) collectAcks() {
 			w.mu.Lock()
 			if p.op == events.OpDelete {
 				delete(w.published, p.key)
+				if w.evictedAtDelete[p.key] == p.rec.uid {
+					delete(w.evictedAtDelete, p.key)
+				}
 			} else {
 				w.published[p.key] = p.rec
 			}
+			// KUBE now says the departed pod no longer counts on its node:
+			// later syncs cannot see it leave again.
+			delete(w.leaving, p.departed)
 			w.mu.Unlock()
 			w.queue().Forget(p.key)
 			w.queue().Done(p.key)
