@@ -169,6 +169,9 @@ func TestDeployOnRealCluster(t *testing.T) {
 	t.Run("NATS refusals", func(t *testing.T) {
 		deployNATSRefusals(t, n, pw)
 	})
+	t.Run("KUBE consumers", func(t *testing.T) {
+		deployKubeConsumerIsolation(t, n, pw)
+	})
 	// No service hit a permission it lacks while doing its job.
 	for svc, p := range procs {
 		if logs := p.Logs(); strings.Contains(strings.ToLower(logs), "permissions violation") || strings.Contains(logs, "forbidden") {
@@ -407,8 +410,20 @@ func deployNATSRefusalCases(durable string) []natsRefusal {
 			"$JS.API.CONSUMER.CREATE.OPS."+durable+".ops.prod-eu.cordon",
 			"$JS.API.CONSUMER.DURABLE.CREATE.OPS."+durable,
 			"$JS.API.CONSUMER.CREATE.OPS",
+			// KUBE: only nats.go's named create forms (no server-named
+			// legacy ephemeral, no legacy durable that never expires).
+			"$JS.API.CONSUMER.CREATE.KUBE",
+			"$JS.API.CONSUMER.DURABLE.CREATE.KUBE.forever",
 		)...)
 	}
+	// The create subject pins the filter: cordon only on nodes, the watcher
+	// only under kube.*, cleanup and report only with the filters in the
+	// request (two kinds).
+	cases = append(cases, pub("cordon", "$JS.API.CONSUMER.CREATE.KUBE.c1", "$JS.API.CONSUMER.CREATE.KUBE.c1.kube.default.pod.>",
+		"$JS.API.CONSUMER.CREATE.KUBE.c1.kube.>")...)
+	cases = append(cases, pub("watcher", "$JS.API.CONSUMER.CREATE.KUBE.w1", "$JS.API.CONSUMER.CREATE.KUBE.w1.kube.>")...)
+	cases = append(cases, pub("cleanup", "$JS.API.CONSUMER.CREATE.KUBE.x1.kube.default.>")...)
+	cases = append(cases, pub("report", "$JS.API.CONSUMER.CREATE.KUBE.r1.kube.default.node.>")...)
 	// audit: publishes nothing but read-only API requests.
 	cases = append(cases, pub("audit",
 		"ops.default.cordon.cordoned.forged", "kube.default.node.forged", "ctl.default.report.run",
