@@ -158,9 +158,10 @@ func TestFaultNATSLeaderKilled(t *testing.T) {
 	evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("bulk", "after", "worker-0")))
 	harness.Eventually(t, 30*time.Second, "a pod evicted after the restart deleted", func() bool { return !podExists(t, cp, "bulk", "after") })
 
-	// The whole cluster stopped (the 30 s: OPSWIRE_FAULT_OUTAGE=30s;
-	// 10 s by default), pods evicted meanwhile, then started again.
-	outage := 10 * time.Second
+	// The whole cluster stopped for the 30 s (OPSWIRE_FAULT_OUTAGE=10s
+	// for a shorter one while developing), pods evicted meanwhile, then
+	// started again.
+	outage := 30 * time.Second
 	if v := os.Getenv("OPSWIRE_FAULT_OUTAGE"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
