@@ -99,7 +99,7 @@ imageAlert:
 		if perID[r.ID] != 1 {
 			t.Fatalf("report %s stored %d times", r.ID, perID[r.ID])
 		}
-		if want := "report/restarts/" + r.Tick.UTC().Format(time.RFC3339); r.ID != want || r.Tick.Unix()%3 != 0 || r.Tick.Nanosecond() != 0 {
+		if want := "report/e2e/restarts/" + r.Tick.UTC().Format(time.RFC3339); r.ID != want || r.Tick.Unix()%3 != 0 || r.Tick.Nanosecond() != 0 {
 			t.Fatalf("report id %s tick %s: want the scheduled tick on the 3 s grid", r.ID, r.Tick)
 		}
 		if r.Title != "pods restarting too often" || r.Threshold != 100 || r.Mode != "total" {
@@ -338,7 +338,7 @@ imageAlert:
 
 	// The tick: the first one at least 5 s away, so NATS goes down before it.
 	tick := time.Now().Add(5 * time.Second).Truncate(every).Add(every)
-	id := "report/restarts/" + tick.UTC().Format(time.RFC3339)
+	id := "report/e2e/restarts/" + tick.UTC().Format(time.RFC3339)
 	wallClock(t, tick.Add(-2*time.Second))
 	n.Stop()
 	wallClock(t, tick.Add(8*time.Second)) // the outage spans the tick by 8 s: more than one publish attempt
@@ -358,7 +358,7 @@ imageAlert:
 	}
 	checkOnlyCrashy(t, r, 150)
 	// The next tick is stored too: the schedule goes on after the outage.
-	nextID := "report/restarts/" + tick.Add(every).UTC().Format(time.RFC3339)
+	nextID := "report/e2e/restarts/" + tick.Add(every).UTC().Format(time.RFC3339)
 	ops.WaitFor(t, every+10*time.Second, "the next tick's report", func(m harness.Msg) bool { return m.ID == nextID })
 
 	if c := ops.Count(func(m harness.Msg) bool { return m.ID == id }); c != 1 {

@@ -475,7 +475,7 @@ func (x *Dispatcher) deadLetter(ctx context.Context, routeName, recv string, p *
 	}
 	id := "dlq/" + routeName + "/" + recv + "/" + p.item.ID
 	if x.s.Fleet {
-		// Ids of different clusters may be equal (report/restarts/<tick>).
+		// Ids of different clusters may be equal (any id that names no object UID).
 		id = "dlq/" + p.item.Cluster + "/" + routeName + "/" + recv + "/" + p.item.ID
 	}
 	m.Header.Set(nats.MsgIdHdr, id)

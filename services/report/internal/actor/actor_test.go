@@ -233,7 +233,7 @@ func TestReportsOnScheduleAndOnRequest(t *testing.T) {
 		}
 	}
 	for i, r := range scheduled {
-		if r.ID != ScheduledID(r.Tick) || r.Tick.Nanosecond() != 0 {
+		if r.ID != ScheduledID(cluster, r.Tick) || r.Tick.Nanosecond() != 0 {
 			t.Fatalf("scheduled report id %s tick %s: the id must name the whole-second tick", r.ID, r.Tick)
 		}
 		if i > 0 && !r.Tick.After(scheduled[i-1].Tick) {
@@ -308,8 +308,8 @@ func TestCatchUpSendsTheMissedTickOnce(t *testing.T) {
 	missed := a.sched.Next(prevTick)
 	e.request()
 	eventually(t, 10*time.Second, "the missed tick's report", func() bool { return len(scheduledOnly(ops.reports(t))) == 1 })
-	if r := scheduledOnly(ops.reports(t))[0]; r.ID != ScheduledID(missed) {
-		t.Fatalf("caught-up report %s, want %s", r.ID, ScheduledID(missed))
+	if r := scheduledOnly(ops.reports(t))[0]; r.ID != ScheduledID(cluster, missed) {
+		t.Fatalf("caught-up report %s, want %s", r.ID, ScheduledID(cluster, missed))
 	}
 	stop()
 	// A third leader finds the tick recorded: nothing more. Counted at that
@@ -354,7 +354,7 @@ func TestCaughtUpDuplicateKeepsTheBaseline(t *testing.T) {
 	if err := st.SetLastTick(e.ctx, prevTick); err != nil {
 		t.Fatal(err)
 	}
-	stored := events.RestartReport{ID: ScheduledID(missed), Tick: missed, Since: &prevTick, Rows: []events.RestartRow{}}
+	stored := events.RestartReport{ID: ScheduledID(cluster, missed), Tick: missed, Since: &prevTick, Rows: []events.RestartRow{}}
 	ev, err := envelope.New(stored.ID, envelope.Source(cluster, Service), events.TypeRestartReport, "restarts", stored, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -418,4 +418,16 @@ func scheduledOnly(rs []events.RestartReport) []events.RestartReport {
 		}
 	}
 	return out
+}
+
+// A fleet hub's OPS deduplicates across clusters: two clusters' reports of the
+// same tick must not share an id.
+func TestScheduledIDNamesTheCluster(t *testing.T) {
+	tick := time.Date(2025, 1, 6, 2, 0, 0, 0, time.UTC)
+	if a, b := ScheduledID("a", tick), ScheduledID("b", tick); a == b {
+		t.Fatalf("clusters a and b share the id %s", a)
+	}
+	if got, want := ScheduledID("prod", tick), "report/prod/restarts/2025-01-06T02:00:00Z"; got != want {
+		t.Fatalf("ScheduledID = %s, want %s", got, want)
+	}
 }

@@ -138,7 +138,7 @@ func TestReportTickAcrossNATSOutage(t *testing.T) {
 	// The stored report is that tick's.
 	ops := e.collect("ops.*.report.restarts")
 	eventually(t, 10*time.Second, "the report in OPS", func() bool { return len(ops.reports(t)) == 1 })
-	if r := ops.reports(t)[0]; r.ID != ScheduledID(clock.tick) || r.OnDemand {
-		t.Fatalf("report %s (on demand %v), want %s", r.ID, r.OnDemand, ScheduledID(clock.tick))
+	if r := ops.reports(t)[0]; r.ID != ScheduledID(cluster, clock.tick) || r.OnDemand {
+		t.Fatalf("report %s (on demand %v), want %s", r.ID, r.OnDemand, ScheduledID(cluster, clock.tick))
 	}
 }

@@ -30,9 +30,11 @@ const (
 const headerRoom = 4 << 10
 
 // ScheduledID is the id of the report of one schedule tick: the same on every
-// replica, so JetStream stores one report per tick whoever sends it.
-func ScheduledID(tick time.Time) string {
-	return "report/restarts/" + tick.UTC().Format(time.RFC3339)
+// replica, so JetStream stores one report per tick whoever sends it. It names
+// the cluster because a fleet hub's OPS deduplicates across the clusters it
+// sources, and clusters often share a schedule.
+func ScheduledID(cluster string, tick time.Time) string {
+	return "report/" + cluster + "/restarts/" + tick.UTC().Format(time.RFC3339)
 }
 
 // requestID is the id of an on-demand report; unique per request.
@@ -84,7 +86,7 @@ func (r *reporter) run(ctx context.Context, tick time.Time, onDemand bool) (resu
 		return result{}, fmt.Errorf("another report is being stored (a scheduled one may be retrying until NATS accepts it): %w", err)
 	}
 	defer a.unlockRun()
-	trigger, id := triggerSchedule, ScheduledID(tick)
+	trigger, id := triggerSchedule, ScheduledID(a.cluster, tick)
 	if onDemand {
 		trigger, id = triggerRequest, requestID(tick)
 	}

@@ -1,7 +1,7 @@
 // Package schedule turns the sendReport schedule into tick times that are
 // identical on every replica.
 //
-// The report's id is report/restarts/<tick>, and JetStream drops a second
+// The report's id is report/<cluster>/restarts/<tick>, and JetStream drops a second
 // message with the same id: that is what makes "one report per tick" hold
 // across replicas and leadership changes. It only works if every replica
 // computes the same tick, so the tick is always the *scheduled* time, never
