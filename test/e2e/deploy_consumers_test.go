@@ -11,6 +11,8 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/test/harness"
 )
 
@@ -209,4 +211,99 @@ func consumerFilters(c *natsserver.ConsumerInfo) []string {
 	}
 	slices.Sort(f)
 	return f
+}
+
+// TestDeployKubeConsumerStolenPull measures the residual risk the consumer
+// rules leave (docs/security.md): an actor that has learnt another's KUBE
+// consumer name (the rules give it no way to) may pull from it. On a real
+// server with deploy/'s users, cleanup steals the first 20 of 50 node states
+// from cordon's ordered consumer before cordon pulls; cordon's ordered
+// consumer sees the gap, resets, and still receives all 50, in order, once.
+func TestDeployKubeConsumerStolenPull(t *testing.T) {
+	const total, stolen = 50, 20
+	n, pw := startDeployNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := connectAs(t, n, "watcher", pw["watcher"])
+	wjs, err := jetstream.New(w.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wjs.CreateStream(ctx, natsx.KubeStreamConfig(config.NATS{Replicas: 1})); err != nil {
+		t.Fatalf("the watcher creates KUBE: %v", err)
+	}
+	for i := range total {
+		if _, err := wjs.Publish(ctx, fmt.Sprintf("kube.default.node.steal-%02d", i), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// cordon's ordered consumer, as its mirror makes it (nodes only).
+	c := connectAs(t, n, "cordon", pw["cordon"])
+	cjs, err := jetstream.New(c.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, err := cjs.OrderedConsumer(ctx, "KUBE", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"kube.default.node.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := victim.CachedInfo().Name
+
+	// cleanup, given the name, pulls 20 messages from it: allowed (MSG.NEXT.KUBE.*).
+	thief := connectAs(t, n, "cleanup", pw["cleanup"])
+	inbox := thief.nc.NewInbox()
+	sub, err := thief.nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := fmt.Sprintf(`{"batch":%d,"expires":%d}`, stolen, (5 * time.Second).Nanoseconds())
+	if err := thief.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT.KUBE."+name, inbox, []byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for got < stolen {
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("the thief got %d of %d messages: %v", got, stolen, err)
+		}
+		if strings.HasPrefix(m.Subject, "kube.default.node.") {
+			got++
+		}
+	}
+	t.Logf("cleanup pulled %d messages from cordon's consumer %s", got, name)
+
+	// The victim still gets everything, in stream order, once.
+	it, err := victim.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Stop()
+	start := time.Now()
+	seen := map[string]int{}
+	var last uint64
+	for len(seen) < total {
+		m, err := it.Next()
+		if err != nil {
+			t.Fatalf("cordon's consumer after %d subjects: %v", len(seen), err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if md.Sequence.Stream <= last {
+			t.Fatalf("stream sequence %d after %d: out of order or repeated", md.Sequence.Stream, last)
+		}
+		last = md.Sequence.Stream
+		seen[m.Subject()]++
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("cordon's consumer has %d of %d subjects after 30 s", len(seen), total)
+		}
+	}
+	now := victim.CachedInfo().Name
+	if now == name {
+		t.Errorf("cordon's consumer %s never reset after the theft", name)
+	}
+	t.Logf("cordon's ordered consumer reset (%s → %s) and received all %d messages in order, once each, %v after it started pulling",
+		name, now, total, time.Since(start).Round(time.Millisecond))
 }
