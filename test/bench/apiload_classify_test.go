@@ -31,3 +31,25 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+func TestCacheRead(t *testing.T) {
+	tests := []struct {
+		method, url string
+		want        bool
+	}{
+		{"GET", "/api/v1/nodes/n1?resourceVersion=41", true},
+		{"GET", "/api/v1/nodes/n1", false},
+		{"GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&limit=500&resourceVersion=9&resourceVersionMatch=NotOlderThan", true},
+		{"GET", "/api/v1/nodes?resourceVersion=0", true},
+		{"GET", "/api/v1/pods?limit=500&resourceVersion=9&resourceVersionMatch=Exact", false},
+		{"GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&limit=500&continue=abc", false},
+		{"GET", "/api/v1/pods?watch=true&resourceVersion=5", false},
+		{"PATCH", "/api/v1/nodes/n1", false},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest(tt.method, tt.url, nil)
+		if got := cacheRead(classify(r), r); got != tt.want {
+			t.Errorf("%s %s: cache read %v, want %v", tt.method, tt.url, got, tt.want)
+		}
+	}
+}

@@ -38,6 +38,7 @@ type apiCounter struct {
 
 	mu     sync.Mutex
 	counts map[request]int
+	cached map[request]int           // the GETs and LISTs among counts served from the watch cache
 	spent  map[request]time.Duration // time to the end of the response, WATCH excluded
 }
 
@@ -50,14 +51,14 @@ func startAPICounter(b testing.TB, cp *harness.ControlPlane) *apiCounter {
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.FlushInterval = -1 // watches stream
 	proxy.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64}
-	c := &apiCounter{counts: map[request]int{}, spent: map[request]time.Duration{}}
+	c := &apiCounter{counts: map[request]int{}, cached: map[request]int{}, spent: map[request]time.Duration{}}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := classify(r)
-		c.count(req)
+		c.count(req, cacheRead(req, r))
 		// client-go does not send a bearer token to a plain-HTTP server, so
 		// the proxy authenticates every request as the admin.
 		r.Header.Set("Authorization", "Bearer "+cp.Token)
@@ -86,10 +87,42 @@ func (c *apiCounter) Kubeconfig(b testing.TB, cp *harness.ControlPlane) string {
 	return path
 }
 
-func (c *apiCounter) count(r request) {
+func (c *apiCounter) count(r request, cached bool) {
 	c.mu.Lock()
 	c.counts[r]++
+	if cached {
+		c.cached[r]++
+	}
 	c.mu.Unlock()
+}
+
+// cacheRead reports whether a GET or LIST is served from the API server's
+// watch cache: it names a resourceVersion ("0": any; otherwise at least that
+// version, resourceVersionMatch=NotOlderThan or unset). A read without one
+// is a consistent read from etcd; so is a later page of a list (continue),
+// counted as such here although newer API servers may serve it from a cache
+// snapshot.
+func cacheRead(req request, r *http.Request) bool {
+	if req.Verb != "GET" && req.Verb != "LIST" {
+		return false
+	}
+	q := r.URL.Query()
+	if q.Get("continue") != "" || q.Get("resourceVersion") == "" {
+		return false
+	}
+	m := q.Get("resourceVersionMatch")
+	return m == "" || m == "NotOlderThan"
+}
+
+// snapshotCached copies the cache-read counts so far.
+func (c *apiCounter) snapshotCached() map[request]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[request]int, len(c.cached))
+	for k, v := range c.cached {
+		out[k] = v
+	}
+	return out
 }
 
 func (c *apiCounter) spend(r request, d time.Duration) {
@@ -145,7 +178,11 @@ func sum(counts map[request]int, match func(request) bool) int {
 }
 
 // describe lists the counts of one agent, most frequent first.
-func describe(counts map[request]int, agent string) string {
+func describe(counts map[request]int, agent string) string { return describeCached(counts, nil, agent) }
+
+// describeCached is describe, and says for the reads how many were served
+// from the watch cache (cached nil: not said).
+func describeCached(counts, cached map[request]int, agent string) string {
 	type row struct {
 		k request
 		n int
@@ -164,7 +201,11 @@ func describe(counts map[request]int, agent string) string {
 	})
 	var parts []string
 	for _, r := range rows {
-		parts = append(parts, fmt.Sprintf("%s %s=%d", r.k.Verb, r.k.Resource, r.n))
+		part := fmt.Sprintf("%s %s=%d", r.k.Verb, r.k.Resource, r.n)
+		if cached != nil && (r.k.Verb == "GET" || r.k.Verb == "LIST") {
+			part += fmt.Sprintf(" (%d from the watch cache)", cached[r.k])
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, ", ")
 }

@@ -5,6 +5,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"regexp"
 	"strconv"
 	"sync/atomic"
@@ -88,10 +90,15 @@ func BenchmarkNotifierBurst10k(b *testing.B) {
 	}
 	<-js.PublishAsyncComplete()
 	published := time.Since(start)
-	var accounted time.Duration
+	var accounted, held time.Duration
 	harness.Eventually(b, 10*time.Minute, "every event in an accepted card, and acknowledged", func() bool {
 		if rss := p.Metric("process_resident_memory_bytes"); rss > peakRSS {
 			peakRSS = rss
+		}
+		// The timeline of the run: when the notifier had taken in (and
+		// looked up) every message.
+		if held == 0 && p.Metric(`opswire_notifier_messages_total{consumer="ops-feishu",result="routed"}`) >= burstSize {
+			held = time.Since(start)
 		}
 		if cardEvents(b, feishu.Cards(burstToken)) < burstSize || !settled(ctx, n.JS) {
 			return false
@@ -120,6 +127,25 @@ func BenchmarkNotifierBurst10k(b *testing.B) {
 	b.ReportMetric(peakRSS/(1<<20), "peak-rss-MiB")
 	b.Logf("burst published in %v; %d cards, %d requests, all accounted for after %v (bare consumer: %v)",
 		published.Round(time.Millisecond), len(cards), len(feishu.Requests()), accounted.Round(time.Millisecond), floor.Round(time.Millisecond))
+	var firstCard, lastCard time.Duration
+	for i, r := range feishu.Requests() {
+		if d := r.Time.Sub(start); i == 0 || d < firstCard {
+			firstCard = d
+		}
+		if d := r.Time.Sub(start); d > lastCard {
+			lastCard = d
+		}
+	}
+	b.Logf("notifier timeline from the first publish: every message taken in (routed, delivered-records looked up) after %v (polled every 20 ms), "+
+		"first card sent at %v, last at %v (groupWait 1s), every message acknowledged after %v",
+		held.Round(time.Millisecond), firstCard.Round(time.Millisecond), lastCard.Round(time.Millisecond), accounted.Round(time.Millisecond))
+	if data, err := os.ReadFile(p.LogPath); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, `"recordMs"`) {
+				b.Logf("notifier after an accepted card: %s", line)
+			}
+		}
+	}
 }
 
 // cleanupResults builds the burst: cleanup results as opswire-cleanup publishes them.

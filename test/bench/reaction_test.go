@@ -4,7 +4,9 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,15 +111,19 @@ func BenchmarkReaction5000(b *testing.B) {
 	obs.run(ctx, b, c)
 
 	actorKubeconfig := counter.Kubeconfig(b, cp)
+	var cordonProc *harness.Process
 	for _, s := range []string{"cordon", "cleanup"} {
 		p := harness.StartService(b, s, harness.ServiceOptions{Config: cfg, Kubeconfig: actorKubeconfig, NATSURL: n.URL, ID: s + "-a"})
+		if s == "cordon" {
+			cordonProc = p
+		}
 		p.WaitReady(b, time.Minute)
 		harness.Eventually(b, time.Minute, s+" holds its Lease", func() bool { return leaseHolder(c, "opswire-"+s) == s+"-a" })
 	}
 
 	b.ResetTimer()
 	// Cordon and uncordon, one node at a time, round robin over the nodes.
-	before := counter.snapshot()
+	before, cachedBefore := counter.snapshot(), counter.snapshotCached()
 	var cordon, uncordon, floorAdd latencies
 	timeouts := 0
 	for i := range reactionSamples {
@@ -149,7 +155,8 @@ func BenchmarkReaction5000(b *testing.B) {
 			b.Fatalf("sample %d: %s still cordoned after %v", i, node, sampleTimeout)
 		}
 	}
-	afterCordon := counter.snapshot()
+	afterCordon, cachedAfterCordon := counter.snapshot(), counter.snapshotCached()
+	logActorSteps(b, cordonProc.LogPath)
 
 	// Evicted pod → deleted, one pod at a time, 4 per node.
 	var cleanup, floorStatus latencies
@@ -218,22 +225,66 @@ func BenchmarkReaction5000(b *testing.B) {
 	cordonPhase, cleanupPhase := delta(afterCordon, before), delta(afterCleanup, afterCordon)
 	b.ReportMetric(float64(sum(cordonPhase, notLease("opswire-cordon")))/float64(2*reactionSamples), "cordon-req/action")
 	b.ReportMetric(float64(sum(cleanupPhase, notLease("opswire-cleanup")))/float64(reactionSamples), "cleanup-req/action")
+	// Which of cordon's reads the API server answered from its watch cache.
+	cordonCached := delta(cachedAfterCordon, cachedBefore)
+	isRead := func(r request) bool {
+		return r.Agent == "opswire-cordon" && (r.Verb == "GET" || r.Verb == "LIST") && r.Resource != "leases"
+	}
+	reads, cachedReads := sum(cordonPhase, isRead), sum(cordonCached, isRead)
+	b.ReportMetric(float64(reads)/float64(2*reactionSamples), "cordon-reads/action")
+	b.ReportMetric(float64(reads-cachedReads), "cordon-uncached-reads")
 	all := counter.snapshot()
 	for _, agent := range []string{"opswire-cordon", "opswire-cleanup", "opswire-watcher"} {
 		short := strings.TrimPrefix(agent, "opswire-")
 		b.ReportMetric(float64(sum(all, func(r request) bool { return r.Agent == agent && (r.Verb == "LIST" || r.Verb == "WATCH") })), short+"-list+watch")
 		b.Logf("API requests of %s over the whole run: %s", agent, describe(all, agent))
 	}
-	b.Logf("cordon phase (%d cordons + %d uncordons): %s", reactionSamples, reactionSamples, describe(cordonPhase, "opswire-cordon"))
+	b.Logf("cordon phase (%d cordons + %d uncordons): %s", reactionSamples, reactionSamples, describeCached(cordonPhase, cordonCached, "opswire-cordon"))
 	b.Logf("cleanup phase (%d deletions): %s", reactionSamples, describe(cleanupPhase, "opswire-cleanup"))
 	var lat []string
-	for _, r := range []request{{"opswire-cordon", "GET", "nodes"}, {"opswire-cordon", "LIST", "pods"}, {"opswire-cordon", "PATCH", "nodes"},
+	for _, r := range []request{{"opswire-cordon", "GET", "nodes"}, {"opswire-cordon", "LIST", "pods"}, {"opswire-cordon", "LIST", "nodes"}, {"opswire-cordon", "PATCH", "nodes"},
 		{"opswire-cleanup", "GET", "pods"}, {"opswire-cleanup", "DELETE", "pods"}} {
 		lat = append(lat, fmt.Sprintf("%s %s %s %.1f ms", strings.TrimPrefix(r.Agent, "opswire-"), r.Verb, r.Resource, float64(counter.meanLatency(r).Microseconds())/1000))
 	}
 	b.Logf("mean API latency per request (through the proxy): %s", strings.Join(lat, ", "))
 	if cordonPhase := sum(cleanupPhase, notLease("opswire-cordon")); cordonPhase > 0 {
 		b.Logf("cordon requests during the cleanup phase (re-evaluation of nodes losing pods): %d", cordonPhase)
+	}
+}
+
+// logActorSteps logs, from opswire-cordon's log, the p50 and p99 of the
+// steps of its writes (the actuator's "node cordoned" and "node uncordoned"
+// lines): the re-reads (node, pod recount and cap count at once), the
+// intent's publish, the patch, and the whole action.
+func logActorSteps(b *testing.B, logPath string) {
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		b.Logf("cordon steps: cannot read the log: %v", err)
+		return
+	}
+	steps := map[string]map[string]latencies{}
+	for _, line := range strings.Split(string(data), "\n") {
+		var raw map[string]any
+		if !strings.Contains(line, `"readMs"`) || json.Unmarshal([]byte(line), &raw) != nil {
+			continue
+		}
+		verb, _ := raw["verb"].(string)
+		if steps[verb] == nil {
+			steps[verb] = map[string]latencies{}
+		}
+		for _, k := range []string{"readMs", "intentMs", "patchMs", "tookMs"} {
+			if v, ok := raw[k].(float64); ok {
+				steps[verb][k] = append(steps[verb][k], time.Duration(v*float64(time.Millisecond)))
+			}
+		}
+	}
+	for _, verb := range []string{"cordoned", "uncordoned"} {
+		var parts []string
+		for _, k := range []string{"readMs", "intentMs", "patchMs", "tookMs"} {
+			l := steps[verb][k]
+			parts = append(parts, fmt.Sprintf("%s %.1f/%.1f", strings.TrimSuffix(k, "Ms"), l.quantile(0.5), l.quantile(0.99)))
+		}
+		b.Logf("opswire-cordon's own steps per %s node (%d writes; ms p50/p99): %s", verb, len(steps[verb]["tookMs"]), strings.Join(parts, ", "))
 	}
 }
 

@@ -126,6 +126,7 @@ func NewActuator(client kubernetes.Interface, audit actuate.Audit, rec record.Ev
 func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, d Decision) (actuate.Outcome, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	start := time.Now()
 	if d.Action == ActionNone {
 		a.announced.Reset(n.Name)
 		return actuate.Outcome{}, nil
@@ -148,7 +149,8 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 		}
 		release = func() { a.cfg.Limiter.Release(at) }
 	}
-	node, live, liveMarked, err := a.reverify(ctx, n, d)
+	node, live, liveMarked, f, err := a.reverify(ctx, n, marked, d)
+	tr := trace{start: start, read: time.Since(start)}
 	if err != nil || node == nil {
 		release()
 		return actuate.Outcome{}, err
@@ -157,14 +159,20 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 	// live is a new cordon whatever the mirror said (a mirror "re-apply"
 	// included), and a stale mirror cannot hide the marks that hold it.
 	if live.Action == ActionCordon && !liveMarked {
-		f, err := a.fleet.Live(ctx, newestRV(a.lastWrite, node.ResourceVersion), node.Name)
-		if err != nil {
-			release() // fail closed: no cordon without a count
-			return actuate.Outcome{}, fmt.Errorf("count the fleet for the cap before cordoning %s: %w", node.Name, err)
+		// The count must be at least as new as the node version acted on
+		// (and as opswire's newest write): it was taken beside the re-read,
+		// and is taken again in the rare case it was served older.
+		if f == nil || !rvAtLeast(f.asOf, node.ResourceVersion) {
+			c, err := a.fleet.Live(ctx, newestRV(a.lastWrite, node.ResourceVersion), node.Name)
+			if err != nil {
+				release() // fail closed: no cordon without a count
+				return actuate.Outcome{}, fmt.Errorf("count the fleet for the cap before cordoning %s: %w", node.Name, err)
+			}
+			f = &c
 		}
-		if refused, ok := Admit(a.cfg.Policy, live, false, f); !ok {
+		if refused, ok := Admit(a.cfg.Policy, live, false, *f); !ok {
 			release()
-			a.refuse(stateFromNode(node, live.Pods), refused, f)
+			a.refuse(stateFromNode(node, live.Pods), refused, *f)
 			return actuate.Outcome{}, nil
 		}
 	}
@@ -177,31 +185,57 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 		a.announced.Reset(n.Name)
 		return actuate.Outcome{}, nil
 	}
-	return a.write(ctx, node, live, release)
+	return a.write(ctx, node, live, release, tr)
 }
 
 // reverify re-reads the node and recounts its pods from the API, and runs
 // Evaluate again on that. It returns a nil node when the action no longer
 // applies (node gone, replaced, or no longer qualifying), and whether the
 // live node carries opswire's mark.
-func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, want Decision) (*corev1.Node, Decision, bool, error) {
+//
+// The reads are independent, so they go out at once: the node (from the API
+// server's watch cache, at least as new as the mirror's version: the patch's
+// resourceVersion precondition then rejects a read that was already stale),
+// the pod recount (watch cache, at least as new as the watcher's count) and,
+// when the mirror's decision is a new cordon, the cap's fleet count (watch
+// cache, at least as new as opswire's newest write). The fleet count is
+// returned for the caller's cap check when it was taken (nil otherwise); a
+// failed count is an error only where the cap needs it.
+func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked bool, want Decision) (*corev1.Node, Decision, bool, *Fleet, error) {
+	var (
+		wg       sync.WaitGroup
+		c        podCount
+		countErr error
+		fleet    *Fleet
+		fleetErr error
+	)
+	wg.Go(func() { c, countErr = recountPods(ctx, a.client, a.cfg.APITimeout, n.Name, n.PodsResourceVersion) })
+	if want.Action == ActionCordon && !marked {
+		wg.Go(func() {
+			f, err := a.fleet.Live(ctx, newestRV(a.lastWrite, n.ResourceVersion), n.Name)
+			fleet, fleetErr = &f, err
+		})
+	}
 	node, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
-		return a.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		return a.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{ResourceVersion: n.ResourceVersion})
 	})
+	wg.Wait()
 	if apierrors.IsNotFound(err) {
 		a.stale(n.Name, "node no longer exists")
-		return nil, Decision{}, false, nil
+		return nil, Decision{}, false, nil, nil
 	}
 	if err != nil {
-		return nil, Decision{}, false, fmt.Errorf("re-read node %s: %w", n.Name, err)
+		return nil, Decision{}, false, nil, fmt.Errorf("re-read node %s: %w", n.Name, err)
 	}
 	if string(node.UID) != n.UID {
 		a.stale(n.Name, "node was replaced (uid changed)")
-		return nil, Decision{}, false, nil
+		return nil, Decision{}, false, nil, nil
 	}
-	c, err := recountPods(ctx, a.client, a.cfg.APITimeout, n.Name, n.PodsResourceVersion)
-	if err != nil {
-		return nil, Decision{}, false, fmt.Errorf("recount pods of node %s: %w", n.Name, err)
+	if countErr != nil {
+		return nil, Decision{}, false, nil, fmt.Errorf("recount pods of node %s: %w", n.Name, countErr)
+	}
+	if fleetErr != nil {
+		fleet = nil // counted again where the cap needs it, and fails closed there
 	}
 	live := stateFromNode(node, c.Pods)
 	live.Evicting = c.Evicting
@@ -216,9 +250,9 @@ func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, want Decis
 	got, ok := agree(a.cfg.Policy, want, Evaluate(a.cfg.Policy, live, liveMarked), live)
 	if !ok {
 		a.stale(n.Name, fmt.Sprintf("live state says %s (%s)", got.Action, got.Reason))
-		return nil, Decision{}, false, nil
+		return nil, Decision{}, false, nil, nil
 	}
-	return node, got, liveMarked, nil
+	return node, got, liveMarked, fleet, nil
 }
 
 // agree decides whether the live decision confirms the mirror's. Normally
@@ -240,10 +274,18 @@ func agree(p Policy, want, got Decision, live *events.NodeState) (Decision, bool
 	return got, false
 }
 
+// trace times the steps of one action, for the log line of the write: the
+// re-reads (node, pod recount and cap count at once), the intent's publish,
+// and the patch.
+type trace struct {
+	start               time.Time
+	read, intent, patch time.Duration
+}
+
 // write patches the node with a resourceVersion precondition, then records
 // the Event and the audit message. release gives the rate-window slot back
 // when nothing was written.
-func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, release func()) (actuate.Outcome, error) {
+func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, release func(), tr trace) (actuate.Outcome, error) {
 	now := a.cfg.Now()
 	var (
 		patch []byte
@@ -281,14 +323,18 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, rel
 		isubj, iev, err := actuate.NewIntent(a.cfg.Cluster, events.Intent{Actor: Service, Action: verb, Kind: "Node",
 			Name: node.Name, UID: string(node.UID)}, outSubj, outEv)
 		if err == nil {
+			t := time.Now()
 			a.cfg.Intents.Record(ctx, isubj, iev)
+			tr.intent = time.Since(t)
 		} else {
 			a.log.Error().Err(err).Str("node", node.Name).Msg("intent cannot be encoded: writing unjournaled")
 		}
 	}
+	t := time.Now()
 	patched, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
 		return a.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "opswire-cordon"})
 	})
+	tr.patch = time.Since(t)
 	switch {
 	case apierrors.IsConflict(err):
 		// The resourceVersion precondition failed: look again from fresh state.
@@ -310,7 +356,8 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, rel
 	a.rec.Eventf(node, corev1.EventTypeNormal, reason, "opswire %s (%s): %s", verb, a.cfg.Policy.Mode, d.Reason)
 	a.count(d.Action, false)
 	a.log.Info().Str("node", node.Name).Str("verb", verb).Int("pods", d.Pods).Int("maxPods", d.MaxPods).
-		Int("minPods", d.MinPods).Str("reason", d.Reason).Msg("node " + verb)
+		Int("minPods", d.MinPods).Str("reason", d.Reason).Dur("readMs", tr.read).Dur("intentMs", tr.intent).
+		Dur("patchMs", tr.patch).Dur("tookMs", time.Since(tr.start)).Msg("node " + verb)
 	if encErr != nil {
 		a.log.Error().Err(encErr).Str("id", id).Str("node", node.Name).Msg("audit message cannot be encoded")
 	} else {

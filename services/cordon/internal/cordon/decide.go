@@ -132,6 +132,9 @@ type Fleet struct {
 	Marks int
 	// Managed counts nodes eligible for new cordons (Policy.Managed).
 	Managed int
+	// asOf is the resourceVersion the API count was served at (the oldest
+	// of its lists); "" for a count from the mirror.
+	asOf string
 }
 
 // Admit applies the blast-radius cap to a decision. Only a cordon of a node

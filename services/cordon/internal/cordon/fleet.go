@@ -3,6 +3,7 @@ package cordon
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -95,27 +96,41 @@ func (f *Fleets) Live(ctx context.Context, notOlderThan, exclude string) (Fleet,
 	if notOlderThan != "" {
 		opts.ResourceVersion, opts.ResourceVersionMatch = notOlderThan, metav1.ResourceVersionMatchNotOlderThan
 	}
-	t := newTally(f.policy, exclude)
-	marked, err := f.list(ctx, opts, func(o *metav1.ListOptions) { o.LabelSelector = markSelector.String() })
-	if err != nil {
-		return Fleet{}, fmt.Errorf("list nodes carrying opswire's mark: %w", err)
+	// The two lists are independent: both go out at once.
+	var (
+		marked, cordoned       []corev1.Node
+		markedRV, cordonedRV   string
+		markedErr, cordonedErr error
+		wg                     sync.WaitGroup
+	)
+	if f.policy.CountsUnavailable() {
+		wg.Go(func() {
+			cordoned, cordonedRV, cordonedErr = f.list(ctx, opts, func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("spec.unschedulable", "true").String()
+			})
+		})
 	}
+	marked, markedRV, markedErr = f.list(ctx, opts, func(o *metav1.ListOptions) { o.LabelSelector = markSelector.String() })
+	wg.Wait()
+	if markedErr != nil {
+		return Fleet{}, fmt.Errorf("list nodes carrying opswire's mark: %w", markedErr)
+	}
+	if cordonedErr != nil {
+		return Fleet{}, fmt.Errorf("list cordoned nodes: %w", cordonedErr)
+	}
+	t := newTally(f.policy, exclude)
 	for i := range marked {
 		n := &marked[i]
 		f.ledger.Learn(n.Name, string(n.UID), n.ResourceVersion, true)
 		t.add(stateFromNode(n, 0), true)
 	}
-	if f.policy.CountsUnavailable() {
-		cordoned, err := f.list(ctx, opts, func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.unschedulable", "true").String()
-		})
-		if err != nil {
-			return Fleet{}, fmt.Errorf("list cordoned nodes: %w", err)
-		}
-		for i := range cordoned {
-			s := stateFromNode(&cordoned[i], 0)
-			t.add(s, hasLabel(s, events.LabelAutoCordon))
-		}
+	for i := range cordoned {
+		s := stateFromNode(&cordoned[i], 0)
+		t.add(s, hasLabel(s, events.LabelAutoCordon))
+	}
+	asOf := markedRV
+	if cordonedRV != "" && !rvAtLeast(cordonedRV, markedRV) {
+		asOf = cordonedRV
 	}
 	managed := 0
 	for _, n := range f.nodes.Nodes() {
@@ -129,7 +144,9 @@ func (f *Fleets) Live(ctx context.Context, notOlderThan, exclude string) (Fleet,
 	for _, name := range f.ledger.SimulatedMarks() {
 		t.add(&events.NodeState{Name: name}, true)
 	}
-	return t.fleet(managed), nil
+	out := t.fleet(managed)
+	out.asOf = asOf
+	return out, nil
 }
 
 // markSelector selects the nodes carrying opswire's label.
@@ -141,12 +158,13 @@ var markSelector = func() labels.Selector {
 	return labels.NewSelector().Add(*r)
 }()
 
-func (f *Fleets) list(ctx context.Context, base metav1.ListOptions, sel func(*metav1.ListOptions)) ([]corev1.Node, error) {
+// list returns the nodes of one LIST and the resourceVersion it was served at.
+func (f *Fleets) list(ctx context.Context, base metav1.ListOptions, sel func(*metav1.ListOptions)) ([]corev1.Node, string, error) {
 	opts := base
 	sel(&opts)
 	list, err := f.client.CoreV1().Nodes().List(ctx, opts)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return list.Items, nil
+	return list.Items, list.ResourceVersion, nil
 }

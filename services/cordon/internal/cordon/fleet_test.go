@@ -68,7 +68,10 @@ func TestFleetsLive(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tc.want {
+			if got.asOf == "" {
+				t.Fatal("Live does not say which resourceVersion it counted at")
+			}
+			if got.asOf = ""; got != tc.want {
 				t.Fatalf("Live = %+v, want %+v", got, tc.want)
 			}
 			// The marks found live are now counted on the mirror path too.

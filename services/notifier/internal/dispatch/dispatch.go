@@ -76,6 +76,11 @@ type Settings struct {
 	GiveUpAfter  time.Duration
 	AckWait      time.Duration
 	MaxDeliver   int
+	// Lookups bounds the delivered-record lookups in flight: Handle returns
+	// once a message's lookups are started, and the messages join their
+	// groups in the order they arrived as the answers come back. 0 or 1:
+	// Handle looks up synchronously, one message at a time.
+	Lookups int
 }
 
 // Deps are the engine's collaborators.
@@ -105,6 +110,20 @@ type Dispatcher struct {
 	pending   map[*pending]struct{}
 	stopped   bool
 	clusterTk string
+
+	// lookups holds a slot per delivered-record lookup in flight (nil:
+	// synchronous); arrivals are the messages looked up, in arrival order,
+	// until they join their groups (guarded by amu).
+	lookups  chan struct{}
+	amu      sync.Mutex
+	arrivals []*arrival
+}
+
+// arrival is a message whose delivered records are being looked up.
+type arrival struct {
+	p      *pending
+	routes []*config.Route
+	done   bool
 }
 
 // pending is one OPS message until every (route, receiver) it goes to is settled.
@@ -134,6 +153,9 @@ func New(s Settings, d Deps) *Dispatcher {
 		pending: map[*pending]struct{}{}, clusterTk: subject.Encode(s.Cluster)}
 	for _, r := range d.Receivers {
 		x.workers[r.Name] = newWorker(x, r)
+	}
+	if s.Lookups > 1 {
+		x.lookups = make(chan struct{}, s.Lookups)
 	}
 	return x
 }
@@ -250,6 +272,37 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 	// Every delivery consults the records, not only redeliveries: a
 	// re-created consumer, or an id stored again after the stream's
 	// duplicate window, arrives with NumDelivered 1.
+	if x.lookups == nil {
+		x.lookUp(ctx, p, routes)
+		x.admit(p, routes)
+		return
+	}
+	// Pipelined: the next message is taken while this one's records are
+	// read; it joins its groups in arrival order once they are.
+	a := &arrival{p: p, routes: routes}
+	x.amu.Lock()
+	x.arrivals = append(x.arrivals, a)
+	x.amu.Unlock()
+	x.lookups <- struct{}{}
+	go func() {
+		x.lookUp(ctx, p, routes)
+		<-x.lookups
+		x.amu.Lock()
+		defer x.amu.Unlock()
+		a.done = true
+		for len(x.arrivals) > 0 && x.arrivals[0].done {
+			next := x.arrivals[0]
+			x.arrivals[0] = nil
+			x.arrivals = x.arrivals[1:]
+			x.admit(next.p, next.routes)
+		}
+	}()
+}
+
+// lookUp reads the delivered records of p for each of its (route,
+// receiver) pairs and marks those already settled to be skipped.
+func (x *Dispatcher) lookUp(ctx context.Context, p *pending, routes []*config.Route) {
+	it := p.item
 	p.skip = map[string]bool{}
 	for _, r := range routes {
 		for _, recv := range x.mine(r) {
@@ -268,8 +321,19 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 			}
 		}
 	}
+}
+
+// admit puts a looked-up message into its groups, or acks it when nothing
+// is left to deliver. After shutdown began it is nak'ed instead, for
+// another replica.
+func (x *Dispatcher) admit(p *pending, routes []*config.Route) {
+	msg := p.msg
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if x.stopped {
+		_ = msg.Nak()
+		return
+	}
 	for _, r := range routes {
 		n := 0
 		for _, recv := range x.mine(r) {

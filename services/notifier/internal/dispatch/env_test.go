@@ -77,7 +77,10 @@ func newEnv(t *testing.T, n config.Notifier) *env {
 	}
 	e := &env{t: t, nc: nc, js: js, kv: kv, cons: cons, settings: dispatch.Settings{Cluster: cluster,
 		RetryInitial: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond, GiveUpAfter: time.Minute,
-		AckWait: n.AckWait.Duration, MaxDeliver: n.MaxDeliver}}
+		AckWait: n.AckWait.Duration, MaxDeliver: n.MaxDeliver,
+		// Pipelined lookups, as the service runs them (the unit tests that
+		// call Handle directly keep the synchronous path).
+		Lookups: 8}}
 	sub, err := nc.Subscribe("notify.>", func(m *nats.Msg) {
 		var o dispatch.Outcome
 		if err := json.Unmarshal(m.Data, &o); err != nil {

@@ -166,16 +166,20 @@ func (w *worker) succeeded(ctx context.Context, b *batch, attempts int) {
 	// Record before acking: a crash after this point redelivers messages
 	// that are then skipped for this receiver.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	t0 := time.Now()
 	if err := x.d.Delivered.Mark(mctx, keys, RecordDelivered); err != nil {
 		x.d.Log.Warn().Err(err).Str("receiver", w.r.Name).Msg("cannot record delivered ids; a redelivery could repeat this card")
 	}
+	marked := time.Since(t0)
 	cancel()
 	x.d.Metrics.Deliveries.WithLabelValues(w.r.Name, OutcomeDelivered).Inc()
 	x.d.Metrics.Events.WithLabelValues(w.r.Name, OutcomeDelivered).Add(float64(len(b.entries)))
 	_ = publishOutcome(x.d.Core, subject.Notify(b.cluster, w.r.Name, OutcomeDelivered), Outcome{Receiver: w.r.Name, Route: b.route, Cluster: b.cluster,
 		Outcome: OutcomeDelivered, Title: b.n.Title, Attempts: attempts, Events: len(ids), IDs: ids, Time: x.now()})
-	x.d.Log.Debug().Str("receiver", w.r.Name).Str("route", b.route).Int("events", len(ids)).Int("attempts", attempts).Msg("delivered")
+	t1 := time.Now()
 	x.settle(b.entries)
+	x.d.Log.Debug().Str("receiver", w.r.Name).Str("route", b.route).Int("events", len(ids)).Int("attempts", attempts).
+		Dur("recordMs", marked).Dur("ackMs", time.Since(t1)).Msg("delivered")
 }
 
 func (w *worker) failed(ctx context.Context, b *batch, reason string, cause error, attempts int) {

@@ -195,8 +195,9 @@ func (a *active) run(ctx context.Context) error {
 		d := dispatch.New(dispatch.Settings{
 			Cluster: rt.Cluster, Fleet: n.Fleet(), Consumer: r.Name, RetryInitial: n.RetryInitial.Duration, RetryMax: n.RetryMax.Duration,
 			GiveUpAfter: n.GiveUpAfter.Duration, AckWait: n.AckWait.Duration, MaxDeliver: n.MaxDeliver,
+			Lookups: deliveredLookups,
 		}, dispatch.Deps{
-			Routes: routes, Receivers: []dispatch.Receiver{r}, Delivered: &dispatch.KVDelivered{KV: a.kv}, DeadJS: a.js,
+			Routes: routes, Receivers: []dispatch.Receiver{r}, Delivered: &dispatch.KVDelivered{KV: a.kv, Parallel: deliveredMarks}, DeadJS: a.js,
 			Core: a.nc, Metrics: a.metrics, Log: rt.Log, RateLog: rateLog,
 		})
 		dispatchers[r.Name] = d
@@ -332,6 +333,16 @@ func (a *active) replay(ctx context.Context, dispatchers map[string]*dispatch.Di
 		_ = m.Respond(b)
 	}()
 }
+
+// deliveredLookups bounds each dispatcher's delivered-record lookups in
+// flight: one KV read per message, pipelined so that a burst is taken in at
+// the speed of the consumer rather than of one round trip per message.
+const deliveredLookups = 64
+
+// deliveredMarks bounds the delivered-record writes in flight after a card
+// was accepted: a 10,000-event card is recorded in a few hundred round trips'
+// time instead of thousands (the window in which a crash could repeat it).
+const deliveredMarks = 128
 
 // ConsumerName is the durable consumer of one receiver.
 func ConsumerName(cluster, receiver string) string {
