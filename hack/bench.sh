@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make bench: runs opswire's benchmarks (issue 8), writes docs/benchmarks.md
 # and prints the same table. Each figure is measured beside a floor taken in
-# the same run (see docs/benchmarks-method.md). About 10-20 minutes on 2 cores.
+# the same run (see docs/benchmarks-method.md). Up to 20 minutes on 2 cores,
+# 10 of them the long row (watcher-churn: 10 minutes of sustained churn;
+# OPSWIRE_BENCH_CHURN_DURATION=1m shortens it for a trial run).
 #
 # The pieces run one after another (never in parallel: they would measure
 # each other), each in its own process so one heap does not leak into the
@@ -10,7 +12,7 @@
 #
 #   BENCH_ONLY="watcher rebuild"  run only some pieces (watcher-throughput,
 #                                 watcher-heap, informer-heap, rebuild, report,
-#                                 notifier, reaction); the table then shows
+#                                 notifier, reaction, watcher-churn); the table then shows
 #                                 the others as not measured.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +56,9 @@ piece report services/report -bench '^Benchmark(BuildReport150k|BuildReport150kI
 piece notifier test -tags bench -bench '^BenchmarkNotifierBurst10k$' -benchtime 1x ./bench
 # 1 and 4. Reaction time and API load on the real harness (needs `make controlplane`).
 piece reaction test -tags bench -bench '^BenchmarkReaction5000$' -benchtime 1x ./bench
+
+# 2, the long row: the watcher under 1,000 pod updates/s for 10 minutes.
+piece watcher-churn services/watcher -bench '^BenchmarkWatcherChurn150k$' -benchtime 1x ./internal/watcher
 
 took=$(( $(date +%s) - start ))
 took_text="$((took / 60)) min $((took % 60)) s"

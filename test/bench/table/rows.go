@@ -62,6 +62,7 @@ const (
 	reportW  = "BenchmarkBuildReport150kIncreaseWorkload"
 	scan     = "BenchmarkFloorScan150k"
 	burst    = "BenchmarkNotifierBurst10k"
+	churn    = "BenchmarkWatcherChurn150k"
 )
 
 func ms(b, u string) metric {
@@ -127,6 +128,19 @@ var specs = []spec{
 	{figure: "2 Watcher: heap per pod (150k pods; floor = untransformed informer)", value: bytesPerPod(heap), floor: p(bytesPerPod(informer)),
 		target: "≤ 1,024 B/pod", ok: func(v, _ float64) bool { return v <= 1024 }},
 	{figure: "2 Watcher: status-only churn suppressed (150k heartbeats)", value: percent(watcher, "churn-suppressed-%"), floorText: "—"},
+	{figure: "2 Watcher, the long row: sustained churn of 1,000 pod updates/s at 150k pods, minutes", value: metric{churn, "churn-minutes", 1, func(v float64) string { return fmt.Sprintf("%.1f min", v) }},
+		floorText: "—", target: "10 min", ok: func(v, _ float64) bool { return v >= 10 }},
+	{figure: "2 Watcher, sustained churn: rate sent", value: rate(churn, "churn-updates/s"), floorText: "—"},
+	{figure: "2 Watcher, sustained churn: watch event → stored in KUBE, p50", value: ms(churn, "lag-p50-ms"), floorText: "—"},
+	{figure: "2 Watcher, sustained churn: watch event → stored in KUBE, p99", value: ms(churn, "lag-p99-ms"), floorText: "—",
+		target: "≤ 100 ms", ok: func(v, _ float64) bool { return v <= 100 }},
+	{figure: "2 Watcher, sustained churn: live heap at the end (floor = at the start; whole process, nats-server included)", value: mib(churn, "heap-end-MiB", 1),
+		floor: p(mib(churn, "heap-start-MiB", 1)), target: "≤ 1.10× the start (flat)", ok: func(_, r float64) bool { return r <= 1.10 }},
+	{figure: "2 Watcher, sustained churn: backlog (queue + unacked publishes), most in a 1 s sample", value: count(churn, "depth-max"), floorText: "—"},
+	{figure: "2 Watcher, sustained churn: backlog in the last sample", value: count(churn, "depth-end"), floorText: "—",
+		target: "≤ 1,000 (1 s of updates): no growth", ok: func(v, _ float64) bool { return v <= 1000 }},
+	{figure: "2 Watcher, sustained churn: updates not stored 30 s after the last", value: count(churn, "missing"), floorText: "—",
+		target: "0", ok: func(v, _ float64) bool { return v == 0 }},
 	{figure: "3 Actor rebuild: Mirror holds 150k pods + 5k nodes", value: ms(rebuild, "mirror-ms"), floor: p(ms(rebuild, "floor-ms")),
 		target: "≤ 1.3× floor", ok: func(_, r float64) bool { return r <= 1.3 }},
 	{figure: "3 Actor rebuild: CPU time of the process per round (nats-server included)", value: ms(rebuild, "mirror-cpu-ms"),

@@ -1,0 +1,242 @@
+package watcher
+
+// The long benchmark of issue 18 (target 5): the watcher under sustained
+// churn at 150,000 pods.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	rtmetrics "runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/natstest"
+	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// Churn of BenchmarkWatcherChurn150k: pod updates per second, and how long
+// (OPSWIRE_BENCH_CHURN_DURATION, a Go duration, shortens it for trial runs).
+const (
+	churnRate            = 1000
+	churnDefaultDuration = 10 * time.Minute
+	// Lags are counted in buckets of churnLagBucket up to churnLagBuckets of
+	// them (longer ones in the last), so measuring allocates nothing.
+	churnLagBucket  = 100 * time.Microsecond
+	churnLagBuckets = 100_000
+)
+
+func churnDuration(b *testing.B) time.Duration {
+	v := os.Getenv("OPSWIRE_BENCH_CHURN_DURATION")
+	if v == "" {
+		return churnDefaultDuration
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		b.Fatalf("OPSWIRE_BENCH_CHURN_DURATION=%q: want a positive Go duration such as 1m", v)
+	}
+	return d
+}
+
+// BenchmarkWatcherChurn150k is the long row: after the first publication of
+// 150,000 pods and 5,000 nodes, 1,000 pod updates per second that change the
+// compact state (a container restart, round robin over the pods) for 10
+// minutes, against an embedded nats-server with the production KUBE stream
+// and the service's JetStream settings. It reports:
+//   - lag-p50-ms / lag-p99-ms / lag-max-ms: from the watch event entering
+//     the informer to the message stored in KUBE, as an ordered consumer on
+//     KUBE receives it (matched by the resourceVersion in its Nats-Msg-Id);
+//   - heap-start-MiB / heap-end-MiB: the process's live heap (after two GCs)
+//     when the churn starts and when it ends (the embedded nats-server
+//     included), and heap-growth-%;
+//   - depth-max and depth-end: the watcher's queue (objects waiting to be
+//     compared and published) plus its publishes awaiting an ack, sampled
+//     every second, at most and in the last sample;
+//   - churn-updates/s: the rate actually sent, and missing: updates not
+//     stored within 30 s of the last one.
+func BenchmarkWatcherChurn150k(b *testing.B) {
+	duration := churnDuration(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := natstest.Start(b)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	def := config.Default()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(def.Watcher.PublishTimeout.Duration), jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := natsx.EnsureStreams(ctx, js, def.NATS); err != nil {
+		b.Fatal(err)
+	}
+	src := newSource()
+	pods, nodes := scaleInformers(src, scalePods, scaleNodes, true)
+	w, err := New(pods, nodes, js, Options{Cluster: "bench", Workers: def.Watcher.Workers, TombstoneTTL: time.Hour}, zerolog.Nop(), prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	go pods.Run(ctx.Done())
+	go nodes.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, nodes.HasSynced) {
+		b.Fatal("caches did not sync")
+	}
+	published := func() float64 { return testutil.ToFloat64(w.m.published.WithLabelValues("pod", "upsert")) }
+	go func() { _ = w.Run(ctx, nil) }()
+	waitFor(b, 10*time.Minute, "initial publication", func() bool {
+		return published() == scalePods && testutil.ToFloat64(w.m.published.WithLabelValues("node", "upsert")) == scaleNodes
+	})
+
+	// Everything the measurement needs is allocated before the first heap
+	// reading: the send time of every update, indexed by its resourceVersion
+	// from rvBase, and the lag histogram.
+	total := int(duration.Seconds() * churnRate)
+	sentAt := make([]atomic.Int64, total)
+	var lags [churnLagBuckets]atomic.Int64
+	var stored atomic.Int64
+	rvBase := atomicRV(src)
+	cons, err := js.OrderedConsumer(ctx, subject.KubeStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"kube.bench.pod.>"}, DeliverPolicy: jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		now := time.Now().UnixNano()
+		id := m.Headers().Get(nats.MsgIdHdr)
+		rv, err := strconv.ParseInt(id[strings.LastIndexByte(id, '/')+1:], 10, 64)
+		if err != nil {
+			return
+		}
+		i := int(rv - rvBase - 1)
+		if i < 0 || i >= total {
+			return
+		}
+		bucket := max(0, (now-sentAt[i].Load())/int64(churnLagBucket))
+		lags[min(bucket, churnLagBuckets-1)].Add(1)
+		stored.Add(1)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Stop()
+
+	heapStart := heapAlloc()
+	var depthMax, depthLast atomic.Int64
+	var heapSeries []string
+	var seriesMu sync.Mutex
+	sampleDone := make(chan struct{})
+	go func() {
+		defer close(sampleDone)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		sample := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		for n := 1; ; n++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			d := int64(w.queue.Len()) + int64(js.PublishAsyncPending())
+			depthLast.Store(d)
+			if d > depthMax.Load() {
+				depthMax.Store(d)
+			}
+			if n%60 == 0 {
+				rtmetrics.Read(sample)
+				seriesMu.Lock()
+				heapSeries = append(heapSeries, fmt.Sprintf("%.0f", float64(sample[0].Value.Uint64())/(1<<20)))
+				seriesMu.Unlock()
+			}
+		}
+	}()
+
+	base := realisticPod(0, "1")
+	b.ResetTimer()
+	start := time.Now()
+	for sent := 0; sent < total; {
+		// Paced by the clock: whatever is due is sent now, so a slow tick
+		// does not lower the rate.
+		due := min(total, int(time.Since(start).Seconds()*churnRate)+1)
+		for ; sent < due; sent++ {
+			restarts := int32(sent/scalePods + 1)
+			rv := src.nextRV()
+			n, _ := strconv.ParseInt(rv, 10, 64)
+			if i := int(n - rvBase - 1); i >= 0 && i < total {
+				sentAt[i].Store(time.Now().UnixNano())
+			}
+			src.podW.Modify(variant(base, sent%scalePods, rv, func(p *corev1.Pod) {
+				p.Status.ContainerStatuses = append([]corev1.ContainerStatus(nil), p.Status.ContainerStatuses...)
+				p.Status.ContainerStatuses[0].RestartCount = restarts
+			}))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	sending := time.Since(start)
+	waitFor(b, 30*time.Second, "every update stored", func() bool { return stored.Load() >= int64(total) })
+	b.StopTimer()
+	heapEnd := heapAlloc()
+	cancel()
+	<-sampleDone
+
+	var counted int64
+	quantile := func(q float64) float64 {
+		rank := int64(q*float64(counted)+0.999999) - 1
+		var seen int64
+		for i := range lags {
+			seen += lags[i].Load()
+			if seen > rank {
+				return float64(i) * churnLagBucket.Seconds() * 1000
+			}
+		}
+		return churnLagBuckets * churnLagBucket.Seconds() * 1000
+	}
+	for i := range lags {
+		counted += lags[i].Load()
+	}
+	maxLag := 0.0
+	for i := len(lags) - 1; i >= 0; i-- {
+		if lags[i].Load() > 0 {
+			maxLag = float64(i) * churnLagBucket.Seconds() * 1000
+			break
+		}
+	}
+	b.ReportMetric(duration.Minutes(), "churn-minutes")
+	b.ReportMetric(float64(total)/sending.Seconds(), "churn-updates/s")
+	b.ReportMetric(quantile(0.5), "lag-p50-ms")
+	b.ReportMetric(quantile(0.99), "lag-p99-ms")
+	b.ReportMetric(maxLag, "lag-max-ms")
+	b.ReportMetric(float64(heapStart)/(1<<20), "heap-start-MiB")
+	b.ReportMetric(float64(heapEnd)/(1<<20), "heap-end-MiB")
+	b.ReportMetric(100*(float64(heapEnd)-float64(heapStart))/float64(heapStart), "heap-growth-%")
+	b.ReportMetric(float64(depthMax.Load()), "depth-max")
+	b.ReportMetric(float64(depthLast.Load()), "depth-end")
+	b.ReportMetric(float64(int64(total)-stored.Load()), "missing")
+	b.Logf("churn: %d pod updates in %v (%.0f/s) at %d pods; lag p50 %.1f ms, p99 %.1f ms, max %.1f ms; heap %.0f MiB at the start, %.0f MiB at the end, "+
+		"live heap each minute (MiB): [%s]; queue + unacked publishes at most %d, %d in the last sample",
+		total, sending.Round(time.Millisecond), float64(total)/sending.Seconds(), scalePods, quantile(0.5), quantile(0.99), maxLag,
+		float64(heapStart)/(1<<20), float64(heapEnd)/(1<<20), strings.Join(heapSeries, " "), depthMax.Load(), depthLast.Load())
+}
+
+// atomicRV is the source's current resourceVersion counter.
+func atomicRV(s *source) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(s.rv)
+}
