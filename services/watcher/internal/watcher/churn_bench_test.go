@@ -153,7 +153,7 @@ func BenchmarkWatcherChurn150k(b *testing.B) {
 				return
 			case <-t.C:
 			}
-			d := int64(w.queue.Len()) + int64(js.PublishAsyncPending())
+			d := int64(w.queue().Len()) + int64(js.PublishAsyncPending())
 			depthLast.Store(d)
 			if d > depthMax.Load() {
 				depthMax.Store(d)
