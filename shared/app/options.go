@@ -48,6 +48,10 @@ type Options struct {
 	// CheckConfig: load and validate the configuration, print the effective
 	// configuration (secrets redacted) and exit, without connecting anywhere.
 	CheckConfig bool
+	// Pprof serves net/http/pprof under /debug/pprof/ on the --listen
+	// address (off by default: profiles show internals to anyone who can
+	// reach the port). The benchmarks use it to read each process's heap.
+	Pprof bool
 }
 
 // Spec describes a binary.
@@ -118,6 +122,7 @@ func parse(spec Spec, args []string, getenv func(string) string, out io.Writer) 
 	}
 	boolean(&o.ManageStreams, "manage-streams", true,
 		"create or update the KUBE and OPS streams at start; false: wait for them to exist (their creator is the watcher)")
+	boolean(&o.Pprof, "pprof", false, "serve /debug/pprof/ (Go profiles) on the --listen address")
 	fs.BoolVar(&o.CheckConfig, "check-config", false,
 		"load and validate the configuration, print it with secrets redacted, and exit (0 valid, 2 invalid)")
 	version := fs.Bool("version", false, "print the version and exit")

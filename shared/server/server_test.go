@@ -44,3 +44,21 @@ func TestEndpoints(t *testing.T) {
 		t.Errorf("/metrics missing series")
 	}
 }
+
+// TestPprofOptIn: Go profiles are served only when asked for.
+func TestPprofOptIn(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		s := New()
+		s.Pprof = on
+		ts := httptest.NewServer(s.Handler())
+		resp, err := http.Get(ts.URL + "/debug/pprof/heap?gc=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		ts.Close()
+		if want := map[bool]int{false: 404, true: 200}[on]; resp.StatusCode != want {
+			t.Errorf("Pprof %v: /debug/pprof/heap = %d, want %d", on, resp.StatusCode, want)
+		}
+	}
+}
