@@ -12,7 +12,7 @@
 #
 #   BENCH_ONLY="watcher rebuild"  run only some pieces (watcher-throughput,
 #                                 watcher-heap, informer-heap, rebuild, report,
-#                                 notifier, reaction, watcher-churn); the table then shows
+#                                 notifier, memory, reaction, watcher-churn); the table then shows
 #                                 the others as not measured.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +54,8 @@ piece report services/report -bench '^Benchmark(BuildReport150k|BuildReport150kI
   -benchtime 20x -benchmem -cpuprofile "$OUT/report.pprof" -o "$OUT/report.test" ./internal/restarts
 # 6. Notifier burst.
 piece notifier test -tags bench -bench '^BenchmarkNotifierBurst10k$' -benchtime 1x ./bench
+# 7. Every service binary's memory at 150k pods (heap profiles kept in $OUT).
+OPSWIRE_BENCH_PROFILE_DIR=$OUT piece memory test -tags bench -bench '^BenchmarkServiceMemory150k$' -benchtime 1x ./bench
 # 1 and 4. Reaction time and API load on the real harness (needs `make controlplane`).
 piece reaction test -tags bench -bench '^BenchmarkReaction5000$' -benchtime 1x ./bench
 
@@ -91,6 +93,10 @@ profile() { # TITLE TEST-BINARY PROFILE PPROF-OPTIONS...
     "$OUT/watcher-heap.test" "$OUT/watcher-heap.pprof" -sample_index=inuse_space -top -nodecount=15
   profile "Mirror rebuild" "$OUT/rebuild.test" "$OUT/rebuild.pprof" -top -cum -nodecount=18 -focus kubestate
   profile "Report build" "$OUT/report.test" "$OUT/report.pprof" -top -cum -nodecount=15 -focus 'restarts\.Build'
+  for s in watcher cleanup report; do
+    profile "opswire-$s process at 150k pods, live heap after GC by allocation site" \
+      "$ROOT/.cache/test-bin/opswire-$s" "$OUT/memory-$s.pprof" -sample_index=inuse_space -top -nodecount=12
+  done
 } >> docs/benchmarks.md
 
 echo ">> benchmarks took $took_text; docs/benchmarks.md written"

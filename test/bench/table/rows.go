@@ -63,6 +63,7 @@ const (
 	scan     = "BenchmarkFloorScan150k"
 	burst    = "BenchmarkNotifierBurst10k"
 	churn    = "BenchmarkWatcherChurn150k"
+	memory   = "BenchmarkServiceMemory150k"
 )
 
 func ms(b, u string) metric {
@@ -165,7 +166,28 @@ var specs = []spec{
 	{figure: "6 Notifier: cards sent for the burst", value: count(burst, "cards"), floorText: "—"},
 	{figure: "6 Notifier: rate-limit violations", value: count(burst, "rate-violations"), floorText: "—",
 		target: "0", ok: func(v, _ float64) bool { return v == 0 }},
-	{figure: "6 Notifier: peak resident memory", value: mib(burst, "peak-rss-MiB", 1), floorText: "—"},
+	{figure: "6 Notifier: peak resident memory", value: mib(burst, "peak-rss-MiB", 1), floorText: "—",
+		target: "≤ 100 MiB", ok: func(v, _ float64) bool { return v <= 100 }},
+	// 7: every service binary as a process at 150k pods + 5k nodes.
+	rssRow("watcher"), heapPerPodRow("watcher"),
+	rssRow("cordon"), {figure: "7 Memory: opswire-cordon heap after GC (it mirrors the 5k nodes only)", value: mib(memory, "cordon-heap-MiB", 1), floorText: "—"},
+	rssRow("cleanup"), heapPerPodRow("cleanup"),
+	rssRow("report"), heapPerPodRow("report"),
+	rssRow("notifier"), {figure: "7 Memory: opswire-notifier heap after GC (it mirrors no state)", value: mib(memory, "notifier-heap-MiB", 1), floorText: "—"},
+}
+
+// rssRow is a service's peak resident memory at 150k pods (figure 7).
+func rssRow(service string) spec {
+	return spec{figure: "7 Memory at 150k pods + 5k nodes: opswire-" + service + " peak resident memory (VmHWM)",
+		value: mib(memory, service+"-peak-rss-MiB", 1), floorText: "—",
+		target: "≤ 300 MiB", ok: func(v, _ float64) bool { return v <= 300 }}
+}
+
+// heapPerPodRow is a pod-holding service's heap after GC per pod (figure 7).
+func heapPerPodRow(service string) spec {
+	return spec{figure: "7 Memory: opswire-" + service + " heap after GC per pod (whole heap ÷ 150k)",
+		value: metric{memory, service + "-heap-B/pod", 1, bytesPerPod(memory).format}, floorText: "—",
+		target: "≤ 1,024 B/pod", ok: func(v, _ float64) bool { return v <= 1024 }}
 }
 
 // Rows evaluates every spec against the results.
