@@ -114,7 +114,7 @@ func deployKubeConsumerIsolation(t *testing.T, n *harness.NATS, pw map[string]st
 			"$JS.API.CONSUMER.MSG.NEXT.KUBE."+name, "$JS.API.CONSUMER.CREATE.KUBE."+name)
 	}
 	// No way to learn a name: lists, advisories (they carry the names), the system account.
-	for _, u := range append(actors, "audit") {
+	for _, u := range append(actors, "audit", "notifier") {
 		pub(u, "$JS.API.CONSUMER.NAMES.KUBE", "$JS.API.CONSUMER.LIST.KUBE")
 		for _, s := range []string{"$JS.EVENT.>", "$JS.EVENT.ADVISORY.CONSUMER.CREATED.KUBE.*", "$JS.EVENT.ADVISORY.>", "$SYS.>"} {
 			cases = append(cases, attempt{user: u, subject: s, subscribe: true})
