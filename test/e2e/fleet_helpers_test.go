@@ -250,13 +250,15 @@ func jetStream(t *testing.T, nc *nats.Conn) jetstream.JetStream {
 	return js
 }
 
-// cardsNaming counts, over every card the bot accepted, how often each name
-// appears, and which cluster each card's footer names.
+// cardsNaming counts, for each name, the cards (their texts) that name it.
 func cardsNaming(cards []string, names []string) map[string]int {
 	out := map[string]int{}
-	for _, text := range cards {
-		for _, n := range names {
-			out[n] += strings.Count(text, n)
+	for _, n := range names {
+		out[n] = 0
+		for _, text := range cards {
+			if strings.Contains(text, n) {
+				out[n]++
+			}
 		}
 	}
 	return out

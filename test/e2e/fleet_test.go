@@ -366,3 +366,118 @@ func freePort(t *testing.T) int {
 	}
 	return p
 }
+
+// TestFleetLinkCut: cluster a's leaf link to the hub is cut for 30 s
+// (OPSWIRE_FLEET_CUT overrides) while a acts. a keeps acting on its own edge
+// (its pods deleted, its OPS holding the decisions) and b keeps reaching the
+// hub; once the link is back the hub's fleet OPS sources what it missed:
+// every decision once, with a dedup window of 2 s on the hub so that a
+// message sourced twice would be stored twice. Counted at the source too:
+// one DELETE per pod at a's API, each pod on exactly one card, and the
+// notifier's delivered events equal to the decisions.
+func TestFleetLinkCut(t *testing.T) {
+	cut := 30 * time.Second
+	if v := os.Getenv("OPSWIRE_FLEET_CUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("OPSWIRE_FLEET_CUT: %v", err)
+		}
+		cut = d
+	}
+	f := startFleet(t)
+	a, b := f.edges["a"], f.edges["b"]
+	fleetHas := func(c, pod string) int {
+		subj := "ops." + c + ".cleanup.deleted.shop." + pod
+		return streamSubjects(t, f.auditJS, "OPS", subj)[subj]
+	}
+	// darkIn counts the subjects of a's deletions of dark-a-* pods in an OPS.
+	darkIn := func(js jetstream.JetStream) int {
+		n := 0
+		for subj := range streamSubjects(t, js, "OPS", "ops.a.cleanup.deleted.shop.*") {
+			if strings.HasPrefix(subj, "ops.a.cleanup.deleted.shop.dark-a-") {
+				n++
+			}
+		}
+		return n
+	}
+	// Both sources flowing before the cut.
+	before := map[string]string{"a": a.evictPods(t, "pre-a", 1)[0], "b": b.evictPods(t, "pre-b", 1)[0]}
+	harness.Eventually(t, 60*time.Second, "the first decisions in the fleet OPS", func() bool {
+		return fleetHas("a", before["a"]) == 1 && fleetHas("b", before["b"]) == 1
+	})
+
+	a.link.Cut()
+	cutAt := time.Now()
+	dark := a.evictPods(t, "dark-a", 5)
+	during := b.evictPods(t, "during-b", 1)[0]
+	harness.Eventually(t, 30*time.Second, "a acting with its link cut: its pods deleted, the decisions in its own OPS", func() bool {
+		for _, p := range dark {
+			if podExists(t, a.cp, "shop", p) {
+				return false
+			}
+		}
+		return darkIn(a.auditJS) == len(dark)
+	})
+	actedIn := time.Since(cutAt)
+	harness.Eventually(t, 30*time.Second, "b's decision at the hub meanwhile", func() bool { return fleetHas("b", during) == 1 })
+	harness.Never(t, time.Until(cutAt.Add(cut)), "a decision of a reaching the hub through the cut link", func() bool {
+		return darkIn(f.auditJS) > 0
+	})
+	if a.watcher.Exited() || a.cleanup.Exited() {
+		t.Fatal("a's services exited while the link was cut")
+	}
+
+	a.link.Restore()
+	restored := time.Now()
+	// The hub retries a stalled source with a backoff of 10 s per failed
+	// attempt (nats-server, at most 2 min): after a 30 s cut it resumes
+	// 10 to 30 s after the link is back.
+	harness.Eventually(t, 120*time.Second, "the hub's fleet OPS caught up on a", func() bool {
+		return darkIn(f.auditJS) == len(dark)
+	})
+	caughtUp := time.Since(restored)
+	all := append([]string{before["a"], before["b"], during}, dark...)
+	harness.Eventually(t, 60*time.Second, "a card for every pod", func() bool {
+		for _, n := range cardsNaming(f.cardTexts(), all) {
+			if n == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	cardsIn := time.Since(restored)
+	// Nothing more arrives: no repeat sourced, no card sent twice.
+	harness.Never(t, 3*time.Second, "a second card for a pod", func() bool {
+		for _, n := range cardsNaming(f.cardTexts(), all) {
+			if n > 1 {
+				return true
+			}
+		}
+		return false
+	})
+	fleetOps := streamSubjects(t, f.auditJS, "OPS", "ops.*.cleanup.deleted.>")
+	for c, p := range before {
+		if fleetOps["ops."+c+".cleanup.deleted.shop."+p] != 1 {
+			t.Errorf("fleet OPS holds %s's %s %d times", c, p, fleetOps["ops."+c+".cleanup.deleted.shop."+p])
+		}
+	}
+	for _, p := range dark {
+		if n := fleetOps["ops.a.cleanup.deleted.shop."+p]; n != 1 {
+			t.Errorf("fleet OPS holds a's deletion of %s %d times, want 1", p, n)
+		}
+		if n := deletesOf(a.api, "shop", p); n != 1 {
+			t.Errorf("%s: %d DELETE requests at a's API, want 1", p, n)
+		}
+	}
+	for p, n := range cardsNaming(f.cardTexts(), all) {
+		if n != 1 {
+			t.Errorf("%s is on %d cards, want 1", p, n)
+		}
+	}
+	if got := f.notifierEvents(); got != float64(len(all)) {
+		t.Errorf("the notifier delivered %v events, want %d (one per decision)", got, len(all))
+	}
+	t.Logf("link of a cut %v: a deleted its %d pods in %v on its own; after the link returned the fleet OPS held each once %v later and every card arrived once %v later (%d cards, %v events delivered, one DELETE per pod)",
+		cut, len(dark), actedIn.Round(time.Millisecond), caughtUp.Round(time.Millisecond), cardsIn.Round(time.Millisecond),
+		len(f.cardTexts()), f.notifierEvents())
+}
