@@ -6,10 +6,16 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
 
+	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/natstest"
+	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
 )
 
@@ -140,4 +146,92 @@ func TestDepartureCountedOnceAcrossRetries(t *testing.T) {
 	if n := f.node("n1"); n.Pods != 1 || n.Departed != 1 || n.DepartedEvicted != 1 {
 		t.Fatalf("node after the retried tombstone: %+v", n)
 	}
+}
+
+// TestNodeRecountWaitsForDepartures: the informer removes a pod from its
+// index before the pod's sync runs. A recount of its node in that moment
+// (queued by something else) would publish the lower count without the
+// departure, and the cordon actor could release a node in the middle of a
+// paced drain on it. The recount waits (briefly, bounded) for the pod syncs,
+// which count the departures and queue the node again. The syncs are called
+// one by one here, in the order of that race.
+func TestNodeRecountWaitsForDepartures(t *testing.T) {
+	_, js := natstest.Connect(t, jetstream.WithPublishAsyncTimeout(5*time.Second))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	src := newSource()
+	src.nodes = append(src.nodes, src.node("n1"))
+	p1 := src.pod("ns", "p1", "n1")
+	src.pods = append(src.pods, p1, src.pod("ns", "p2", "n1"))
+	pods, nodes := src.informers()
+	w, err := New(pods, nodes, js, Options{Cluster: "c", TombstoneTTL: time.Hour}, zerolog.Nop(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go pods.Run(ctx.Done())
+	go nodes.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, nodes.HasSynced) {
+		t.Fatal("caches did not sync")
+	}
+	go w.collectAcks()
+	f := &fixture{t: t, js: js, src: src, w: w}
+	sync := func(key string) {
+		t.Helper()
+		if err := w.sync(key); err != nil {
+			t.Fatalf("sync %s: %v", key, err)
+		}
+	}
+	settled := func() bool { // every publish acknowledged
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.leaving) == 0 && w.published[nodePrefix+"n1"].hash != 0
+	}
+	sync("p/ns/p1")
+	sync("p/ns/p2")
+	sync("n/n1")
+	f.eventually("n1 with 2 pods", func() bool { return f.nodePods("n1") == 2 && settled() })
+
+	// p1 is evicted and removed at once; the informer's index drops it, its
+	// sync has not run yet.
+	f.src.podW.Delete(evictedBy(f, p1))
+	f.eventually("p1 out of the index", func() bool {
+		keys, _ := pods.GetIndexer().IndexKeys(byNode, "n1")
+		return len(keys) == 1
+	})
+	sync("n/n1") // the racing recount
+	w.mu.Lock()
+	deferred := w.deferred["n1"]
+	w.mu.Unlock()
+	if n := f.node("n1"); n.Pods != 2 || deferred != 1 {
+		t.Fatalf("the recount published %+v before p1's departure was counted", n)
+	}
+	sync("p/ns/p1") // counts the departure, queues the node
+	sync("n/n1")
+	f.eventually("n1 with 1 pod and the eviction", func() bool {
+		n := f.node("n1")
+		return n.Pods == 1 && n.Departed == 1 && n.DepartedEvicted == 1
+	})
+
+	// Bounded: should the watcher's count ever be off, the node is delayed,
+	// never stopped.
+	w.mu.Lock()
+	w.onNode["n1"] += 3
+	w.mu.Unlock()
+	f.src.podW.Delete(f.src.pod("ns", "p2", "n1"))
+	f.eventually("p2 out of the index", func() bool {
+		keys, _ := pods.GetIndexer().IndexKeys(byNode, "n1")
+		return len(keys) == 0
+	})
+	sync("p/ns/p2")
+	for range maxNodeDeferrals {
+		sync("n/n1")
+	}
+	if n := f.node("n1"); n.Pods != 1 {
+		t.Fatalf("published %+v while deferring", n)
+	}
+	sync("n/n1")
+	f.eventually("n1 published anyway", func() bool { n := f.node("n1"); return n.Pods == 0 && n.Departed == 2 })
 }

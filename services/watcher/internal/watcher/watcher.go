@@ -125,7 +125,15 @@ type Watcher struct {
 	// Eviction API: a pod evicted and removed before its sync ran was never
 	// stored as evicting, and only the delete event still shows it.
 	evictedAtDelete map[string]string
-	acks            chan pending
+	// onNode counts, per node, the pods the watcher's pod syncs last saw
+	// counting on it; the sync that counts a departure lowers it. A node whose
+	// index holds fewer pods has departures whose pod syncs have not run yet
+	// (the informer updates its index before the handlers run), and its
+	// recount waits for them briefly (deferred), so a node state never shows
+	// the lower count without the departure.
+	onNode   map[string]int
+	deferred map[string]int
+	acks     chan pending
 }
 
 type pending struct {
@@ -158,6 +166,7 @@ func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options
 		published: map[string]record{},
 		trimmed:   map[string]bool{},
 		left:      map[string]departures{}, leaving: map[string]bool{}, evictedAtDelete: map[string]string{},
+		onNode: map[string]int{}, deferred: map[string]int{},
 		acks: make(chan pending, 8192),
 	}
 	w.newQueue()
@@ -274,7 +283,16 @@ func (w *Watcher) depart(uid, node string, evicted bool) {
 		d.evicted++
 	}
 	w.left[node] = d
+	w.onNode[node]--
 }
+
+// Deferred node recounts: a node waits for the pod syncs of its departures
+// at most maxNodeDeferrals times nodeDeferral in a row, then is published
+// anyway (should onNode ever be off, a node is delayed, never stopped).
+const (
+	nodeDeferral     = 20 * time.Millisecond
+	maxNodeDeferrals = 5
+)
 
 func rv(obj any) string {
 	switch o := obj.(type) {
@@ -301,10 +319,14 @@ func (w *Watcher) Run(ctx context.Context, seed map[string]record) error {
 	// Departure totals carry on from the stored node states; a departure a
 	// previous term counted but never stored is counted again from the seed.
 	w.left, w.leaving = map[string]departures{}, map[string]bool{}
+	w.onNode, w.deferred = map[string]int{}, map[string]int{}
 	for k, r := range seed {
 		w.published[k] = r
 		if name, ok := strings.CutPrefix(k, nodePrefix); ok {
 			w.left[name] = r.left
+		}
+		if r.node != "" {
+			w.onNode[r.node]++
 		}
 	}
 	w.mu.Unlock()
@@ -440,6 +462,11 @@ func (w *Watcher) syncPod(key string) error {
 			w.mu.Unlock()
 		}
 	}
+	if contrib != "" && (!had || prev.node != contrib || prev.uid != state.UID) {
+		w.mu.Lock()
+		w.onNode[contrib]++
+		w.mu.Unlock()
+	}
 	if contrib != prev.node || evicting != prev.evicting || departed != "" {
 		for _, n := range []string{prev.node, contrib} {
 			if n != "" {
@@ -499,8 +526,21 @@ func (w *Watcher) syncNode(key string) error {
 	state.Evicting = len(keys)
 	state.PodsResourceVersion = w.pods.LastSyncResourceVersion()
 	w.mu.Lock()
+	wait := w.onNode[name] > state.Pods && w.deferred[name] < maxNodeDeferrals
+	if wait {
+		w.deferred[name]++
+	} else {
+		delete(w.deferred, name)
+	}
 	left := w.left[name]
 	w.mu.Unlock()
+	if wait {
+		// Pods left the index whose syncs have not counted their
+		// departures yet; each of those syncs queues this node again.
+		w.queue().Done(key)
+		w.queue().AddAfter(key, nodeDeferral)
+		return nil
+	}
 	state.Departed, state.DepartedEvicted = left.all, left.evicted
 	size := jsonSize(state)
 	oversized := size > w.maxPayload()-headerRoom
