@@ -144,8 +144,9 @@ func TestDeployRouteTLS(t *testing.T) {
 	members = members[:3]
 	for name, o := range outsiders {
 		if o.Exited() {
-			t.Logf("%s exited:\n%s", name, o.Log())
+			t.Fatalf("%s exited (it should have kept trying):\n%s", name, o.Log())
 		}
+		o.Stop() // its retries would only load the members from here on
 	}
 
 	// opswire on the TLS cluster: KUBE and OPS with 3 replicas.
@@ -324,7 +325,7 @@ func routePortRefuses(t *testing.T, addr, caFile string) {
 	}
 	tc, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	if err == nil {
-		_ = tc.SetDeadline(time.Now().Add(3 * time.Second))
+		_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
 		// TLS 1.3: the server's refusal of the missing certificate comes with the first read.
 		_, err = tc.Read(make([]byte, 1))
 		tc.Close()

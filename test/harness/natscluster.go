@@ -258,3 +258,6 @@ func (o *NATSOutsider) Log() string {
 
 // Exited reports whether the process has exited.
 func (o *NATSOutsider) Exited() bool { return o.p.exited() }
+
+// Stop stops the outsider (SIGTERM; SIGKILL after 10 s).
+func (o *NATSOutsider) Stop() { o.p.terminate(10 * time.Second) }
