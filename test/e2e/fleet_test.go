@@ -225,6 +225,19 @@ func TestFleetTwoClusters(t *testing.T) {
 		}
 	}
 	t.Logf("4 evictions in 2 clusters in the hub's fleet OPS %v after the evictions", time.Since(start).Round(time.Millisecond))
+	// Sizing figures (docs/fleet.md): bytes per stored message of an edge's
+	// KUBE and of the fleet OPS.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, x := range []struct {
+		where, stream string
+		js            jetstream.JetStream
+	}{{"edge a", "KUBE", f.edges["a"].auditJS}, {"edge a", "OPS", f.edges["a"].auditJS}, {"hub", "OPS", f.auditJS}} {
+		if st, err := x.js.Stream(ctx, x.stream); err == nil && st.CachedInfo().State.Msgs > 0 {
+			s := st.CachedInfo().State
+			t.Logf("%s %s: %d messages, %d bytes, %d bytes each", x.where, x.stream, s.Msgs, s.Bytes, s.Bytes/s.Msgs)
+		}
+	}
 	// One card per cluster naming it; each pod on a card once.
 	harness.Eventually(t, 60*time.Second, "cards of both clusters", func() bool {
 		seen := cardsNaming(f.cardTexts(), append(append([]string(nil), pods["a"]...), pods["b"]...))
