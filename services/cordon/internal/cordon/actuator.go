@@ -2,6 +2,7 @@ package cordon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
@@ -177,7 +178,18 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 		}
 	}
 	if a.cfg.DryRun {
-		a.ledger.Record(node.Name, string(node.UID), live.Action == ActionCordon)
+		if live.Action == ActionCordon {
+			// The simulated node carries the mark the cordon would have
+			// written: its departure baseline decides a paced drain later.
+			_, m, err := cordonPatch(a.cfg.Policy, node, live, a.cfg.Now(), a.cfg.Identity)
+			ann, jerr := json.Marshal(m)
+			if err != nil || jerr != nil {
+				ann = nil
+			}
+			a.ledger.Simulate(node.Name, string(node.UID), string(ann))
+		} else {
+			a.ledger.Record(node.Name, string(node.UID), false)
+		}
 		a.simSeq[node.Name]++
 		id := fmt.Sprintf("cordon/%s/%s/%s/%s/%d", node.UID, VerbDryRun, live.Action, node.ResourceVersion, a.simSeq[node.Name])
 		a.publish(VerbDryRun, id, a.payload(VerbDryRun, node.Name, string(node.UID), node.ResourceVersion, live))

@@ -3,6 +3,7 @@ package cordon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -174,3 +175,46 @@ func TestActuatorHandsPacedDrainOver(t *testing.T) {
 }
 
 func cordonLabelled(n *corev1.Node) bool { _, ok := n.Labels[events.LabelAutoCordon]; return ok }
+
+// TestActuatorDryRunSeesPacedDrain: a dry run decides a paced drain as a
+// real run would: its simulated cordon carries the mark (with the departure
+// baseline) the real cordon would write, so at minPods it says "handover"
+// for a paced drain and "uncordon" for a scale-down.
+func TestActuatorDryRunSeesPacedDrain(t *testing.T) {
+	pol := withPolicy("cordon", func(p *Policy) { p.DrainEvictedPercent = 50 })
+	for _, tc := range []struct {
+		name    string
+		evicted int
+		want    Action
+	}{
+		{"paced drain", 10, ActionHandOver},
+		{"scale-down", 0, ActionUncordon},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := apiNode("a")
+			h := newHarness(t, pol, true, Fleet{Managed: 10}, append([]runtime.Object{n}, pods("a", 100)...)...)
+			apply := func(s *events.NodeState) {
+				t.Helper()
+				s, marked := h.ledger.View(pol, s)
+				if _, err := h.act.Apply(context.Background(), s, marked, Evaluate(pol, s, marked)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			state := mirrorOf(n, 100)
+			state.Departed, state.DepartedEvicted = 40, 5 // totals from before the cordon
+			apply(state)
+			for i := 90; i < 100; i++ { // ten pods leave
+				if err := h.client.CoreV1().Pods("default").Delete(context.Background(), fmt.Sprintf("a-p%d", i), metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			state = mirrorOf(n, 90)
+			state.Departed, state.DepartedEvicted = 50, 5+tc.evicted
+			apply(state)
+			msgs := h.pub.decisions(t)
+			if len(msgs) != 2 || msgs[0].D.Action != string(ActionCordon) || msgs[1].D.Action != string(tc.want) || !msgs[1].D.DryRun {
+				t.Fatalf("dry run published %+v, want a cordon then a %s", msgs, tc.want)
+			}
+		})
+	}
+}

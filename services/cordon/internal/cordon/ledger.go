@@ -30,6 +30,10 @@ type pendingMark struct {
 	// rv is the node's resourceVersion the entry is true at ("" unknown): a
 	// mirror state at least that new supersedes the entry, whatever it shows.
 	rv string
+	// annotation is, in dry-run, the mark annotation the simulated cordon
+	// would have written (its departure baseline included), so the simulated
+	// node carries it as the real one would.
+	annotation string
 }
 
 // NewLedger builds a ledger; simulate is true in dry-run.
@@ -46,6 +50,14 @@ func (l *Ledger) RecordAt(name, uid, rv string, marked bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.pending[name] = pendingMark{uid: uid, marked: marked, rv: rv}
+}
+
+// Simulate notes, in dry-run, a simulated cordon and the mark annotation it
+// would have written.
+func (l *Ledger) Simulate(name, uid, annotation string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending[name] = pendingMark{uid: uid, marked: true, annotation: annotation}
 }
 
 // Learn replaces what the ledger believes with what the API just said
@@ -122,6 +134,13 @@ func (l *Ledger) View(p Policy, n *events.NodeState) (*events.NodeState, bool) {
 	})
 	if marked {
 		v.Labels[events.LabelAutoCordon] = MarkLabelValue
+		if ann := l.simulatedAnnotation(n.Name); ann != "" {
+			v.Annotations = maps.Clone(n.Annotations)
+			if v.Annotations == nil {
+				v.Annotations = map[string]string{}
+			}
+			v.Annotations[events.AnnotationAutoCordon] = ann
+		}
 		if p.Mode == EffectTaint {
 			v.Taints = append(v.Taints, events.Taint{Key: p.TaintKey, Value: MarkLabelValue, Effect: "NoSchedule"})
 		} else {
@@ -132,6 +151,15 @@ func (l *Ledger) View(p Policy, n *events.NodeState) (*events.NodeState, bool) {
 		v.Unschedulable = false
 	}
 	return &v, marked
+}
+
+func (l *Ledger) simulatedAnnotation(name string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.simulate {
+		return ""
+	}
+	return l.pending[name].annotation
 }
 
 // rvNewer reports whether resourceVersion a is newer than b (false when
