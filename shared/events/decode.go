@@ -75,6 +75,31 @@ func (in *Interner) intern(b []byte) string {
 	return s
 }
 
+// String returns s, or an earlier string equal to it (the watcher's
+// compact transform interns what it keeps of a decoded pod this way).
+func (in *Interner) String(s string) string {
+	if in == nil || s == "" {
+		return s
+	}
+	slot := &in.cache[fnv32(s)&(internSlots-1)]
+	if *slot == s {
+		return *slot
+	}
+	t, ok := in.m[s]
+	if !ok {
+		if in.m == nil || len(in.m) >= maxInterned {
+			in.m = make(map[string]string, 1024)
+		}
+		t = s
+		in.m[t] = t
+	}
+	*slot = t
+	return t
+}
+
+// Owner returns a shared *Owner equal to o (the states are read-only).
+func (in *Interner) Owner(o Owner) *Owner { return in.owner(o) }
+
 // owner returns a shared *Owner equal to o (the states are read-only).
 func (in *Interner) owner(o Owner) *Owner {
 	if in == nil {

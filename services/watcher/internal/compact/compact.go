@@ -6,6 +6,7 @@ package compact
 
 import (
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,13 +34,38 @@ const PodLabelPrefix = "opswire.io/"
 
 // PodTransform returns an informer transform that compacts pods. It accepts
 // already compacted objects, as client-go may transform an object twice.
+// The strings pods repeat (namespace, node, phase, reasons, owner, container
+// names) are interned: at 150,000 pods one copy of each instead of one per
+// pod and decode.
 func PodTransform(messageLimit int) func(any) (any, error) {
+	var mu sync.Mutex
+	in := &events.Interner{}
 	return func(obj any) (any, error) {
 		p, ok := obj.(*corev1.Pod)
 		if !ok {
 			return obj, nil
 		}
-		return &Pod{State: PodState(p, messageLimit)}, nil
+		s := PodState(p, messageLimit)
+		mu.Lock()
+		intern(&s, in)
+		mu.Unlock()
+		return &Pod{State: s}, nil
+	}
+}
+
+// intern replaces the strings of s that repeat across pods by shared copies.
+func intern(s *events.PodState, in *events.Interner) {
+	s.Namespace, s.NodeName, s.Phase = in.String(s.Namespace), in.String(s.NodeName), in.String(s.Phase)
+	s.Reason, s.DisruptionReason = in.String(s.Reason), in.String(s.DisruptionReason)
+	if s.Owner != nil {
+		s.Owner = in.Owner(events.Owner{Kind: in.String(s.Owner.Kind), Name: in.String(s.Owner.Name)})
+	}
+	for i := range s.Containers {
+		c := &s.Containers[i]
+		c.Name, c.Kind, c.LastReason = in.String(c.Name), in.String(c.Kind), in.String(c.LastReason)
+	}
+	for k, v := range s.Labels {
+		s.Labels[in.String(k)] = in.String(v)
 	}
 }
 

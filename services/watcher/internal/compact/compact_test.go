@@ -4,11 +4,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/opswire/opswire/shared/events"
@@ -215,5 +217,34 @@ func TestCompactObjectsAreCacheable(t *testing.T) {
 	p := pobj.(*Pod)
 	if pc := p.DeepCopyObject().(*Pod); pc.State.NodeName != "n1" || pc.GetUID() != "pu" || pc == p {
 		t.Fatalf("pod copy %+v", pc.State)
+	}
+}
+
+// TestPodTransformInterns: two pods of one namespace, node and workload share
+// one copy of those strings (and of the owner), and keep their own values.
+func TestPodTransformInterns(t *testing.T) {
+	transform := PodTransform(256)
+	pod := func(name string) *Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: strings.Clone("shop"), Name: name, UID: types.UID("u-" + name),
+				Labels:          map[string]string{"pod-template-hash": "7d9f"},
+				OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: strings.Clone("web-7d9f"), Controller: ptr(true)}}},
+			Spec:   corev1.PodSpec{NodeName: strings.Clone("node-1")},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: strings.Clone("app")}}},
+		}
+		out, err := transform(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.(*Pod)
+	}
+	a, b := pod("web-7d9f-a"), pod("web-7d9f-b")
+	if a.State.Namespace != "shop" || a.State.NodeName != "node-1" || a.State.Owner.Name != "web" || a.State.Name != "web-7d9f-a" || b.State.Name != "web-7d9f-b" {
+		t.Fatalf("values changed: %+v / %+v", a.State, b.State)
+	}
+	same := func(x, y string) bool { return unsafe.StringData(x) == unsafe.StringData(y) }
+	if !same(a.State.Namespace, b.State.Namespace) || !same(a.State.NodeName, b.State.NodeName) ||
+		!same(a.State.Containers[0].Name, b.State.Containers[0].Name) || a.State.Owner != b.State.Owner {
+		t.Fatal("namespace, node, container name and owner are not shared")
 	}
 }

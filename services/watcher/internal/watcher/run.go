@@ -9,7 +9,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/opswire/opswire/services/watcher/internal/compact"
@@ -27,7 +31,11 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	}
 	wc := rt.Config.Watcher
 	factory := informers.NewSharedInformerFactoryWithOptions(client, rt.Config.Controller.InformersResyncPeriod.Duration)
-	pods := factory.Core().V1().Pods().Informer()
+	// The factory's pod informer would add a namespace index, which the
+	// watcher never reads: at 150,000 pods that is megabytes of key sets.
+	pods := factory.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewPodInformer(c, metav1.NamespaceAll, resync, cache.Indexers{})
+	})
 	nodes := factory.Core().V1().Nodes().Informer()
 	if err := pods.SetTransform(compact.PodTransform(wc.MessageLimit)); err != nil {
 		return err
