@@ -427,12 +427,12 @@ func names(objs []*unstructured.Unstructured, kind string) []string {
 }
 
 // generatedSuffix is the hash suffix of a generated ConfigMap's name.
-var generatedSuffix = regexp.MustCompile(`^((?:opswire|nats)-config)-[a-z0-9]+$`)
+var generatedSuffix = regexp.MustCompile(`^((?:opswire|nats)-config|opswire-fleet)-[a-z0-9]+$`)
 
 // comparable is an object without what legitimately differs between the
 // chart and kustomize: metadata other than name and namespace (Helm's
-// labels) and, with specOnly, everything but the spec (ConfigMap names lose
-// their hash suffix).
+// labels) and, with specOnly, everything but the spec (ConfigMap names, in
+// volumes and configMapKeyRefs, lose their hash suffix).
 func comparableObj(o *unstructured.Unstructured, specOnly bool) map[string]any {
 	c := o.DeepCopy().Object
 	if specOnly {
@@ -445,7 +445,7 @@ func comparableObj(o *unstructured.Unstructured, specOnly bool) map[string]any {
 		switch x := v.(type) {
 		case map[string]any:
 			for k, e := range x {
-				if cm, ok := e.(map[string]any); ok && k == "configMap" {
+				if cm, ok := e.(map[string]any); ok && (k == "configMap" || k == "configMapKeyRef") {
 					if n, ok := cm["name"].(string); ok {
 						cm["name"] = generatedSuffix.ReplaceAllString(n, "$1")
 					}

@@ -230,3 +230,140 @@ func loadNATSConf(t *testing.T, objs []*unstructured.Unstructured, vars map[stri
 	}
 	return o
 }
+
+// TestHelmFleetEqualsKustomize: the chart with values-fleet-hub.yaml and
+// values-fleet-edge.yaml installs what the fleet-hub and fleet-edge overlays
+// install, as TestHelmEqualsKustomize holds the other modes: the same
+// objects, RBAC object for object, workloads, Services, PDBs and
+// NetworkPolicies spec for spec, config.yml loading to the same config, the
+// hub's auth.conf byte for byte (its leaf users rendered from fleet.clusters),
+// and nats.conf giving nats-server the same users, permissions, domain, leaf
+// listener or remote and feature flags. A third cluster in fleet.clusters
+// becomes a leaf user, a password variable and a source.
+func TestHelmFleetEqualsKustomize(t *testing.T) {
+	cases := []struct {
+		name, values, overlay string
+	}{{"hub", "values-fleet-hub.yaml", "fleet-hub"}, {"edge", "values-fleet-edge.yaml", "fleet-edge"}}
+	rbacKinds := map[string]bool{"ServiceAccount": true, "Role": true, "ClusterRole": true, "RoleBinding": true, "ClusterRoleBinding": true}
+	specKinds := map[string]bool{"Deployment": true, "StatefulSet": true, "Service": true, "PodDisruptionBudget": true, "NetworkPolicy": true}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := runHelm(t, "lint", "--strict", chartPath(t), "--set", helmFeishu, "-f", filepath.Join(chartPath(t), c.values))
+			if err != nil || !strings.Contains(out, "0 chart(s) failed") {
+				t.Fatalf("helm lint: %v\n%s", err, out)
+			}
+			chart := helmTemplate(t, helmFeishu, "-f="+filepath.Join(chartPath(t), c.values))
+			kust := kustomizeBuild(t, deployPath(t, "overlays", c.overlay))
+			for kind := range rbacKinds {
+				if h, k := names(chart, kind), names(kust, kind); !reflect.DeepEqual(h, k) {
+					t.Errorf("%s: chart has %v, kustomize %v", kind, h, k)
+				}
+			}
+			for kind := range specKinds {
+				if h, k := names(chart, kind), names(kust, kind); !reflect.DeepEqual(h, k) {
+					t.Errorf("%s: chart has %v, kustomize %v", kind, h, k)
+				}
+			}
+			for _, k := range kust {
+				h := findObj(chart, k.GetKind(), k.GetName())
+				if h == nil || !(rbacKinds[k.GetKind()] || specKinds[k.GetKind()]) {
+					continue
+				}
+				if hn, kn := comparableObj(h, specKinds[k.GetKind()]), comparableObj(k, specKinds[k.GetKind()]); !reflect.DeepEqual(hn, kn) {
+					t.Errorf("%s %s differs at %s", k.GetKind(), k.GetName(), firstDiff("", hn, kn))
+				}
+			}
+			hcfg, err1 := config.Parse([]byte(renderedConfig(t, chart)))
+			kcfg, err2 := config.Parse([]byte(renderedConfig(t, kust)))
+			if err1 != nil || err2 != nil || !reflect.DeepEqual(hcfg, kcfg) {
+				t.Errorf("config.yml: chart and kustomize load differently (%v, %v)", err1, err2)
+			}
+			auth := func(objs []*unstructured.Unstructured) string {
+				s, _, _ := unstructured.NestedString(findByPrefix(objs, "ConfigMap", "nats-config-").Object, "data", "auth.conf")
+				return s
+			}
+			if h, k := auth(chart), auth(kust); h != k {
+				t.Errorf("the chart's auth.conf differs from the overlay's (%d vs %d bytes)", len(h), len(k))
+			}
+			if c.name == "edge" {
+				data := func(objs []*unstructured.Unstructured) map[string]string {
+					d, _, _ := unstructured.NestedStringMap(findByPrefix(objs, "ConfigMap", "opswire-fleet-").Object, "data")
+					return d
+				}
+				if h, k := data(chart), data(kust); !reflect.DeepEqual(h, k) {
+					t.Errorf("ConfigMap opswire-fleet: chart %v, kustomize %v", h, k)
+				}
+			}
+			vars := map[string]string{"OPSWIRE_CLUSTER": "a", "NATS_SERVER_NAME": "a-nats-0", "NATS_ROUTE_PASSWORD": "x",
+				"NATS_LEAF_URL": "tls://leaf-a:x@nats-hub.example.com:7422"}
+			ho, ko := loadNATSConf(t, chart, vars), loadNATSConf(t, kust, vars)
+			compareNATSOptions(t, ho, ko)
+			type fleetView struct {
+				Domain, ServerName string
+				LeafPort           int
+				LeafTLS, NoAdv     bool
+				Remotes            string
+				Flags              map[string]bool
+				ClusterName        string
+			}
+			fv := func(o *natsserver.Options) fleetView {
+				var remotes []string
+				for _, r := range o.LeafNode.Remotes {
+					remotes = append(remotes, jsonOf(r.URLs)+" "+r.LocalAccount+" tls="+jsonOf(r.TLSConfig != nil))
+				}
+				return fleetView{o.JetStreamDomain, o.ServerName, o.LeafNode.Port, o.LeafNode.TLSConfig != nil, o.LeafNode.NoAdvertise,
+					strings.Join(remotes, ","), o.FeatureFlags, o.Cluster.Name}
+			}
+			if h, k := fv(ho), fv(ko); !reflect.DeepEqual(h, k) {
+				t.Errorf("nats.conf fleet settings:\n chart     %+v\n kustomize %+v", h, k)
+			}
+		})
+	}
+
+	// The chart's copies are the overlay's files.
+	for chartFile, deployFile := range map[string]string{"fleet-hub-auth.conf": "overlays/fleet-hub/auth.conf", "fleet-hub-config.yml": "overlays/fleet-hub/config.yml"} {
+		if mustRead(t, filepath.Join(chartPath(t), "files", chartFile)) != mustRead(t, deployPath(t, deployFile)) {
+			t.Errorf("deploy/helm/opswire/files/%s differs from deploy/%s", chartFile, deployFile)
+		}
+	}
+	// A third cluster: its leaf user, its password variable, its source.
+	chart := helmTemplate(t, helmFeishu, "-f="+filepath.Join(chartPath(t), "values-fleet-hub.yaml"), "fleet.clusters={a,b,prod-eu}")
+	cfg, err := config.Parse([]byte(renderedConfig(t, chart)))
+	if err != nil || !reflect.DeepEqual(cfg.NATS.OpsSources, []string{"a", "b", "prod-eu"}) {
+		t.Errorf("hub with 3 clusters: config %v, opsSources %v", err, cfg.NATS.OpsSources)
+	}
+	if ref := envFrom(t, podOf(t, chart, "StatefulSet", "nats"), "NATS_LEAF_PROD_EU_PASSWORD"); ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Key != "leaf-prod-eu-password" {
+		t.Errorf("hub with 3 clusters: NATS_LEAF_PROD_EU_PASSWORD from %+v", ref)
+	}
+	t.Setenv("NATS_LEAF_PROD_EU_PASSWORD", "pleaf-prod-eu")
+	o := loadNATSConf(t, chart, map[string]string{})
+	found := false
+	for _, u := range o.Users {
+		if u.Username == "leaf-prod-eu" {
+			found = reflect.DeepEqual(u.Permissions.Publish.Allow, []string{"ops.prod-eu.>", "fleet.prod-eu.>", "$JSC.R.prod-eu.>"})
+		}
+	}
+	if !found {
+		t.Error("hub with 3 clusters: no leaf-prod-eu user limited to its own subjects")
+	}
+	// Values the chart refuses.
+	for _, bad := range [][]string{
+		{"fleet.role=spoke"},
+		{"fleet.role=hub", "nats.mode=cluster", "nats.tls.enabled=true"},                         // no clusters
+		{"fleet.role=edge", "nats.mode=cluster", "nats.tls.enabled=true", "fleet.cluster=a"},     // no hub
+		{"fleet.role=edge", "fleet.cluster=a", "fleet.hub=h:7422"},                               // not cluster + TLS
+		{"-f=" + filepath.Join(chartPath(t), "values-fleet-hub.yaml"), "fleet.clusters={a,b.c}"}, // not a token
+	} {
+		args := []string{"template", "opswire", chartPath(t), "--namespace", "opswire", "--set", helmFeishu}
+		for _, v := range bad {
+			if f, ok := strings.CutPrefix(v, "-f="); ok {
+				args = append(args, "-f", f)
+			} else {
+				args = append(args, "--set", v)
+			}
+		}
+		if out, err := runHelm(t, args...); err == nil {
+			t.Errorf("helm template %v rendered:\n%.300s", bad, out)
+		}
+	}
+}
