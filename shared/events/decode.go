@@ -227,7 +227,7 @@ type decoder struct {
 }
 
 func (d *decoder) ws() {
-	for d.i < len(d.b) {
+	for d.i < len(d.b) && d.b[d.i] <= ' ' {
 		switch d.b[d.i] {
 		case ' ', '\t', '\n', '\r':
 			d.i++
@@ -260,6 +260,15 @@ func (d *decoder) eat(c byte) bool {
 	return true
 }
 
+// special marks the bytes a string scan must stop at: the closing quote,
+// escapes, control bytes and the start of a multi-byte UTF-8 sequence.
+var special = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf
+	}
+	return t
+}()
+
 // rawString returns the bytes of a string without escapes, control bytes or
 // invalid UTF-8 (which encoding/json would rewrite), quotes excluded.
 func (d *decoder) rawString() ([]byte, bool) {
@@ -268,22 +277,24 @@ func (d *decoder) rawString() ([]byte, bool) {
 	}
 	start := d.i
 	ascii := true
-	for d.i < len(d.b) {
-		c := d.b[d.i]
-		switch {
+	b := d.b
+	for i := d.i; i < len(b); i++ {
+		if !special[b[i]] {
+			continue
+		}
+		switch c := b[i]; {
 		case c == '"':
-			s := d.b[start:d.i]
-			d.i++
+			s := b[start:i]
+			d.i = i + 1
 			if !ascii && !utf8.Valid(s) {
 				return nil, false
 			}
 			return s, true
-		case c == '\\' || c < 0x20:
-			return nil, false
 		case c >= utf8.RuneSelf:
 			ascii = false
+		default: // an escape or a control byte
+			return nil, false
 		}
-		d.i++
 	}
 	return nil, false
 }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,56 +37,6 @@ type Handlers struct {
 	OnSynced func()
 }
 
-// podMap holds pods by namespace, then name: two string lookups and no key
-// to build. The keys are the states' own strings when they equal the
-// subject's (they do, as the watcher writes them), so the map keeps no part
-// of a message's subject alive and holds no copy.
-type podMap struct {
-	byNS map[string]map[string]*events.PodState
-	n    int
-}
-
-func (pm *podMap) get(ns, name string) (*events.PodState, bool) {
-	p, ok := pm.byNS[ns][name]
-	return p, ok
-}
-
-// put stores p under ref's namespace and name and returns what it replaced.
-func (pm *podMap) put(ref subject.Ref, p *events.PodState) *events.PodState {
-	names, ok := pm.byNS[ref.Namespace]
-	if !ok {
-		ns := p.Namespace
-		if ns != ref.Namespace {
-			ns = strings.Clone(ref.Namespace)
-		}
-		names = map[string]*events.PodState{}
-		pm.byNS[ns] = names
-	}
-	old, ok := names[ref.Name]
-	if !ok {
-		pm.n++
-	}
-	name := p.Name
-	if name != ref.Name {
-		name = strings.Clone(ref.Name)
-	}
-	names[name] = p // an existing key is replaced too: the old state's strings go
-	return old
-}
-
-func (pm *podMap) del(ns, name string) (*events.PodState, bool) {
-	names := pm.byNS[ns]
-	old, ok := names[name]
-	if ok {
-		delete(names, name)
-		pm.n--
-		if len(names) == 0 {
-			delete(pm.byNS, ns)
-		}
-	}
-	return old, ok
-}
-
 // Mirror holds the current pods and nodes of one cluster.
 type Mirror struct {
 	js      jetstream.JetStream
@@ -95,7 +46,9 @@ type Mirror struct {
 	h       Handlers
 
 	mu    sync.RWMutex
-	pods  podMap
+	// pods are keyed by their KUBE subject: the string each message
+	// arrives with, so storing a pod builds no key.
+	pods  map[string]*events.PodState
 	nodes map[string]*events.NodeState
 
 	synced   atomic.Bool
@@ -121,7 +74,7 @@ func New(js jetstream.JetStream, cluster string, log zerolog.Logger, reg prometh
 	}
 	m := &Mirror{
 		js: js, cluster: cluster, kinds: kinds, log: log, h: h,
-		pods: podMap{byNS: map[string]map[string]*events.PodState{}}, nodes: map[string]*events.NodeState{},
+		pods: map[string]*events.PodState{}, nodes: map[string]*events.NodeState{},
 		syncedCh: make(chan struct{}),
 		malformed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "opswire_kube_messages_malformed_total",
@@ -210,6 +163,7 @@ func (m *Mirror) consume(ctx context.Context, filters []string) error {
 	if info.NumPending == 0 {
 		m.markSynced()
 	}
+	m.presize(info.NumPending)
 	it, err := cons.Messages(jetstream.PullMaxMessages(2000))
 	if err != nil {
 		return fmt.Errorf("consume KUBE: %w", err)
@@ -290,11 +244,25 @@ func decode(msg jetstream.Msg, in *events.Interner) decoded {
 	return d
 }
 
+// presize gives an empty mirror's map room for the initial load (one entry
+// per pending message at most), instead of growing it step by step.
+func (m *Mirror) presize(pending uint64) {
+	n := int(min(pending, 1<<21))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case len(m.pods) == 0 && slices.Contains(m.kinds, subject.KindPod):
+		m.pods = make(map[string]*events.PodState, n)
+	case len(m.nodes) == 0 && slices.Contains(m.kinds, subject.KindNode):
+		m.nodes = make(map[string]*events.NodeState, n)
+	}
+}
+
 func (m *Mirror) markSynced() {
 	if m.synced.CompareAndSwap(false, true) {
 		m.syncedGauge.Set(1)
 		m.mu.RLock()
-		m.log.Info().Int("pods", m.pods.n).Int("nodes", len(m.nodes)).Msg("cluster state loaded from KUBE")
+		m.log.Info().Int("pods", len(m.pods)).Int("nodes", len(m.nodes)).Msg("cluster state loaded from KUBE")
 		m.mu.RUnlock()
 		close(m.syncedCh)
 		if m.h.OnSynced != nil {
@@ -309,10 +277,11 @@ func (m *Mirror) apply(msg jetstream.Msg, d decoded) {
 	case d.err != nil:
 		m.bad(msg, d.err)
 	case d.gone:
-		m.remove(d.ref)
+		m.remove(msg.Subject(), d.ref)
 	case d.pod != nil:
 		m.mu.Lock()
-		old := m.pods.put(d.ref, d.pod)
+		old := m.pods[msg.Subject()]
+		m.pods[msg.Subject()] = d.pod
 		m.mu.Unlock()
 		if m.h.OnPod != nil {
 			m.h.OnPod(old, d.pod)
@@ -332,11 +301,12 @@ func (m *Mirror) apply(msg jetstream.Msg, d decoded) {
 	}
 }
 
-func (m *Mirror) remove(ref subject.Ref) {
+func (m *Mirror) remove(subj string, ref subject.Ref) {
 	switch ref.Kind {
 	case subject.KindPod:
 		m.mu.Lock()
-		old, ok := m.pods.del(ref.Namespace, ref.Name)
+		old, ok := m.pods[subj]
+		delete(m.pods, subj)
 		m.mu.Unlock()
 		if ok && m.h.OnPod != nil {
 			m.h.OnPod(old, nil)
@@ -408,7 +378,7 @@ func (m *Mirror) CatchUp(ctx context.Context) error {
 func (m *Mirror) Pod(namespace, name string) (*events.PodState, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	p, ok := m.pods.get(namespace, name)
+	p, ok := m.pods[subject.Pod(m.cluster, namespace, name)]
 	return p, ok
 }
 
@@ -424,11 +394,9 @@ func (m *Mirror) Node(name string) (*events.NodeState, bool) {
 func (m *Mirror) Pods() []*events.PodState {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	out := make([]*events.PodState, 0, m.pods.n)
-	for _, names := range m.pods.byNS {
-		for _, p := range names {
-			out = append(out, p)
-		}
+	out := make([]*events.PodState, 0, len(m.pods))
+	for _, p := range m.pods {
+		out = append(out, p)
 	}
 	return out
 }
@@ -448,5 +416,5 @@ func (m *Mirror) Nodes() []*events.NodeState {
 func (m *Mirror) Len() (pods, nodes int) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return m.pods.n, len(m.nodes)
+	return len(m.pods), len(m.nodes)
 }

@@ -1,0 +1,59 @@
+package kubestate
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// BenchmarkDecodeApply is the mirror's own work per KUBE message (envelope,
+// subject, payload, map), without the server and the consumer: what it adds
+// to the floor of figure 3. The pods are figure 3's.
+func BenchmarkDecodeApply(b *testing.B) {
+	const n = 50_000
+	now := time.Now().UTC()
+	finished := now.Add(-time.Hour)
+	msgs := make([]fuzzMsg, n)
+	for i := range msgs {
+		ns, name := fmt.Sprintf("ns-%03d", i%200), fmt.Sprintf("web-7d9f8c6b5-%06d", i)
+		s := events.PodState{Op: events.OpUpsert, UID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i), Namespace: ns, Name: name,
+			ResourceVersion: fmt.Sprint(200000 + i), NodeName: fmt.Sprintf("node-%04d", i%5000), Phase: "Running",
+			CreationTimestamp: now.Add(-24 * time.Hour), Owner: &events.Owner{Kind: "Deployment", Name: fmt.Sprintf("web-%03d", i%500)},
+			Containers: []events.Container{{Name: "app", Restarts: int32(i % 7), LastReason: "OOMKilled", LastExitCode: 137, LastFinished: &finished}, {Name: "proxy"}}}
+		ev, err := envelope.New("pod/"+s.UID+"/"+s.ResourceVersion, envelope.Source("bench", "watcher"), events.TypePod, ns+"/"+name, s, now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := ev.Msg(subject.Pod("bench", ns, name))
+		msgs[i] = fuzzMsg{subj: m.Subject, h: m.Header, data: m.Data}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := processCPU()
+	for b.Loop() {
+		m := New(nil, "bench", zerolog.Nop(), nil, Handlers{})
+		m.presize(n)
+		in := &events.Interner{}
+		for i := range msgs {
+			m.apply(msgs[i], decode(msgs[i], in))
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
+	// CPU time (GC included) says more than wall time on a shared machine.
+	b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/float64(b.N*n), "cpu-ns/msg")
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
