@@ -45,7 +45,7 @@ type Mirror struct {
 	log     zerolog.Logger
 	h       Handlers
 
-	mu    sync.RWMutex
+	mu sync.RWMutex
 	// pods are keyed by their KUBE subject: the string each message
 	// arrives with, so storing a pod builds no key.
 	pods  map[string]*events.PodState
