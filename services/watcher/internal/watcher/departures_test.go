@@ -205,7 +205,7 @@ func TestNodeRecountWaitsForDepartures(t *testing.T) {
 	w.mu.Lock()
 	deferred := w.deferred["n1"]
 	w.mu.Unlock()
-	if n := f.node("n1"); n.Pods != 2 || deferred != 1 {
+	if n := f.node("n1"); n.Pods != 2 || deferred != 1 || testutil.ToFloat64(w.m.deferred) != 1 {
 		t.Fatalf("the recount published %+v before p1's departure was counted", n)
 	}
 	sync("p/ns/p1") // counts the departure, queues the node

@@ -8,6 +8,7 @@ type metrics struct {
 	unchanged *prometheus.CounterVec
 	errors    *prometheus.CounterVec
 	oversized *prometheus.CounterVec
+	deferred  prometheus.Counter
 	latency   prometheus.Histogram
 	depth     prometheus.GaugeFunc
 }
@@ -29,6 +30,10 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) *metrics {
 		oversized: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opswire_watcher_oversized_total", Help: "States not published because they exceed the NATS max payload (not retried until the object changes).",
 		}, []string{"kind"}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_watcher_node_recounts_deferred_total",
+			Help: "Node recounts deferred because pods left the node's index whose syncs had not counted their departures yet.",
+		}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "opswire_watcher_publish_latency_seconds", Help: "Time from publish to JetStream acknowledgement.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
@@ -45,7 +50,7 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) *metrics {
 		m.oversized.WithLabelValues(k)
 	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.published, m.unchanged, m.errors, m.oversized, m.latency, m.depth)
+		reg.MustRegister(m.received, m.published, m.unchanged, m.errors, m.oversized, m.deferred, m.latency, m.depth)
 	}
 	return m
 }

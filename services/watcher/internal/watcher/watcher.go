@@ -537,6 +537,7 @@ func (w *Watcher) syncNode(key string) error {
 	if wait {
 		// Pods left the index whose syncs have not counted their
 		// departures yet; each of those syncs queues this node again.
+		w.m.deferred.Inc()
 		w.queue().Done(key)
 		w.queue().AddAfter(key, nodeDeferral)
 		return nil
