@@ -387,7 +387,9 @@ func freePort(t *testing.T) int {
 // every decision once, with a dedup window of 2 s on the hub so that a
 // message sourced twice would be stored twice. Counted at the source too:
 // one DELETE per pod at a's API, each pod on exactly one card, and the
-// notifier's delivered events equal to the decisions.
+// notifier's delivered events equal to the decisions. With
+// OPSWIRE_FLEET_HUB_STOP the hub itself then stops while both clusters act,
+// with the same checks after its restart.
 func TestFleetLinkCut(t *testing.T) {
 	cut := 30 * time.Second
 	if v := os.Getenv("OPSWIRE_FLEET_CUT"); v != "" {
@@ -493,4 +495,87 @@ func TestFleetLinkCut(t *testing.T) {
 	t.Logf("link of a cut %v: a deleted its %d pods in %v on its own; after the link returned the fleet OPS held each once %v later and every card arrived once %v later (%d cards, %v events delivered, one DELETE per pod)",
 		cut, len(dark), actedIn.Round(time.Millisecond), caughtUp.Round(time.Millisecond), cardsIn.Round(time.Millisecond),
 		len(f.cardTexts()), f.notifierEvents())
+
+	// Then, with OPSWIRE_FLEET_HUB_STOP (e.g. 10s), the hub itself stops for
+	// that long while both clusters act: on its restart it recovers each
+	// source's position from its stored messages and resumes there (the 2 s
+	// dedup window would show a repeat). Opt-in: it adds about a minute,
+	// mostly nats-server's source retry backoff after the restart.
+	hubStop := os.Getenv("OPSWIRE_FLEET_HUB_STOP")
+	if hubStop == "" {
+		return
+	}
+	outage, err := time.ParseDuration(hubStop)
+	if err != nil {
+		t.Fatalf("OPSWIRE_FLEET_HUB_STOP: %v", err)
+	}
+	f.hub.Stop(t)
+	stopped := time.Now()
+	down := map[string][]string{"a": a.evictPods(t, "hubdown-a", 2), "b": b.evictPods(t, "hubdown-b", 2)}
+	for c, pods := range down {
+		harness.Eventually(t, 30*time.Second, c+" acting with the hub down", func() bool {
+			for _, p := range pods {
+				if podExists(t, f.edges[c].cp, "shop", p) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	time.Sleep(time.Until(stopped.Add(outage))) // the outage itself
+	f.hub.Start(t)
+	restarted := time.Now()
+	harness.Eventually(t, 120*time.Second, "the restarted hub's fleet OPS caught up on both clusters", func() bool {
+		for c, pods := range down {
+			for _, p := range pods {
+				if fleetHas(c, p) != 1 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	hubCaughtUp := time.Since(restarted)
+	all = append(append(all, down["a"]...), down["b"]...)
+	harness.Eventually(t, 60*time.Second, "a card for every pod evicted while the hub was down", func() bool {
+		for _, n := range cardsNaming(f.cardTexts(), all) {
+			if n == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	hubCards := time.Since(restarted)
+	harness.Never(t, 3*time.Second, "a second card for a pod after the hub's restart", func() bool {
+		for _, n := range cardsNaming(f.cardTexts(), all) {
+			if n > 1 {
+				return true
+			}
+		}
+		return false
+	})
+	fleetOps = streamSubjects(t, f.auditJS, "OPS", "ops.*.cleanup.deleted.>")
+	if len(fleetOps) != len(all) {
+		t.Errorf("fleet OPS holds %d deletions, want %d: %s", len(fleetOps), len(all), fmtCounts(fleetOps))
+	}
+	for subj, n := range fleetOps {
+		if n != 1 {
+			t.Errorf("fleet OPS holds %s %d times, want 1", subj, n)
+		}
+	}
+	for c, pods := range down {
+		for _, p := range pods {
+			if n := deletesOf(f.edges[c].api, "shop", p); n != 1 {
+				t.Errorf("%s/%s: %d DELETE requests, want 1", c, p, n)
+			}
+		}
+	}
+	if got := f.notifierEvents(); got != float64(len(all)) {
+		t.Errorf("the notifier delivered %v events after the hub's restart, want %d", got, len(all))
+	}
+	if f.notifier.Exited() {
+		t.Fatal("the hub's notifier exited while the hub was down")
+	}
+	t.Logf("hub stopped %v while both clusters acted: after its restart the fleet OPS held all %d decisions once %v later, every card once %v later (%v events delivered in all)",
+		restarted.Sub(stopped).Round(time.Millisecond), len(all), hubCaughtUp.Round(time.Millisecond), hubCards.Round(time.Millisecond), f.notifierEvents())
 }
