@@ -170,20 +170,28 @@ func (m *Mirror) consume(ctx context.Context, filters []string) error {
 	}
 	go func() { <-ctx.Done(); it.Stop() }()
 
-	// One goroutine reads, decodes and applies, so handlers see every
-	// object's states in stream order. The decoders made for the compact
-	// states (events.DecodePod) cost less than handing each message to
-	// another goroutine would: on the 2 cores an actor usually gets, the
-	// worker pool encoding/json once needed only added to the load.
-	in := &events.Interner{}
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() != nil {
-				return nil
+	// Two stages: this goroutine decodes and applies, in stream order (so
+	// handlers see every object's states in order), while another takes
+	// the next messages from the consumer. The decoders made for the
+	// compact states (events.DecodePod) are cheap enough that one goroutine
+	// keeps up with the consumer; the worker pool encoding/json once needed
+	// cost more in hand-offs than it spread, on the 2 cores an actor
+	// usually gets.
+	msgs := make(chan jetstream.Msg, 4096)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(msgs)
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				readErr <- err
+				return
 			}
-			return err
+			msgs <- msg
 		}
+	}()
+	in := &events.Interner{}
+	for msg := range msgs {
 		d := decode(msg, in)
 		m.received.Inc()
 		m.apply(msg, d)
@@ -199,6 +207,10 @@ func (m *Mirror) consume(ctx context.Context, filters []string) error {
 			}
 		}
 	}
+	if err := <-readErr; !errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() == nil {
+		return err
+	}
+	return nil
 }
 
 // decoded is what a message says, worked out without touching the maps.
