@@ -2,6 +2,7 @@ package kubestate
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -10,7 +11,12 @@ import (
 
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/subject"
 )
+
+// fuzzInterner is shared by the inputs of one fuzzing process, as the
+// mirror shares one across messages.
+var fuzzInterner = &events.Interner{}
 
 // fuzzMsg is a KUBE message as the mirror's consumer hands it over.
 type fuzzMsg struct {
@@ -34,7 +40,8 @@ func (m fuzzMsg) TermWithReason(string) error               { return nil }
 
 // FuzzDecode: whatever lands on kube.> (a buggy or hostile publisher, an
 // older watcher) must decode to an object, a deletion or an error the mirror
-// terminates; never a panic, and never an object of the wrong kind.
+// terminates; never a panic, never an object of the wrong kind, and always
+// what encoding/json would have read (envelope.Decode).
 func FuzzDecode(f *testing.F) {
 	pod, _ := envelope.New("pod/u/1", "opswire/c/watcher", events.TypePod, "", events.PodState{Namespace: "ns", Name: "p"}, time.Unix(0, 0))
 	node, _ := envelope.New("node/u/1", "opswire/c/watcher", events.TypeNode, "", events.NodeState{Name: "n"}, time.Unix(0, 0))
@@ -43,10 +50,28 @@ func FuzzDecode(f *testing.F) {
 	f.Add("kube.c.pod.ns.p", events.TypeNode, node.Data)
 	f.Add("kube.c.node.n", events.TypeNode, []byte(`{"op":"delete"}`))
 	f.Add("kube.c.pod.ns.p", events.TypePod, []byte(`{"containers":[{"restartCount":-1}]}`))
+	f.Add("kube.c.pod.ns.p", events.TypePod, []byte(`{"op":"upsert","name":"a\"b","NAME":"x","owner":null,"future":[1.5e3,{"k":true}],"labels":{"a":"1","a":"2"}}`))
+	f.Add("kube.c.node.n", events.TypeNode, []byte(`{"op":"upsert","name":"n","pods":12,"taints":[{"key":"k","effect":"NoSchedule"}],"readySince":"2026-12-01T10:00:00+01:00"}`))
 	f.Fuzz(func(t *testing.T, subj, typ string, data []byte) {
 		h := pod.Msg(subj).Header
 		h.Set(envelope.HeaderType, typ)
-		d := decode(fuzzMsg{subj: subj, h: h, data: data}, &events.Interner{})
+		d := decode(fuzzMsg{subj: subj, h: h, data: data}, fuzzInterner)
+		// The mirror's decoders must read exactly what encoding/json reads.
+		switch ref, err := subject.ParseKube(subj); {
+		case err != nil || len(data) == 0:
+		case ref.Kind == subject.KindPod:
+			var want events.PodState
+			_, werr := envelope.Decode(h, data, events.TypePod, &want)
+			if (werr == nil) != (d.err == nil) || werr == nil && !reflect.DeepEqual(*d.pod, want) {
+				t.Fatalf("pod %q: mirror %+v (%v), encoding/json %+v (%v)", data, d.pod, d.err, want, werr)
+			}
+		case ref.Kind == subject.KindNode:
+			var want events.NodeState
+			_, werr := envelope.Decode(h, data, events.TypeNode, &want)
+			if (werr == nil) != (d.err == nil) || werr == nil && !reflect.DeepEqual(*d.node, want) {
+				t.Fatalf("node %q: mirror %+v (%v), encoding/json %+v (%v)", data, d.node, d.err, want, werr)
+			}
+		}
 		if d.err != nil {
 			return
 		}
