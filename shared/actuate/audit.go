@@ -170,10 +170,26 @@ func (a *Auditor) head() (audit, bool) {
 func (a *Auditor) store(m audit) {
 	backoff := 100 * time.Millisecond
 	var failingSince, lastReport time.Time
+	msgID, round := m.ev.ID, 0
 	for attempts := 1; ; attempts++ {
 		actx, cancel := context.WithTimeout(a.ctx, a.attempt)
-		_, err := a.pub.PublishMsg(actx, m.ev.Msg(m.subject))
+		ack, err := a.pub.PublishMsg(actx, natsx.EventMsg(m.ev, m.subject, msgID))
 		cancel()
+		if err == nil && ack != nil && ack.Duplicate {
+			// Held by a foreign message (another actor's subject)? Then
+			// store it under a fallback id (docs/security.md).
+			var next string
+			next, err = natsx.CheckDuplicate(a.ctx, a.pub, ack, m.subject, m.ev, msgID, round, a.attempt)
+			if err != nil {
+				a.m.AuditDropped.Inc()
+				a.log.Error().Err(err).Str("id", m.ev.ID).Str("subject", m.subject).Msg("audit message cannot be stored in OPS: dropped")
+				break
+			}
+			if next != "" {
+				msgID, round = next, round+1
+				continue
+			}
+		}
 		if err == nil {
 			a.m.AuditStored.Inc()
 			if !failingSince.IsZero() {

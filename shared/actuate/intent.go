@@ -192,9 +192,11 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 			return fmt.Errorf("read outcomes on %s: %w", f, err)
 		}
 		for _, msg := range msgs {
-			id := msg.Header.Get(envelope.HeaderMsgID)
+			// ce-id: the Nats-Msg-Id differs from it when natsx.PublishEvent
+			// republished the outcome under a fallback id.
+			id := msg.Header.Get(envelope.HeaderID)
 			if id == "" {
-				id = msg.Header.Get(envelope.HeaderID)
+				id = msg.Header.Get(envelope.HeaderMsgID)
 			}
 			if _, ok := outcomes[id]; !ok {
 				outcomes[id] = msg.Time

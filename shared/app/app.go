@@ -92,6 +92,8 @@ func Run(spec Spec, args []string, getenv func(string) string, stdout, stderr io
 	log = log.With().Str("cluster", cluster).Logger()
 	rt := &Runtime{Spec: spec, Options: opts, Config: cfg, Log: log, Server: server.New(), Cluster: cluster}
 	registerBuildInfo(rt.Server.Registry, spec.Service)
+	rt.Server.Registry.MustRegister(natsx.Suppressed)
+	natsx.SetPublishLog(log)
 	rt.Server.Pprof = opts.Pprof
 	// Not ready until the service has connected to NATS (rt.NATS replaces
 	// this check with the live one), so /readyz never answers ok at start-up.

@@ -1,7 +1,8 @@
 // Package envelope writes and reads CloudEvents 1.0 in binary mode over NATS
 // headers (DESIGN §4). It is a few lines of our own instead of the SDK: the
 // mapping is fixed, and every message must carry a Nats-Msg-Id equal to ce-id
-// so that JetStream deduplicates retries and duplicate publishers.
+// so that JetStream deduplicates retries and duplicate publishers (natsx.PublishEvent
+// sets a fallback Nats-Msg-Id when a foreign message holds the ce-id's).
 package envelope
 
 import (

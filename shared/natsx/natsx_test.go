@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
 	"github.com/opswire/opswire/shared/config"
@@ -139,5 +140,82 @@ func TestRefusedConsumerDelete(t *testing.T) {
 	other := fmt.Errorf("%w: %s", nats.ErrPermissionViolation, `Permissions Violation for Publish to "kube.default.node.x"`)
 	if !refusedConsumerDelete(del) || refusedConsumerDelete(other) || refusedConsumerDelete(errors.New("x")) {
 		t.Error("refusedConsumerDelete misclassifies")
+	}
+}
+
+// TestPublishSuppressedByForeignID: the stream deduplicates by Nats-Msg-Id
+// across subjects. A message on another subject holding an event's id (the
+// report user publishing cleanup's deterministic id on its own subject) must
+// not keep the event out: PublishEvent reads the holder back, counts the
+// suppression and stores the event under a fallback Nats-Msg-Id with its
+// ce-id unchanged. A retry of its own publish is still a plain duplicate.
+func TestPublishSuppressedByForeignID(t *testing.T) {
+	js := connectJS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	foreign := func() float64 { return testutil.ToFloat64(Suppressed.WithLabelValues("foreign")) }
+	base := foreign()
+	const id = "cleanup/u1/deleted"
+	squat := nats.NewMsg("ops.t.report.restarts")
+	squat.Header.Set(envelope.HeaderMsgID, id)
+	squat.Data = []byte(`{}`)
+	if _, err := js.PublishMsg(ctx, squat); err != nil {
+		t.Fatal(err)
+	}
+	ev, _ := envelope.New(id, "opswire/t/cleanup", "t.v1", "", map[string]int{"a": 1}, time.Now())
+	subj := "ops.t.cleanup.deleted.ns.p"
+	ack, err := PublishEvent(ctx, js, subj, ev, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack.Duplicate {
+		t.Fatalf("ack %+v: the event was not stored", ack)
+	}
+	if got := foreign() - base; got != 1 {
+		t.Errorf("suppressed{foreign} rose by %v, want 1", got)
+	}
+	s, _ := js.Stream(ctx, "OPS")
+	m, err := s.GetLastMsgForSubject(ctx, subj)
+	if err != nil {
+		t.Fatalf("the event is not in OPS: %v", err)
+	}
+	if m.Header.Get(envelope.HeaderID) != id || m.Header.Get(envelope.HeaderMsgID) != id+"@"+subj {
+		t.Errorf("stored ce-id %q Nats-Msg-Id %q, want %q and the fallback %q", m.Header.Get(envelope.HeaderID), m.Header.Get(envelope.HeaderMsgID), id, id+"@"+subj)
+	}
+	// The next leader publishing the same outcome again: deduplicated under
+	// the fallback id, not stored twice.
+	again, err := PublishEvent(ctx, js, subj, ev, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Duplicate || again.Sequence != ack.Sequence {
+		t.Errorf("republish: %+v, want a duplicate of seq %d", again, ack.Sequence)
+	}
+	// An id held by the event itself (a retry after a lost ack): a duplicate, nothing counted.
+	own, _ := envelope.New("cleanup/u2/deleted", "opswire/t/cleanup", "t.v1", "", map[string]int{}, time.Now())
+	if _, err := PublishEvent(ctx, js, subj, own, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before := foreign()
+	dup, err := PublishEvent(ctx, js, subj, own, time.Second)
+	if err != nil || !dup.Duplicate || foreign() != before {
+		t.Errorf("retry of its own publish: %+v, %v, suppressed rose by %v; want a plain duplicate", dup, err, foreign()-before)
+	}
+	// The fallback id taken too: a random one.
+	squat2 := nats.NewMsg("ops.t.report.restarts")
+	squat2.Header.Set(envelope.HeaderMsgID, "cleanup/u3/deleted@"+subj)
+	squat2.Data = []byte(`{}`)
+	squat.Header.Set(envelope.HeaderMsgID, "cleanup/u3/deleted")
+	for _, m := range []*nats.Msg{squat, squat2} {
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	third, _ := envelope.New("cleanup/u3/deleted", "opswire/t/cleanup", "t.v1", "", map[string]int{}, time.Now())
+	if a, err := PublishEvent(ctx, js, subj, third, time.Second); err != nil || a.Duplicate {
+		t.Fatalf("both ids held: %+v, %v; want stored under a random fallback", a, err)
 	}
 }

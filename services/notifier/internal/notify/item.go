@@ -10,6 +10,7 @@ import (
 
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/subject"
 )
 
 // Kind is the family of an OPS event; events of one kind share a card layout,
@@ -56,6 +57,9 @@ func Decode(subj string, h nats.Header, data []byte) (*Item, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkOrigin(subj, ev); err != nil {
+		return nil, err
+	}
 	it := &Item{ID: ev.ID, Subject: subj, Cluster: ClusterToken(subj), Type: ev.Type, Source: ev.Source, Time: ev.Time, Data: data}
 	var payload any
 	switch ev.Type {
@@ -98,6 +102,41 @@ func Decode(subj string, h nats.Header, data []byte) (*Item, error) {
 		it.Severity = events.SeverityInfo
 	}
 	return it, nil
+}
+
+// kindActor is the actor that alone publishes each kind of decision.
+var kindActor = map[string]string{
+	events.TypeCordon:        "cordon",
+	events.TypeCleanup:       "cleanup",
+	events.TypeRestartReport: "report",
+	events.TypeImageAlert:    "report",
+}
+
+// checkOrigin refuses an event that claims to be another actor's than the
+// one whose subject it was stored under (docs/security.md): every actor may
+// publish only its own ops.<cluster>.<actor>.> subjects, and its ids start
+// with "<actor>/" and its ce-source is opswire/<cluster>/<actor>, so an event
+// whose ce-id, ce-source or ce-type names another actor was forged by the
+// subject's actor (say, one holding another's deterministic id to suppress
+// the real record, or dressing up as it).
+func checkOrigin(subj string, ev envelope.Event) error {
+	rest, ok := strings.CutPrefix(subj, "ops.")
+	parts := strings.SplitN(rest, ".", 3)
+	if !ok || len(parts) < 2 || parts[0] == "" || parts[1] == "" {
+		return fmt.Errorf("%w: subject %q is not ops.<cluster>.<actor>.…", envelope.ErrMalformed, subj)
+	}
+	cluster, actor := parts[0], parts[1]
+	if idActor, _, _ := strings.Cut(ev.ID, "/"); idActor != actor {
+		return fmt.Errorf("%w: ce-id %q is not an id of %s, whose subject it is on", envelope.ErrMalformed, ev.ID, actor)
+	}
+	srcCluster, srcActor, ok := strings.Cut(strings.TrimPrefix(ev.Source, "opswire/"), "/")
+	if !ok || !strings.HasPrefix(ev.Source, "opswire/") || subject.Encode(srcCluster) != cluster || srcActor != actor {
+		return fmt.Errorf("%w: ce-source %q is not opswire/<cluster>/%s of subject %s", envelope.ErrMalformed, ev.Source, actor, subj)
+	}
+	if want, ok := kindActor[ev.Type]; ok && want != actor {
+		return fmt.Errorf("%w: ce-type %s is published by %s, not %s", envelope.ErrMalformed, ev.Type, want, actor)
+	}
+	return nil
 }
 
 // ClusterToken returns the <cluster> token of an ops.<cluster>.… subject,

@@ -26,6 +26,14 @@ func TestDecode(t *testing.T) {
 		{"no headers", &nats.Msg{Subject: "ops.p.x", Data: []byte(`{}`)}, true},
 		{"unknown type", unknown.Msg("ops.p.x"), true},
 		{"payload does not decode", badBody, true},
+		// Another actor's id, source or type on an actor's own subject: the
+		// report user holding cleanup's deterministic id, or dressing up.
+		{"another actor's id", good.Msg("ops.p.report.restarts"), true},
+		{"id of the subject's actor, another's source", forged("report/x", "opswire/p/cleanup", events.TypeRestartReport, "ops.p.report.restarts"), true},
+		{"source of another cluster", forged("cleanup/u/deleted/1", "opswire/q/cleanup", events.TypeCleanup, "ops.p.cleanup.deleted.ns.p"), true},
+		{"another actor's type", forged("report/x", "opswire/p/report", events.TypeCleanup, "ops.p.report.restarts"), true},
+		{"not an ops subject", good.Msg("ops.p"), true},
+		{"dotted cluster", forged("cleanup/u/deleted/1", "opswire/a.b/cleanup", events.TypeCleanup, "ops.a_b.cleanup.deleted.ns.p"), false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,4 +65,10 @@ func TestClusterToken(t *testing.T) {
 			t.Errorf("ClusterToken(%q) = %q, want %q", tc.subj, got, tc.want)
 		}
 	}
+}
+
+func forged(id, source, typ, subj string) *nats.Msg {
+	ev, _ := envelope.New(id, source, typ, "ns/p",
+		events.CleanupDecision{Verb: "deleted", Namespace: "ns", Pod: "p", Severity: events.SeverityWarning}, time.Now())
+	return ev.Msg(subj)
 }

@@ -209,6 +209,12 @@ func (p *connectedPublisher) PublishMsg(ctx context.Context, msg *nats.Msg, opts
 	return p.js.PublishMsg(ctx, msg, opts...)
 }
 
+// Stream lets natsx.PublishEvent read back the message a duplicate ack
+// points at (is the id held by this report, or by a foreign message?).
+func (p *connectedPublisher) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	return p.js.Stream(ctx, name)
+}
+
 // fitPayload encodes the report, cutting rows (the least restarting first)
 // until it fits in limit bytes. The summary counts stay those of the whole
 // report and Truncated says how many rows were left out.
