@@ -2,6 +2,10 @@ package service
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -32,70 +36,250 @@ func newBacklogMetrics(reg prometheus.Registerer) *backlogMetrics {
 	return m
 }
 
-// seqTracker follows the stream sequences one receiver's consumer delivers,
-// to find the messages OPS removed (nats.opsMaxBytes, opsMaxAge) before the
-// consumer got them: a jump in the sequences it delivers, or the stream's
-// first sequence passing the last one it delivered while it is stuck. A jump
-// over messages still in the stream is only the consumer's subject filter
-// (another cluster's messages) and is not counted; messages both removed and
-// of another cluster are (an upper bound on a stream shared by clusters).
+// initReceiver creates a receiver's series at 0, so that the first loss is
+// an increase (increase() and rate() miss the first sample of a series).
+func (m *backlogMetrics) initReceiver(r string) {
+	m.lost.WithLabelValues(r)
+	m.backlog.WithLabelValues(r)
+}
+
+// seqTracker finds the messages OPS removed (nats.opsMaxBytes, opsMaxAge)
+// before one receiver's consumer got them, across terms and replicas. It
+// keeps the stream sequences accounted for — settled (acked or terminated
+// by the dispatcher: delivered, dead-lettered, nothing to deliver) or
+// already counted lost — as ranges, saved in the delivered-id bucket each
+// interval and at the end of a term, and loaded at the start of the next
+// one (whichever replica). Sequences delivered in this term and still held
+// in memory are not lost while held. Every other sequence below the
+// stream's first one was removed before the receiver got it: counted once.
+// So messages OPS drops while no notifier is active (stopped, restarting,
+// failing over), and held messages the stream dropped before a shutdown
+// released them (a nak cannot bring them back), are counted too.
+//
+// A sequence never delivered because the consumer's subject filter excludes
+// it (another cluster's, on a fleet stream shared by clusters) is counted
+// once removed: an upper bound there.
 type seqTracker struct {
-	mu      sync.Mutex
-	last    uint64      // highest stream sequence delivered
-	counted uint64      // highest sequence accounted for as lost
-	gaps    [][2]uint64 // jumps seen since the last resolve, inclusive ranges
+	mu    sync.Mutex
+	done  seqSet              // accounted for: settled or counted lost
+	held  map[uint64]struct{} // delivered in this term, not settled
+	dirty bool                // done changed since the last save
+}
+
+func newSeqTracker(done seqSet) *seqTracker {
+	return &seqTracker{done: done, held: map[uint64]struct{}{}, dirty: true}
 }
 
 // observe is called with the stream sequence of every delivery.
 func (s *seqTracker) observe(seq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if seq <= s.last {
-		return // a redelivery
+	if !s.done.has(seq) {
+		s.held[seq] = struct{}{}
 	}
-	if lo := max(s.last, s.counted) + 1; s.last > 0 && seq > lo {
-		s.gaps = append(s.gaps, [2]uint64{lo, seq - 1})
-	}
-	s.last = seq
 }
 
-// resolve counts what was lost, given the stream's first sequence now:
-// every jump or tail below it. It returns the count and the range it spans.
+// settle is called when the dispatcher acks or terminates a message.
+func (s *seqTracker) settle(seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.held, seq)
+	if !s.done.has(seq) {
+		s.done.add(seq, seq)
+		s.dirty = true
+	}
+}
+
+// release forgets the held messages: the dispatcher nak'ed them at the end
+// of the term; those OPS still stores come back to the next term.
+func (s *seqTracker) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held = map[uint64]struct{}{}
+}
+
+// resolve counts what was lost, given the stream's first sequence now: every
+// sequence below it neither accounted for nor held. It returns the count and
+// the range it spans.
 func (s *seqTracker) resolve(firstSeq uint64) (lost, from, to uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if firstSeq == 0 {
-		s.gaps = nil
+	if firstSeq <= 1 {
 		return 0, 0, 0
 	}
 	edge := firstSeq - 1
-	add := func(lo, hi uint64) {
-		if lo > hi {
-			return
-		}
-		lost += hi - lo + 1
-		if from == 0 || lo < from {
-			from = lo
-		}
-		to = max(to, hi)
-	}
-	for _, g := range s.gaps {
-		if g[0] <= edge {
-			add(g[0], min(g[1], edge))
+	held := make([]uint64, 0, len(s.held))
+	for q := range s.held {
+		if q <= edge {
+			held = append(held, q)
 		}
 	}
-	s.gaps = nil
-	if s.last > 0 && edge > max(s.last, s.counted) {
-		add(max(s.last, s.counted)+1, edge)
+	slices.Sort(held)
+	var gaps [][2]uint64
+	for _, h := range s.done.holes(edge) {
+		lo := h[0]
+		for _, q := range held {
+			if q < lo || q > h[1] {
+				continue
+			}
+			if q > lo {
+				gaps = append(gaps, [2]uint64{lo, q - 1})
+			}
+			lo = q + 1
+		}
+		if lo <= h[1] {
+			gaps = append(gaps, [2]uint64{lo, h[1]})
+		}
 	}
-	s.counted = max(s.counted, edge)
+	for _, g := range gaps {
+		lost += g[1] - g[0] + 1
+		if from == 0 {
+			from = g[0]
+		}
+		to = g[1]
+		s.done.add(g[0], g[1])
+	}
+	if lost > 0 {
+		s.dirty = true
+	}
 	return lost, from, to
+}
+
+// seqSet is a set of stream sequences: sorted, disjoint, non-adjacent
+// inclusive ranges. It stays short: one range up to the oldest unsettled
+// message, and one per hole above it (held messages, another cluster's).
+type seqSet [][2]uint64
+
+func (s seqSet) has(seq uint64) bool {
+	i := sort.Search(len(s), func(i int) bool { return s[i][1] >= seq })
+	return i < len(s) && s[i][0] <= seq
+}
+
+func (s *seqSet) add(lo, hi uint64) {
+	r := *s
+	i := sort.Search(len(r), func(i int) bool { return r[i][1]+1 >= lo }) // first range touching or after lo
+	j := i
+	for j < len(r) && r[j][0] <= hi+1 {
+		lo, hi = min(lo, r[j][0]), max(hi, r[j][1])
+		j++
+	}
+	r = slices.Replace(r, i, j, [2]uint64{lo, hi})
+	*s = r
+}
+
+// holes are the ranges in [1, edge] not in s.
+func (s seqSet) holes(edge uint64) [][2]uint64 {
+	var out [][2]uint64
+	next := uint64(1)
+	for _, r := range s {
+		if r[0] > edge {
+			break
+		}
+		if r[0] > next {
+			out = append(out, [2]uint64{next, r[0] - 1})
+		}
+		next = r[1] + 1
+	}
+	if next <= edge {
+		out = append(out, [2]uint64{next, edge})
+	}
+	return out
+}
+
+// maxSavedRanges bounds a saved record (a fleet consumer reading some of a
+// shared stream's clusters has a hole per other cluster's run of messages):
+// beyond it the lowest ranges are merged, as if accounted for.
+const maxSavedRanges = 4096
+
+// seqRecord is a receiver's accounted sequences as saved between terms,
+// valid only for the consumer it was made for (one created at the same time:
+// a re-created stream or consumer starts its sequences anew).
+type seqRecord struct {
+	Consumer string    `json:"consumer"`
+	Created  time.Time `json:"created"`
+	Done     seqSet    `json:"done"`
+}
+
+// seqKey is the record's key: per consumer (cluster and receiver), since
+// the notifiers of several clusters may share the bucket.
+func seqKey(consumer string) string { return "=seq." + consumer }
+
+// loadTracker starts a term's tracker from the saved record of the
+// receiver's consumer; without one (first term, or the record aged out of
+// the bucket) from the consumer's ack floor, which for a new consumer is
+// just below its start.
+func loadTracker(ctx context.Context, kv jetstream.KeyValue, receiver string, ci *jetstream.ConsumerInfo, log zerolog.Logger) *seqTracker {
+	if e, err := kv.Get(ctx, seqKey(ci.Name)); err == nil {
+		var rec seqRecord
+		if err := json.Unmarshal(e.Value(), &rec); err == nil && rec.Consumer == ci.Name && rec.Created.Equal(ci.Created) {
+			return newSeqTracker(rec.Done)
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		log.Warn().Err(err).Str("receiver", receiver).Msg("cannot read the accounted OPS sequences; starting from the consumer's ack floor")
+	}
+	var done seqSet
+	if f := ci.AckFloor.Stream; f > 0 {
+		done.add(1, f)
+	}
+	return newSeqTracker(done)
+}
+
+// save stores the tracker's accounted sequences if they changed.
+func (s *seqTracker) save(ctx context.Context, kv jetstream.KeyValue, ci *jetstream.ConsumerInfo) error {
+	s.mu.Lock()
+	if !s.dirty {
+		s.mu.Unlock()
+		return nil
+	}
+	done := slices.Clone(s.done)
+	s.dirty = false
+	s.mu.Unlock()
+	if n := len(done) - maxSavedRanges; n > 0 {
+		done = slices.Replace(done, 0, n+1, [2]uint64{done[0][0], done[n][1]})
+	}
+	b, _ := json.Marshal(seqRecord{Consumer: ci.Name, Created: ci.Created, Done: done})
+	if _, err := kv.Put(ctx, seqKey(ci.Name), b); err != nil {
+		s.mu.Lock()
+		s.dirty = true
+		s.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// trackedMsg tells the tracker when the dispatcher settles a message.
+type trackedMsg struct {
+	jetstream.Msg
+	tr  *seqTracker
+	seq uint64
+}
+
+func (m trackedMsg) Ack() error {
+	err := m.Msg.Ack()
+	if err == nil {
+		m.tr.settle(m.seq)
+	}
+	return err
+}
+
+func (m trackedMsg) Term() error {
+	err := m.Msg.Term()
+	if err == nil {
+		m.tr.settle(m.seq)
+	}
+	return err
+}
+
+// tracked is one receiver's tracker and the consumer it tracks.
+type tracked struct {
+	tr   *seqTracker
+	info *jetstream.ConsumerInfo // at the start of the term: its name and creation time
 }
 
 // watchBacklog reads OPS's state and every receiver consumer's each interval
 // until ctx ends: the backlog and fill gauges, and the lost counter with an
-// error log naming the receiver and the sequences.
-func watchBacklog(ctx context.Context, js jetstream.JetStream, stream, cluster string, trackers map[string]*seqTracker, interval time.Duration, m *backlogMetrics, log zerolog.Logger) {
+// error log naming the receiver and the sequences; it saves the trackers.
+func watchBacklog(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, stream, cluster string, trackers map[string]tracked, interval time.Duration, m *backlogMetrics, log zerolog.Logger) {
 	warned := map[string]bool{}
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -106,18 +290,51 @@ func watchBacklog(ctx context.Context, js jetstream.JetStream, stream, cluster s
 		case <-t.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, interval)
-		checkBacklog(cctx, js, stream, cluster, trackers, warned, m, log)
+		checkBacklog(cctx, js, kv, stream, cluster, trackers, warned, m, log)
 		cancel()
 	}
 }
 
-func checkBacklog(ctx context.Context, js jetstream.JetStream, stream, cluster string, trackers map[string]*seqTracker,
-	warned map[string]bool, m *backlogMetrics, log zerolog.Logger) {
-	st, err := js.Stream(ctx, stream)
+// endTerm runs once the dispatchers stopped and nak'ed what they held:
+// held messages OPS no longer stores are lost now (counted and logged), and
+// the trackers are saved for the next term.
+func endTerm(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, stream string, trackers map[string]tracked, m *backlogMetrics, log zerolog.Logger) {
+	for _, t := range trackers {
+		t.tr.release()
+	}
+	si, err := streamInfo(ctx, js, stream)
 	if err != nil {
+		log.Warn().Err(err).Msg("cannot read OPS at the end of the term; the next term counts what was lost")
 		return
 	}
-	si, err := st.Info(ctx)
+	for r, t := range trackers {
+		countLost(r, t.tr, si, m, log)
+		if err := t.tr.save(ctx, kv, t.info); err != nil {
+			log.Warn().Err(err).Str("receiver", r).Msg("cannot save the accounted OPS sequences")
+		}
+	}
+}
+
+func streamInfo(ctx context.Context, js jetstream.JetStream, stream string) (*jetstream.StreamInfo, error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	return st.Info(ctx)
+}
+
+func countLost(r string, tr *seqTracker, si *jetstream.StreamInfo, m *backlogMetrics, log zerolog.Logger) {
+	if lost, from, to := tr.resolve(si.State.FirstSeq); lost > 0 {
+		m.lost.WithLabelValues(r).Add(float64(lost))
+		log.Error().Str("receiver", r).Uint64("lost", lost).Uint64("fromSeq", from).Uint64("toSeq", to).
+			Uint64("streamBytes", si.State.Bytes).Int64("maxBytes", si.Config.MaxBytes).
+			Msg("OPS dropped messages this receiver had not received: they will never be delivered; raise nats.opsMaxBytes (sizing: docs/reliability.md)")
+	}
+}
+
+func checkBacklog(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, stream, cluster string, trackers map[string]tracked,
+	warned map[string]bool, m *backlogMetrics, log zerolog.Logger) {
+	si, err := streamInfo(ctx, js, stream)
 	if err != nil {
 		return
 	}
@@ -126,12 +343,10 @@ func checkBacklog(ctx context.Context, js jetstream.JetStream, stream, cluster s
 		fill = float64(si.State.Bytes) / float64(si.Config.MaxBytes)
 		m.fill.Set(fill)
 	}
-	for r, tr := range trackers {
-		if lost, from, to := tr.resolve(si.State.FirstSeq); lost > 0 {
-			m.lost.WithLabelValues(r).Add(float64(lost))
-			log.Error().Str("receiver", r).Uint64("lost", lost).Uint64("fromSeq", from).Uint64("toSeq", to).
-				Uint64("streamBytes", si.State.Bytes).Int64("maxBytes", si.Config.MaxBytes).
-				Msg("OPS dropped messages this receiver had not received: they will never be delivered; raise nats.opsMaxBytes (sizing: docs/reliability.md)")
+	for r, t := range trackers {
+		countLost(r, t.tr, si, m, log)
+		if err := t.tr.save(ctx, kv, t.info); err != nil {
+			log.Debug().Err(err).Str("receiver", r).Msg("cannot save the accounted OPS sequences")
 		}
 		c, err := js.Consumer(ctx, stream, ConsumerName(cluster, r))
 		if err != nil {

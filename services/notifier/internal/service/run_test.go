@@ -178,7 +178,7 @@ notifier:
 	}
 	var recorded []string
 	for k := range keys.Keys() {
-		if !strings.HasPrefix(k, "=rate.") { // the rate logs of the two budgets
+		if !strings.HasPrefix(k, "=") { // the rate logs of the two budgets, the accounted OPS sequences
 			recorded = append(recorded, k)
 		}
 	}

@@ -96,6 +96,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		backlog: newBacklogMetrics(rt.Server.Registry)}
 	for _, r := range receivers {
 		a.metrics.InitReceiver(r.Name)
+		a.backlog.initReceiver(r.Name)
 	}
 	activeGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "opswire_notifier_active",
 		Help: "1 while this replica is the active one (holds the lease), 0 on standby."})
@@ -173,7 +174,7 @@ func (a *active) run(ctx context.Context) error {
 	defer dcancel()
 	var wg sync.WaitGroup
 	dispatchers := map[string]*dispatch.Dispatcher{}
-	trackers := map[string]*seqTracker{}
+	trackers := map[string]tracked{}
 	var ccs []jetstream.ConsumeContext
 	stop := func() {
 		for _, cc := range ccs {
@@ -204,11 +205,22 @@ func (a *active) run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); d.Run(dctx) }()
 		name := r.Name
-		tr := &seqTracker{}
-		trackers[name] = tr
+		// Loaded before consuming: the jump to the first message this term
+		// gets is counted against what earlier terms accounted for.
+		info := cons.CachedInfo()
+		tr := loadTracker(ctx, a.kv, name, info, rt.Log)
+		// Saved at once: a term that settles nothing (its receiver down) must
+		// still leave the next one its starting point, not the consumer's ack
+		// floor, which the server moves past messages it dropped.
+		if err := tr.save(ctx, a.kv, info); err != nil {
+			rt.Log.Warn().Err(err).Str("receiver", name).Msg("cannot save the accounted OPS sequences")
+		}
+		trackers[name] = tracked{tr: tr, info: info}
 		cc, err := cons.Consume(func(m jetstream.Msg) {
 			if md, err := m.Metadata(); err == nil {
 				tr.observe(md.Sequence.Stream)
+				d.Handle(dctx, trackedMsg{Msg: m, tr: tr, seq: md.Sequence.Stream})
+				return
 			}
 			d.Handle(dctx, m)
 		},
@@ -253,11 +265,14 @@ func (a *active) run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		watchBacklog(dctx, a.js, n.Stream, rt.Cluster, trackers, min(max(n.AckWait.Duration, time.Second), 10*time.Second), a.backlog, rt.Log)
+		watchBacklog(dctx, a.js, a.kv, n.Stream, rt.Cluster, trackers, min(max(n.AckWait.Duration, time.Second), 10*time.Second), a.backlog, rt.Log)
 	}()
 	<-ctx.Done()
 	unsubscribe()
 	stop()
+	ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer ecancel()
+	endTerm(ectx, a.js, a.kv, n.Stream, trackers, a.backlog, rt.Log)
 	return nil
 }
 
