@@ -118,6 +118,30 @@ type Recovery struct {
 	Happened func(ctx context.Context, in events.Intent) (bool, error)
 	// Audit publishes the outcomes of the writes that happened.
 	Audit Audit
+	// Live, when set, lists the actor's actions done since the given time
+	// as the Kubernetes API shows them (e.g. the marks a cordon wrote, with
+	// their time): a record that does not depend on NATS. A leader that acted
+	// during a NATS outage stored neither intents nor outcomes, and its
+	// outcomes died with it in the Auditor's backlog; only the API still
+	// knows. Each one whose outcome id is neither in OPS nor carried by an
+	// intent counts in the window and has its rebuilt outcome published. An
+	// error retries the whole recovery (fail closed: no action before).
+	Live func(ctx context.Context, since time.Time) ([]LiveAction, error)
+}
+
+// LiveAction is one action of an actor found in the Kubernetes API at
+// leadership start (Recovery.Live).
+type LiveAction struct {
+	// Time is when the action was done (the actor's clock at the write,
+	// e.g. the mark's time); it counts in the window when after its start.
+	Time time.Time
+	// Subject and Outcome are the outcome audit rebuilt from the API. Its
+	// ID must be the one the original outcome has (derived from what the
+	// write left, e.g. node uid + verb + the resourceVersion the write was
+	// decided on), so an original stored after all is dropped by the stream
+	// as a duplicate, and one already in OPS is recognised.
+	Subject string
+	Outcome envelope.Event
 }
 
 // SeedAndRecover is SeedFromOPS for an actor that journals its writes. Before
@@ -127,8 +151,12 @@ type Recovery struct {
 // outcome of each intent whose write happened but whose outcome is missing,
 // and seeds w with every action of the last w.Per counted once: each intent
 // (deduplicated by its outcome id) plus each outcome without an intent (an
-// unjournaled write, during a NATS outage). Nothing is published until every
-// open intent was verified, so a retry never publishes an outcome twice.
+// unjournaled write, during a NATS outage) plus, with r.Live, each action the
+// Kubernetes API shows that OPS knows nothing of (a write during a NATS
+// outage by a leader that died with its audits queued: its outcome is
+// rebuilt from the API and published with the original's id). Nothing is
+// published until every open intent was verified and the API was read, so a
+// retry never publishes an outcome twice.
 func SeedAndRecover(ctx context.Context, js jetstream.JetStream, w *Window, r Recovery, m *Metrics, log zerolog.Logger, now func() time.Time) error {
 	if now == nil {
 		now = time.Now
@@ -203,6 +231,12 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 			}
 		}
 	}
+	var live []LiveAction
+	if r.Live != nil {
+		if live, err = r.Live(ctx, since); err != nil {
+			return fmt.Errorf("read the actor's actions from the API: %w", err)
+		}
+	}
 	// Verify every open intent first; publish only once all are known.
 	var complete []events.Intent
 	done, pending := 0, 0
@@ -228,6 +262,29 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 		log.Info().Str("id", o.ID).Str("subject", o.Subject).Str("uid", in.UID).
 			Msg("intent without its outcome in OPS and the write happened (object gone or replaced): outcome audit published")
 	}
+	// Actions the API shows but OPS does not know at all (no intent, no
+	// outcome): done during a NATS outage by a leader that died with their
+	// audits queued. Their outcome is rebuilt with the original's id.
+	var rebuilt []LiveAction
+	seen := map[string]bool{}
+	for _, la := range live {
+		id := la.Outcome.ID
+		if id == "" || seen[id] {
+			continue
+		}
+		seen[id] = true
+		if _, ok := outcomes[id]; ok {
+			continue
+		}
+		if _, ok := intents[id]; ok {
+			continue
+		}
+		rebuilt = append(rebuilt, la)
+		r.Audit.Publish(la.Subject, la.Outcome)
+		log.Info().Str("id", id).Str("subject", la.Subject).Time("at", la.Time).
+			Msg("action shown by the API has neither intent nor outcome in OPS (done during a NATS outage): outcome audit rebuilt and published")
+	}
+	m.Intents.WithLabelValues("rebuilt").Add(float64(len(rebuilt)))
 	m.Intents.WithLabelValues("completed").Add(float64(len(complete)))
 	m.Intents.WithLabelValues("done").Add(float64(done))
 	m.Intents.WithLabelValues("pending").Add(float64(pending))
@@ -245,9 +302,16 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 			unjournaled++
 		}
 	}
+	fromAPI := 0
+	for _, la := range rebuilt {
+		if la.Time.After(windowStart) {
+			times = append(times, la.Time)
+			fromAPI++
+		}
+	}
 	w.Seed(times)
 	m.WindowSeeded.Set(float64(len(times)))
-	log.Info().Int("actions", len(times)).Int("unjournaled", unjournaled).Int("max", w.Max).Dur("window", w.Per).
+	log.Info().Int("actions", len(times)).Int("unjournaled", unjournaled).Int("fromAPI", fromAPI).Int("max", w.Max).Dur("window", w.Per).
 		Int("intentsCompleted", len(complete)).Int("intentsDone", done).Int("intentsPending", pending).Dur("span", span).
 		Msg("rate window seeded from OPS intents and outcomes; missing outcome audits completed")
 	return nil

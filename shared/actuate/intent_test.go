@@ -183,6 +183,68 @@ func TestSeedAndRecoverVerifyError(t *testing.T) {
 	}
 }
 
+// TestSeedAndRecoverLive: the API shows four actions of the actor: a's
+// outcome is in OPS, b's intent is (its write happened), and f and g are
+// unknown to OPS (done during an outage by a leader that died with their
+// audits queued; g twice in the list, and outside the window but inside the
+// span). The new leader publishes b's carried outcome and f's and g's rebuilt
+// ones once each, and its window counts a, b and f once each; a failed API
+// read publishes nothing and is retried.
+func TestSeedAndRecoverLive(t *testing.T) {
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	j := NewJournal(js, time.Second, nil, zerolog.Nop())
+	as, ae := outcome(t, "uid-a", "a")
+	if _, err := natsx.PublishEvent(ctx, js, as, ae, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	bs, be := journal(t, j, "uid-b", "b")
+	fs, fe := outcome(t, "uid-f", "f")
+	gs, ge := outcome(t, "uid-g", "g")
+	now := time.Now()
+	calls := 0
+	var since time.Time
+	audit := &recorder{}
+	rec := Recovery{Intents: "ops.c.cleanup.intent.>", Outcomes: []string{"ops.c.cleanup.deleted.>"}, Audit: audit,
+		Happened: func(context.Context, events.Intent) (bool, error) { return true, nil },
+		Live: func(_ context.Context, s time.Time) ([]LiveAction, error) {
+			calls++
+			since = s
+			if calls == 1 {
+				return nil, errors.New("API down")
+			}
+			return []LiveAction{{Time: now, Subject: as, Outcome: ae}, {Time: now, Subject: bs, Outcome: be},
+				{Time: now.Add(-time.Second), Subject: fs, Outcome: fe}, {Time: now.Add(-2 * time.Minute), Subject: gs, Outcome: ge},
+				{Time: now.Add(-2 * time.Minute), Subject: gs, Outcome: ge}}, nil
+		}}
+	m := NewMetrics(nil)
+	w := NewWindow(10, time.Minute)
+	if err := SeedAndRecover(ctx, js, w, rec, m, zerolog.Nop(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 2 || time.Since(since) < DefaultRecoverySpan || time.Since(since) > DefaultRecoverySpan+time.Minute {
+		t.Fatalf("Live called %d times since %v, want twice since the span's start", calls, time.Since(since))
+	}
+	var ids []string
+	for _, msg := range audit.msgs {
+		ids = append(ids, msg.Subject+" "+msg.Header.Get(envelope.HeaderMsgID))
+	}
+	want := []string{bs + " " + be.ID, fs + " " + fe.ID, gs + " " + ge.ID}
+	if len(ids) != len(want) || ids[0] != want[0] || ids[1] != want[1] || ids[2] != want[2] {
+		t.Fatalf("published %v, want %v", ids, want)
+	}
+	if got := w.Len(time.Now()); got != 3 {
+		t.Fatalf("window holds %d actions, want 3 (a, b, f)", got)
+	}
+	if got := testutil.ToFloat64(m.Intents.WithLabelValues("rebuilt")); got != 2 {
+		t.Fatalf("rebuilt = %v, want 2", got)
+	}
+}
+
 // TestJournalNATSDown: with the server gone the intent is not stored within
 // the journal's timeout; Record returns false quickly and counts it.
 func TestJournalNATSDown(t *testing.T) {

@@ -23,7 +23,8 @@ type Metrics struct {
 	// before the write), unjournaled (not stored in time: the write went
 	// ahead without one), and at leadership start completed (the write
 	// happened, its outcome audit was missing and is published now), done
-	// (the outcome is in OPS), pending (the object is unchanged: no write).
+	// (the outcome is in OPS), pending (the object is unchanged: no write),
+	// rebuilt (shown by the API, unknown to OPS: outcome rebuilt, published).
 	Intents *prometheus.CounterVec
 }
 
@@ -46,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "opswire_rate_window_seeded_actions", Help: "Actions of the current rate window found in OPS when this leader started.",
 		}),
 		Intents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "opswire_intents_total", Help: "Write-ahead intents by result (journaled, unjournaled; at leadership start: completed, done, pending).",
+			Name: "opswire_intents_total", Help: "Write-ahead intents by result (journaled, unjournaled; at leadership start: completed, done, pending, rebuilt).",
 		}, []string{"result"}),
 	}
 	if reg != nil {

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/subject"
 )
@@ -116,6 +118,48 @@ func patchVisible(p Policy, node *corev1.Node, verb string, d events.CordonDecis
 		return true, ""
 	}
 	return false, "unknown intent action " + verb
+}
+
+// LiveActions is the API's record of this actor's recent cordons
+// (actuate.Recovery.Live), which does not depend on NATS: every node carrying
+// opswire's label and a mark written since the given time (one quorum LIST).
+// Each is returned with the cordon's outcome audit rebuilt from the mark,
+// with the id the original has (cordon/<uid>/cordoned/<rv the cordon was
+// decided on>, the mark's rv): a leader that cordoned during a NATS outage
+// and died with the audits in its backlog left only the marks. Marks without
+// an rv (written by an older version) are not returned. Uncordons and
+// handovers remove the mark, so they are not found here (docs/cordon.md).
+func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.LiveAction, error) {
+	list, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.NodeList, error) {
+		return a.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: markSelector.String()})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes carrying opswire's mark: %w", err)
+	}
+	var out []actuate.LiveAction
+	for i := range list.Items {
+		node := &list.Items[i]
+		m, ok := readMark(node.Annotations)
+		if !ok || m.RV == "" || m.Time.Before(since) {
+			continue
+		}
+		mode := a.cfg.Policy.Mode
+		if len(m.Effects) > 0 {
+			mode = m.Effects[len(m.Effects)-1]
+		}
+		p := events.CordonDecision{
+			Verb: VerbCordoned, Action: string(ActionCordon), Mode: mode, Node: node.Name, NodeUID: string(node.UID),
+			Pods: m.Pods, MaxPods: m.MaxPods, MinPods: m.MinPods, Reason: m.Reason, Code: m.Code,
+			Severity: events.SeverityWarning, Time: m.Time, ResourceVersion: m.RV, Replica: m.By,
+		}
+		id := "cordon/" + string(node.UID) + "/" + VerbCordoned + "/" + m.RV
+		ev, err := envelope.New(id, envelope.Source(a.cfg.Cluster, Service), events.TypeCordon, node.Name, p, m.Time)
+		if err != nil {
+			return nil, fmt.Errorf("rebuild the outcome of node %s's mark: %w", node.Name, err)
+		}
+		out = append(out, actuate.LiveAction{Time: m.Time, Subject: subject.Ops(a.cfg.Cluster, Service, VerbCordoned, node.Name), Outcome: ev})
+	}
+	return out, nil
 }
 
 func (a *Actuator) ambiguous(in events.Intent, why string) {

@@ -234,3 +234,45 @@ func intentFor(t *testing.T, verb, mode string, at time.Time) events.Intent {
 	return events.Intent{Actor: Service, Action: verb, Kind: "Node", Name: "a", UID: "uid-a",
 		Outcome: events.IntentOutcome{ID: "cordon/uid-a/" + verb + "/40", Data: data}}
 }
+
+// TestActuatorLiveActions: after a cordon, the API's record (the node's
+// mark) yields the cordon's outcome audit with the id and subject of the one
+// published, and the decision's node, uid, rv and time; a mark older than
+// since, or without the rv (an older version's), yields nothing.
+func TestActuatorLiveActions(t *testing.T) {
+	old := apiNode("b", ours(EffectCordon)) // a mark without rv
+	h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, append([]runtime.Object{apiNode("a"), old}, pods("a", 100)...)...)
+	state := mirrorOf(apiNode("a"), 100)
+	if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err != nil {
+		t.Fatal(err)
+	}
+	outs := h.pub.decisions(t)
+	if len(outs) != 1 {
+		t.Fatalf("%d outcomes published, want 1", len(outs))
+	}
+	h.pub.mu.Lock()
+	orig := h.pub.msgs[0]
+	h.pub.mu.Unlock()
+	now := h.act.cfg.Now()
+	live, err := h.act.LiveActions(context.Background(), now.Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live) != 1 {
+		t.Fatalf("%d live actions, want a's cordon only", len(live))
+	}
+	la := live[0]
+	var d events.CordonDecision
+	if err := json.Unmarshal(la.Outcome.Data, &d); err != nil {
+		t.Fatal(err)
+	}
+	if la.Subject != orig.Subject || la.Outcome.ID != orig.Header.Get(envelope.HeaderMsgID) || la.Outcome.ID != "cordon/uid-a/cordoned/41" ||
+		!la.Time.Equal(now) || d.Node != "a" || d.NodeUID != "uid-a" || d.ResourceVersion != "41" || d.Verb != VerbCordoned ||
+		d.Code != outs[0].D.Code || d.Replica != "replica-a" || d.Pods != outs[0].D.Pods {
+		t.Fatalf("live action %s %s at %v %+v; published %s %s %+v", la.Subject, la.Outcome.ID, la.Time, d,
+			orig.Subject, orig.Header.Get(envelope.HeaderMsgID), outs[0])
+	}
+	if live, err := h.act.LiveActions(context.Background(), now.Add(time.Second)); err != nil || len(live) != 0 {
+		t.Fatalf("since after the mark: %d live actions, %v; want none", len(live), err)
+	}
+}

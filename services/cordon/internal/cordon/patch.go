@@ -25,6 +25,12 @@ type Mark struct {
 	MinPods   int       `json:"minPods"`
 	Time      time.Time `json:"time"`
 	By        string    `json:"by,omitempty"` // replica identity
+	Code      string    `json:"code,omitempty"`
+	// RV is the node's resourceVersion the cordon was decided on and
+	// patched against: with the node's uid it makes the id of the cordon's
+	// outcome audit, so a new leader can rebuild that audit from the API
+	// with the original's id (Actuator.LiveActions). Absent in older marks.
+	RV string `json:"rv,omitempty"`
 	// Departed holds the node's departure totals (NodeState.Departed,
 	// DepartedEvicted) when opswire cordoned it: the baseline from which
 	// the pods that left since then are counted (Policy.drainedAway).
@@ -78,6 +84,7 @@ type patchSpec struct {
 // opswire already applied (a re-apply keeps earlier effects listed).
 func cordonPatch(p Policy, node *corev1.Node, d Decision, now time.Time, by string) ([]byte, Mark, error) {
 	m := Mark{Reason: d.Reason, Pods: d.Pods, MaxPods: d.MaxPods, MinPods: d.MinPods, Time: now.UTC(), By: by,
+		Code: d.Code, RV: node.ResourceVersion,
 		Departed: &Departures{Pods: d.Departed, Evicted: d.DepartedEvicted}}
 	if old, ok := readMark(node.Annotations); ok {
 		m.Effects, m.TaintKeys = old.Effects, old.TaintKeys

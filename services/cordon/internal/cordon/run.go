@@ -87,10 +87,13 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 			// The previous leaders' actions count against this leader's
 			// window, and their journaled patches whose audit never reached
 			// OPS are audited now (when the live node shows the patch);
-			// nothing is written before both are done.
+			// the marks in the API count too, and a mark OPS knows nothing
+			// of (a cordon during a NATS outage by a leader that died with
+			// its audit queued) has its audit rebuilt; nothing is written
+			// before all of that is done.
 			if !dryRun {
 				rec := actuate.Recovery{Intents: IntentSubjects(rt.Cluster), Outcomes: ActionSubjects(rt.Cluster),
-					Happened: act.Happened, Audit: audit}
+					Happened: act.Happened, Audit: audit, Live: act.LiveActions}
 				if err := actuate.SeedAndRecover(gctx, js, window, rec, wm, rt.Log, nil); err != nil {
 					return nil
 				}
