@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -102,6 +103,7 @@ notifier:
   retryInitial: 200ms
   retryMax: 2s
   giveUpAfter: 10m
+  topRows: 100
   receivers:
   - name: ops-feishu
     url: "%s"
@@ -188,7 +190,65 @@ notifier:
 			t.Fatalf("webhook order differs from OPS at %d: got %s, OPS has %s", i, got[i], want[i])
 		}
 	}
+	// Feishu, counted at the bot by pod name (topRows 100: every row is on
+	// its card): each pod on exactly one card, and the cards of the group
+	// (one route, one kind) in OPS order — each card's pods come after the
+	// previous card's. Rows within a card are by severity, then newest.
+	opsIndex := map[string]int{}
+	for i, m := range ops.All() {
+		d := decision(t, m)
+		opsIndex[d.Namespace+"/"+d.Pod] = i
+	}
+	onCards := map[string]int{}
+	last := -1
+	for ci, pods := range cardPods(t, bots.Cards("fault-bot-token-6b1")) {
+		lo, hi := len(opsIndex), -1
+		for _, pod := range pods {
+			onCards[pod]++
+			i, ok := opsIndex[pod]
+			if !ok {
+				t.Fatalf("card %d lists %s, which is not in OPS", ci, pod)
+			}
+			lo, hi = min(lo, i), max(hi, i)
+		}
+		if lo <= last {
+			t.Errorf("Feishu card %d has OPS results %d..%d, the card before it reached %d: not in OPS order", ci, lo, hi, last)
+		}
+		last = max(last, hi)
+	}
+	for pod := range opsIndex {
+		if onCards[pod] != 1 {
+			t.Errorf("Feishu: %s on %d cards, want 1", pod, onCards[pod])
+		}
+	}
 	if v := bots.RateViolations(); v != 0 {
 		t.Errorf("%d Feishu rate-limit violations", v)
 	}
+}
+
+// cardPods returns the pods each accepted card lists in its table, card by
+// card in the order the bot accepted them.
+func cardPods(t *testing.T, cards []*feishutest.Card) [][]string {
+	t.Helper()
+	var out [][]string
+	for _, c := range cards {
+		var pods []string
+		for _, e := range c.Elements {
+			if e.Tag != "markdown" || !strings.HasPrefix(e.Content, "**Pod · ") {
+				continue
+			}
+			for _, line := range strings.Split(e.Content, "\n")[1:] {
+				if strings.HasPrefix(line, "…and ") {
+					t.Fatalf("card lists only some of its rows (%s); raise topRows", line)
+				}
+				pod, _, _ := strings.Cut(line, " · ")
+				pods = append(pods, pod)
+			}
+		}
+		if len(pods) == 0 {
+			t.Fatalf("card without a pod table:\n%s", c.Text())
+		}
+		out = append(out, pods)
+	}
+	return out
 }
