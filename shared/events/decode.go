@@ -747,7 +747,8 @@ func (d *decoder) container(c *Container) bool {
 
 var nodeKeys = []string{"op", "uid", "name", "resourceVersion", "labels", "annotations", "unschedulable", "taints",
 	"ready", "readySince", "allocatablePods", "ephemeralStorageBytes", "pods", "evicting", "podsResourceVersion",
-	"imageBytes", "imageCount", "imagesTruncated", "departed", "departedEvicted"}
+	"imageBytes", "imageCount", "imagesTruncated", "departed", "departedEvicted",
+	"departedUnknown", "evictionStreak"}
 
 func (d *decoder) node(n *NodeState) bool {
 	return d.object(func(key []byte) (int, bool) {
@@ -824,6 +825,14 @@ func (d *decoder) node(n *NodeState) bool {
 			v, ok = d.integer(strconv.IntSize)
 			n.DepartedEvicted = int(v)
 			return 19, ok
+		case "departedUnknown":
+			v, ok = d.integer(strconv.IntSize)
+			n.DepartedUnknown = int(v)
+			return 20, ok
+		case "evictionStreak":
+			v, ok = d.integer(strconv.IntSize)
+			n.EvictionStreak = int(v)
+			return 21, ok
 		}
 		return d.unknown(key, nodeKeys)
 	})

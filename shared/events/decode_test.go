@@ -29,7 +29,8 @@ func fullNode() NodeState {
 		Labels: map[string]string{"kubernetes.io/hostname": "node-0001"}, Annotations: map[string]string{AnnotationAutoCordon: "true"},
 		Unschedulable: true, Taints: []Taint{{Key: TaintOutOfService, Value: "nodeshutdown", Effect: "NoExecute"}, {Key: "a", Effect: "NoSchedule"}},
 		Ready: "True", ReadySince: &t1, AllocatablePods: 110, EphemeralBytes: 100 << 30, Pods: 30, Evicting: 3,
-		PodsResourceVersion: "98", ImageBytes: 12 << 30, ImageCount: 50, ImagesTruncated: true, Departed: 12, DepartedEvicted: 7}
+		PodsResourceVersion: "98", ImageBytes: 12 << 30, ImageCount: 50, ImagesTruncated: true, Departed: 12, DepartedEvicted: 7,
+		DepartedUnknown: 2, EvictionStreak: 3}
 }
 
 // TestFullStatesSetEveryField: the fixtures of the fast path set every

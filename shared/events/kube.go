@@ -141,8 +141,23 @@ type NodeState struct {
 	// with the values it saw earlier: a drain paced by PodDisruptionBudgets,
 	// which evicts one pod at a time, shows as most departures being evictions
 	// although few pods are ever evicting at once.
+	//
+	// Pods owned by a DaemonSet or mirror (static) pods, owned by their Node,
+	// are not counted: kubectl drain never evicts them, and their replacements
+	// (a DaemonSet rollout) would dilute the share of evictions.
 	Departed        int `json:"departed,omitempty"`
 	DepartedEvicted int `json:"departedEvicted,omitempty"`
+	// DepartedUnknown counts those departures whose final state the watcher
+	// never saw: pods gone while no watcher ran (found missing at start) or
+	// while it re-listed (a DeletedFinalStateUnknown tombstone). They may have
+	// been evictions; an actor treats them as possible evictions.
+	DepartedUnknown int `json:"departedUnknown,omitempty"`
+	// EvictionStreak counts the departures since the node's last departure
+	// known to be plain (a delete or completion not through the Eviction
+	// API): each eviction or unknown departure adds one, a plain one resets it
+	// to zero. A drain paced by PodDisruptionBudgets shows as a growing streak
+	// however many plain departures came before it.
+	EvictionStreak int `json:"evictionStreak,omitempty"`
 	// PodsResourceVersion is the resourceVersion of the watcher's pod list
 	// when it counted Pods. An actor re-counting from the API asks for a list
 	// at least that new (resourceVersionMatch=NotOlderThan), which the API

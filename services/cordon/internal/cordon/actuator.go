@@ -254,6 +254,7 @@ func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked boo
 	// Departed pods are gone from the API: only the watcher's totals know
 	// them (and they are compared with the baseline of the live mark).
 	live.Departed, live.DepartedEvicted = n.Departed, n.DepartedEvicted
+	live.DepartedUnknown, live.EvictionStreak = n.DepartedUnknown, n.EvictionStreak
 	apiMarked := hasLabel(live, events.LabelAutoCordon)
 	live, liveMarked := a.ledger.View(a.cfg.Policy, live) // dry-run: the simulated mark
 	// What the API just said is newer than the mirror: a mark found live is

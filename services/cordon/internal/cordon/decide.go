@@ -59,7 +59,9 @@ type Decision struct {
 //     person draining it (remove the mark, keep the cordon).
 //  3. marked, cordoned by opswire's mark, pods <= minPods, and drained at a
 //     pace (most of the pods that left since the cordon left through the
-//     Eviction API, Policy.drainedAway): hand over as in 2.
+//     Eviction API, Policy.drainedAway), or the recent departures are a
+//     streak of at least two evictions or departures of unknown final state
+//     (Policy.drainStreak): hand over as in 2.
 //  4. marked and pods <= minPods: uncordon (lift what opswire applied). This
 //     holds outside nodeSelector too, so narrowing the selector never strands
 //     a node opswire cordoned.
@@ -83,8 +85,10 @@ func Evaluate(p Policy, n *events.NodeState, marked bool) Decision {
 	if marked {
 		atMin := n.Pods <= d.MinPods
 		left, evicted, drainedAway := 0, 0, false
+		streak, drainStreak := 0, false
 		if atMin && n.Unschedulable {
 			left, evicted, drainedAway = p.drainedAway(n)
+			streak, drainStreak = p.drainStreak(n)
 		}
 		switch {
 		case n.Unschedulable && p.drained(n) && p.cordonedByMark(n):
@@ -94,6 +98,10 @@ func Evaluate(p Policy, n *events.NodeState, marked bool) Decision {
 			return d.with(ActionHandOver, CodeDrained, "%d of the %d pods that left the node since opswire cordoned it left through the Eviction API "+
 				"(a drain paced by PodDisruptionBudgets): a person is draining the node; "+
 				"opswire removes its mark and leaves the node cordoned until a person uncordons it", evicted, left)
+		case drainStreak && p.cordonedByMark(n):
+			return d.with(ActionHandOver, CodeDrained, "the last %d pods that left the node left through the Eviction API or while no watcher saw them "+
+				"(%d departures of unknown final state in all): a person may be draining the node; "+
+				"opswire removes its mark and leaves the node cordoned until a person uncordons it", streak, n.DepartedUnknown)
 		case atMin:
 			return d.with(ActionUncordon, CodeMinReached, "%d non-terminated pods <= minPods %d", n.Pods, d.MinPods)
 		case n.Pods >= d.MaxPods && p.Managed(n) && !p.applied(n, p.Mode):

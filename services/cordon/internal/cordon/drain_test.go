@@ -218,3 +218,49 @@ func TestActuatorDryRunSeesPacedDrain(t *testing.T) {
 		})
 	}
 }
+
+// streak sets the node's recent departures (NodeState.EvictionStreak) and
+// its departures of unknown final state.
+func streak(n, unknown int) nodeOpt {
+	return func(s *events.NodeState) { s.EvictionStreak, s.DepartedUnknown = n, unknown }
+}
+
+// TestEvaluateDrainStreak: at minPods, a node opswire cordoned whose last
+// departures are at least two evictions, or departures the watcher never saw
+// the final state of (a drain while no watcher ran), is handed over however
+// many plain departures came before them; a streak from before the cordon
+// counts only as far as the departures since the cordon.
+func TestEvaluateDrainStreak(t *testing.T) {
+	pol := withPolicy("cordon", func(p *Policy) { p.DrainEvictedPercent = 50 })
+	tests := []struct {
+		name   string
+		policy Policy
+		node   *events.NodeState
+		action Action
+		code   string
+	}{
+		{"plain departures, then a paced drain: 4 of 9", pol, node(90, unschedulable, cordonedAt(100, base(0, 0)), departed(9, 4), streak(4, 0)), ActionHandOver, CodeDrained},
+		{"drain while no watcher ran: all unknown", pol, node(90, unschedulable, cordonedAt(100, base(0, 0)), departed(10, 0), streak(10, 10)), ActionHandOver, CodeDrained},
+		{"an eviction and an unknown departure", pol, node(90, unschedulable, cordonedAt(100, base(0, 0)), departed(10, 1), streak(2, 1)), ActionHandOver, CodeDrained},
+		{"one eviction last is not a drain", pol, node(90, unschedulable, cordonedAt(100, base(0, 0)), departed(10, 1), streak(1, 0)), ActionUncordon, CodeMinReached},
+		{"evictions, then plain deletes: released", pol, node(90, unschedulable, cordonedAt(100, base(0, 0)), departed(10, 4), streak(0, 0)), ActionUncordon, CodeMinReached},
+		{"a streak from before the cordon counts since the cordon", pol, node(90, unschedulable, cordonedAt(91, base(20, 20)), departed(21, 21), streak(21, 0)), ActionUncordon, CodeMinReached},
+		{"mark without a baseline: the streak alone", pol, node(90, unschedulable, cordonedAt(100, nil), departed(10, 3), streak(3, 0)), ActionHandOver, CodeDrained},
+		{"between the bounds: hold", pol, node(95, unschedulable, cordonedAt(100, base(0, 0)), departed(5, 5), streak(5, 0)), ActionNone, CodeHolding},
+		{"recognition off", withPolicy("cordon", func(p *Policy) { p.DrainEvictedPercent = 0 }),
+			node(90, unschedulable, cordonedAt(100, base(0, 0)), departed(10, 4), streak(4, 0)), ActionUncordon, CodeMinReached},
+		{"a person uncordoned, left the label: released", pol, node(90, cordonedAt(100, base(0, 0)), departed(10, 4), streak(4, 0)), ActionUncordon, CodeMinReached},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Evaluate(tc.policy, tc.node, true)
+			if d.Action != tc.action || d.Code != tc.code {
+				t.Fatalf("Evaluate = %s/%s (%s), want %s/%s", d.Action, d.Code, d.Reason, tc.action, tc.code)
+			}
+		})
+	}
+	d := Evaluate(pol, node(90, unschedulable, cordonedAt(100, base(0, 0)), departed(10, 0), streak(10, 10)), true)
+	if !strings.Contains(d.Reason, "the last 10 pods that left") || !strings.Contains(d.Reason, "10 departures of unknown final state") {
+		t.Fatalf("reason %q", d.Reason)
+	}
+}

@@ -199,6 +199,28 @@ func (p Policy) drainedAway(n *events.NodeState) (left, evicted int, ok bool) {
 	return left, evicted, evicted >= 2 && float64(evicted)*100 >= p.DrainEvictedPercent*float64(left)
 }
 
+// drainStreak reports a node whose most recent departures look like a paced
+// drain: at least two in a row since its last plain departure left through
+// the Eviction API or in a way the watcher never saw (NodeState.EvictionStreak:
+// gone while no watcher ran, or a relist's tombstone, counts as a possible
+// eviction). Plain departures before the drain (DaemonSet replacements,
+// completions, scale-downs while the node held between the bounds) do not
+// dilute it as they dilute the share in drainedAway. With a baseline in the
+// mark, only departures since the cordon count. It needs DrainEvictedPercent
+// > 0 (the paced-drain rule switched on).
+func (p Policy) drainStreak(n *events.NodeState) (streak int, ok bool) {
+	if p.DrainEvictedPercent <= 0 {
+		return 0, false
+	}
+	streak = n.EvictionStreak
+	if m, found := readMark(n.Annotations); found && m.Departed != nil {
+		if since := n.Departed - m.Departed.Pods; since >= 0 {
+			streak = min(streak, since)
+		}
+	}
+	return streak, streak >= 2
+}
+
 // cordonedByMark reports whether opswire's mark on the node includes the
 // cordon effect (spec.unschedulable), which a drain cannot tell apart from a
 // person's cordon. Without a readable mark, the current mode says.

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/opswire/opswire/shared/config"
@@ -234,4 +235,122 @@ func TestNodeRecountWaitsForDepartures(t *testing.T) {
 	}
 	sync("n/n1")
 	f.eventually("n1 published anyway", func() bool { n := f.node("n1"); return n.Pods == 0 && n.Departed == 2 })
+}
+
+// TestDepartureKinds: a DaemonSet pod's or a mirror pod's departure is not
+// counted (kubectl drain never evicts them); a plain departure ends the
+// streak of evictions; a pod found gone without a delete event that carried
+// its final state (stored by an earlier watcher and gone while none ran, or
+// a relist's DeletedFinalStateUnknown tombstone) is a departure of unknown
+// final state, which continues the streak.
+func TestDepartureKinds(t *testing.T) {
+	_, js := natstest.Connect(t, jetstream.WithPublishAsyncTimeout(5*time.Second))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	src := newSource()
+	src.nodes = append(src.nodes, src.node("n1"))
+	owned := func(name, kind string) *corev1.Pod {
+		p := src.pod("ns", name, "n1")
+		yes := true
+		p.OwnerReferences = []metav1.OwnerReference{{Kind: kind, Name: "o", Controller: &yes}}
+		return p
+	}
+	ds, mirror, p1, p2 := owned("ds", "DaemonSet"), owned("mirror", "Node"), src.pod("ns", "p1", "n1"), src.pod("ns", "p2", "n1")
+	src.pods = append(src.pods, ds, mirror, p1, p2)
+	pods, nodes := src.informers()
+	w, err := New(pods, nodes, js, Options{Cluster: "c", TombstoneTTL: time.Hour}, zerolog.Nop(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go pods.Run(ctx.Done())
+	go nodes.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, nodes.HasSynced) {
+		t.Fatal("caches did not sync")
+	}
+	go w.collectAcks()
+	f := &fixture{t: t, js: js, src: src, w: w}
+	sync := func(keys ...string) {
+		t.Helper()
+		for _, key := range keys {
+			if err := w.sync(key); err != nil {
+				t.Fatalf("sync %s: %v", key, err)
+			}
+		}
+	}
+	settled := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.leaving) == 0
+	}
+	want := func(what string, pods int, d departures) {
+		t.Helper()
+		f.eventually(what, func() bool {
+			n := f.node("n1")
+			return settled() && n.Pods == pods && n.Departed == d.all && n.DepartedEvicted == d.evicted &&
+				n.DepartedUnknown == d.unknown && n.EvictionStreak == d.streak
+		})
+	}
+	// Two pods known to KUBE (an earlier watcher stored them) that this
+	// watcher never sees: gone while none ran.
+	w.mu.Lock()
+	for _, name := range []string{"away1", "away2"} {
+		// (Not in onNode: n1's recounts below do not wait for them.)
+		w.published[podPrefix+"ns/"+name] = record{hash: 1, uid: "uid-ns-" + name, node: "n1"}
+	}
+	w.mu.Unlock()
+	sync("p/ns/ds", "p/ns/mirror", "p/ns/p1", "p/ns/p2", "n/n1")
+	want("n1 with 4 pods", 4, departures{})
+
+	del := func(p *corev1.Pod) {
+		gone := p.DeepCopy()
+		gone.ResourceVersion = f.src.nextRV()
+		f.src.podW.Delete(gone)
+		f.eventually(p.Name+" out of the index", func() bool {
+			_, exists, _ := pods.GetIndexer().GetByKey("ns/" + p.Name)
+			return !exists
+		})
+	}
+	// The DaemonSet's and the mirror pod's departures (even an eviction) are
+	// not counted.
+	del(evictedBy(f, ds))
+	del(mirror)
+	sync("p/ns/ds", "p/ns/mirror", "n/n1")
+	want("exempt departures not counted", 2, departures{})
+
+	// An eviction, then the two pods gone while away: a streak of three.
+	del(evictedBy(f, p1))
+	sync("p/ns/p1", "p/ns/away1", "p/ns/away2", "n/n1")
+	want("an eviction and two unknown departures", 1, departures{all: 3, evicted: 1, unknown: 2, streak: 3})
+
+	// A relist's tombstone: the final state is unknown even though the
+	// tombstone carries the last state the informer had.
+	last, _, _ := pods.GetIndexer().GetByKey("ns/p2")
+	del(p2)
+	w.mu.Lock()
+	delete(w.seenAtDelete, "p/ns/p2") // as if the watch had missed the delete
+	w.mu.Unlock()
+	w.noteDeleted("p/ns/p2", cache.DeletedFinalStateUnknown{Key: "ns/p2", Obj: last})
+	sync("p/ns/p2", "n/n1")
+	want("a tombstone's departure unknown", 0, departures{all: 4, evicted: 1, unknown: 3, streak: 4})
+
+	// A plain departure ends the streak.
+	p3 := src.pod("ns", "p3", "n1")
+	f.src.podW.Add(p3)
+	f.eventually("p3 in the index", func() bool { _, ok, _ := pods.GetIndexer().GetByKey("ns/p3"); return ok })
+	sync("p/ns/p3", "n/n1")
+	want("p3 counted", 1, departures{all: 4, evicted: 1, unknown: 3, streak: 4})
+	del(p3)
+	sync("p/ns/p3", "n/n1")
+	want("a plain departure ends the streak", 0, departures{all: 5, evicted: 1, unknown: 3})
+
+	seed, err := LoadSeed(context.Background(), js, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := seed[nodePrefix+"n1"].left; got != (departures{all: 5, evicted: 1, unknown: 3}) {
+		t.Fatalf("seeded departures %+v", got)
+	}
 }

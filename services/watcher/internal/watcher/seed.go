@@ -72,12 +72,14 @@ func addSeed(seed map[string]record, msg jetstream.Msg) {
 		if s.NodeName != "" && !s.Terminated() {
 			node = s.NodeName
 		}
-		seed[podPrefix+ref.Namespace+"/"+ref.Name] = record{hash: hashPod(s), uid: s.UID, node: node, evicting: node != "" && s.EvictedByAPI()}
+		seed[podPrefix+ref.Namespace+"/"+ref.Name] = record{hash: hashPod(s), uid: s.UID, node: node, evicting: node != "" && s.EvictedByAPI(),
+			exempt: drainExempt(&s)}
 	case subject.KindNode:
 		var s events.NodeState
 		if e.Type != events.TypeNode || json.Unmarshal(msg.Data(), &s) != nil || s.Op == events.OpDelete {
 			return
 		}
-		seed[nodePrefix+ref.Name] = record{hash: hashNode(s), uid: s.UID, left: departures{all: s.Departed, evicted: s.DepartedEvicted}}
+		seed[nodePrefix+ref.Name] = record{hash: hashNode(s), uid: s.UID, left: departures{all: s.Departed, evicted: s.DepartedEvicted,
+			unknown: s.DepartedUnknown, streak: s.EvictionStreak}}
 	}
 }

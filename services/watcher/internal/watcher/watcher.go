@@ -84,13 +84,33 @@ type record struct {
 	// evicting: the pod counts on node and is being evicted through the
 	// Eviction API (it then also counts in the node's Evicting).
 	evicting bool
+	// exempt: the pod is owned by a DaemonSet or is a mirror pod (owned by
+	// its Node): kubectl drain never evicts it, and its departure is not
+	// counted in the node's totals (NodeState.Departed).
+	exempt bool
 	// left: nodes only, the departure totals the stored state carries
 	// (NodeState.Departed/DepartedEvicted), to carry on counting from.
 	left departures
 }
 
-// departures are a node's running totals of pods that stopped counting on it.
-type departures struct{ all, evicted int }
+// departures are a node's running totals of pods that stopped counting on it
+// (NodeState.Departed, DepartedEvicted, DepartedUnknown, EvictionStreak).
+type departures struct{ all, evicted, unknown, streak int }
+
+// How a pod left its node, as far as the watcher saw.
+type leftAs int
+
+const (
+	leftPlain   leftAs = iota // deleted or terminated, not through the Eviction API
+	leftEvicted               // its last state had DisruptionTarget/EvictionByEvictionAPI
+	leftUnknown               // its final state was never seen (gone while away, or a relist's tombstone)
+)
+
+// drainExempt reports a pod kubectl drain never evicts: owned by a DaemonSet,
+// or a mirror (static) pod, which the kubelet has owned by its Node.
+func drainExempt(s *events.PodState) bool {
+	return s.Owner != nil && (s.Owner.Kind == "DaemonSet" || s.Owner.Kind == "Node")
+}
 
 // Watcher turns informer events into KUBE messages.
 type Watcher struct {
@@ -125,6 +145,11 @@ type Watcher struct {
 	// Eviction API: a pod evicted and removed before its sync ran was never
 	// stored as evicting, and only the delete event still shows it.
 	evictedAtDelete map[string]string
+	// seenAtDelete maps the key of a deleted pod to its uid when the
+	// informer's delete event carried its final state (not a
+	// DeletedFinalStateUnknown tombstone): a pod found gone without one left
+	// in a way the watcher never saw (leftUnknown).
+	seenAtDelete map[string]string
 	// onNode counts, per node, the pods the watcher's pod syncs last saw
 	// counting on it; the sync that counts a departure lowers it. A node whose
 	// index holds fewer pods has departures whose pod syncs have not run yet
@@ -166,7 +191,8 @@ func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options
 		published: map[string]record{},
 		trimmed:   map[string]bool{},
 		left:      map[string]departures{}, leaving: map[string]bool{}, evictedAtDelete: map[string]string{},
-		onNode: map[string]int{}, deferred: map[string]int{},
+		seenAtDelete: map[string]string{},
+		onNode:       map[string]int{}, deferred: map[string]int{},
 		acks: make(chan pending, 8192),
 	}
 	w.newQueue()
@@ -257,33 +283,56 @@ func (w *Watcher) handler(kind string, key func(any) string, deleted func(key st
 // through the Eviction API (see evictedAtDelete). It reads the object the
 // informer hands over and keeps only its uid.
 func (w *Watcher) noteDeleted(key string, obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+	t, tomb := obj.(cache.DeletedFinalStateUnknown)
+	if tomb {
 		obj = t.Obj
 	}
 	p, ok := obj.(*compact.Pod)
-	if !ok || !p.State.EvictedByAPI() {
+	if !ok {
 		return
 	}
 	w.mu.Lock()
-	w.evictedAtDelete[key] = p.State.UID
-	w.mu.Unlock()
+	defer w.mu.Unlock()
+	if !tomb {
+		w.seenAtDelete[key] = p.State.UID
+	}
+	if p.State.EvictedByAPI() {
+		w.evictedAtDelete[key] = p.State.UID
+	}
 }
 
-// depart counts the departure of pod uid from node, once per pod.
-func (w *Watcher) depart(uid, node string, evicted bool) {
+// forgetDeleted drops the delete notes of key. Callers hold w.mu.
+func (w *Watcher) forgetDeleted(key string) {
+	delete(w.evictedAtDelete, key)
+	delete(w.seenAtDelete, key)
+}
+
+// depart counts the departure of pod uid from node, once per pod. An exempt
+// pod (drainExempt) is not counted in the totals.
+func (w *Watcher) depart(uid, node string, how leftAs, exempt bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.leaving[uid] {
 		return
 	}
 	w.leaving[uid] = true
+	w.onNode[node]--
+	if exempt {
+		return
+	}
 	d := w.left[node]
 	d.all++
-	if evicted {
+	switch how {
+	case leftEvicted:
 		d.evicted++
+		d.streak++
+	case leftUnknown:
+		d.unknown++
+		d.streak++
+	default:
+		d.streak = 0
 	}
 	w.left[node] = d
-	w.onNode[node]--
 }
 
 // Deferred node recounts: a node waits for the pod syncs of its departures
@@ -415,11 +464,13 @@ func (w *Watcher) syncPod(key string) error {
 	w.mu.Lock()
 	prev, had := w.published[key]
 	evictedAtDelete, deletedEvicting := w.evictedAtDelete[key]
+	seenAtDelete, deleteSeen := w.seenAtDelete[key]
 	if !exists && !had {
-		delete(w.evictedAtDelete, key)
+		w.forgetDeleted(key)
 	}
 	w.mu.Unlock()
 	deletedEvicting = deletedEvicting && evictedAtDelete == prev.uid
+	deleteSeen = deleteSeen && seenAtDelete == prev.uid
 	ns, name, _ := strings.Cut(storeKey, "/")
 	if !exists {
 		if !had {
@@ -430,8 +481,18 @@ func (w *Watcher) syncPod(key string) error {
 		departed := ""
 		if prev.node != "" {
 			// Counted before the node is recounted (queued just below).
+			// Gone without a delete event that carried its final state
+			// (gone while no watcher ran, or a relist's tombstone): it may
+			// have been evicted, and counts as unknown.
 			evicted := prev.evicting || deletedEvicting
-			w.depart(prev.uid, prev.node, evicted)
+			how := leftPlain
+			switch {
+			case evicted:
+				how = leftEvicted
+			case !deleteSeen:
+				how = leftUnknown
+			}
+			w.depart(prev.uid, prev.node, how, prev.exempt)
 			departed = prev.uid
 			if evicted {
 				state.DisruptionReason = events.DisruptionEvictionByEvictionAPI
@@ -453,12 +514,21 @@ func (w *Watcher) syncPod(key string) error {
 		// The pod stopped counting on its node (it terminated, or another pod
 		// of the same name replaced it): a departure, counted before the node
 		// is recounted.
+		// A pod replaced by another of the same name left without its final
+		// state seen unless a delete event carried it.
 		evicted := prev.evicting || deletedEvicting || (prev.uid == state.UID && state.EvictedByAPI())
-		w.depart(prev.uid, prev.node, evicted)
+		how := leftPlain
+		switch {
+		case evicted:
+			how = leftEvicted
+		case prev.uid != state.UID && !deleteSeen:
+			how = leftUnknown
+		}
+		w.depart(prev.uid, prev.node, how, prev.exempt)
 		departed = prev.uid
-		if deletedEvicting {
+		if deletedEvicting || deleteSeen {
 			w.mu.Lock()
-			delete(w.evictedAtDelete, key)
+			w.forgetDeleted(key)
 			w.mu.Unlock()
 		}
 	}
@@ -474,7 +544,7 @@ func (w *Watcher) syncPod(key string) error {
 			}
 		}
 	}
-	rec := record{hash: hashPod(state), uid: state.UID, node: contrib, evicting: evicting}
+	rec := record{hash: hashPod(state), uid: state.UID, node: contrib, evicting: evicting, exempt: drainExempt(&state)}
 	if had && !prev.doubt && prev.hash == rec.hash && prev.uid == rec.uid {
 		w.m.unchanged.WithLabelValues("pod").Inc()
 		w.queue().Forget(key)
@@ -543,6 +613,7 @@ func (w *Watcher) syncNode(key string) error {
 		return nil
 	}
 	state.Departed, state.DepartedEvicted = left.all, left.evicted
+	state.DepartedUnknown, state.EvictionStreak = left.unknown, left.streak
 	size := jsonSize(state)
 	oversized := size > w.maxPayload()-headerRoom
 	if oversized {
@@ -618,6 +689,9 @@ func (w *Watcher) collectAcks() {
 				delete(w.published, p.key)
 				if w.evictedAtDelete[p.key] == p.rec.uid {
 					delete(w.evictedAtDelete, p.key)
+				}
+				if w.seenAtDelete[p.key] == p.rec.uid {
+					delete(w.seenAtDelete, p.key)
 				}
 			} else {
 				w.published[p.key] = p.rec
