@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,17 +69,32 @@ notifier:
 	px := harness.StartAPIProxy(t, cp)
 	kubeconfigs := map[string]string{
 		"watcher": cp.Kubeconfig,
-		"cleanup": px.Kubeconfig(t, cleanupKubeconfig(t, cp)),
 		"cordon":  px.Kubeconfig(t, cordonRBAC(t, cp, "default")),
 		"report":  cp.Kubeconfig,
 	}
+	// One proxy per cleanup replica: the DELETEs of the killed leader and of
+	// the standby are told apart.
+	cleanupKC := cleanupKubeconfig(t, cp)
+	cpx := map[string]*harness.APIProxy{}
 	procs := map[string]map[string]*harness.Process{}
 	for _, svc := range []string{"watcher", "cleanup", "cordon", "report", "notifier"} {
 		procs[svc] = map[string]*harness.Process{}
 		for _, id := range []string{svc + "-a", svc + "-b"} {
-			p := harness.StartService(t, svc, harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfigs[svc], NATSURL: n.URL, ID: id})
+			kc := kubeconfigs[svc]
+			if svc == "cleanup" {
+				cpx[id] = harness.StartAPIProxy(t, cp)
+				kc = cpx[id].Kubeconfig(t, cleanupKC)
+			}
+			p := harness.StartService(t, svc, harness.ServiceOptions{Config: cfg, Kubeconfig: kc, NATSURL: n.URL, ID: id})
 			procs[svc][id] = p
 		}
+	}
+	cleanupDeletes := func(pod string) (sent, done int) {
+		for _, p := range cpx {
+			sent += deletesOf(p, "apps", pod)
+			done += doneDeletesOf(p, "apps", pod)
+		}
+		return sent, done
 	}
 	for _, ps := range procs {
 		for _, p := range ps {
@@ -123,16 +139,45 @@ notifier:
 		return took
 	}
 
-	// cleanup: five pods evicted, the leader killed once it has sent its
-	// first DELETE, in the middle of the others.
+	// cleanup: five pods evicted, the leader killed by its proxy as the
+	// API answers its first DELETE, before the answer reaches it. Every answer
+	// to it waits for the kill, so it sends at most one DELETE per worker
+	// (4) and the standby has work left: at least one of the five pods.
+	var (
+		killOnce       sync.Once
+		killedCleanup  string
+		cleanupStandby string
+		at             time.Time
+		inFlightAtKill int
+	)
+	for id, p := range cpx {
+		p.OnAnswer(func(r harness.APIRequest) {
+			if !acceptedPodDelete(r) {
+				return
+			}
+			killOnce.Do(func() {
+				if leaseHolder(t, cp, "default", "opswire-cleanup") != id {
+					t.Errorf("cleanup replica %s deleted a pod without holding the lease", id)
+				}
+				procs["cleanup"][id].Kill()
+				killedCleanup, at = id, time.Now()
+				inFlightAtKill = p.Count(func(r harness.APIRequest) bool { return r.Method == http.MethodDelete })
+				for other := range procs["cleanup"] {
+					if other != id {
+						cleanupStandby = other
+					}
+				}
+			})
+		})
+	}
 	for i := range 5 {
 		evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("apps", fmt.Sprintf("ev-%d", i), "worker-b")))
 	}
-	harness.Eventually(t, 30*time.Second, "cleanup's first DELETE", func() bool {
-		return px.Count(func(r harness.APIRequest) bool { return r.Method == http.MethodDelete }) >= 1
+	harness.Eventually(t, 30*time.Second, "cleanup's leader killed at its first DELETE answer", func() bool {
+		killOnce.Do(func() {}) // waits for a kill in progress
+		return killedCleanup != ""
 	})
-	standby, at := kill("cleanup")
-	took := waitTakeover("cleanup", standby, at)
+	took := waitTakeover("cleanup", cleanupStandby, at)
 	harness.Eventually(t, 30*time.Second, "the 5 evicted pods deleted", func() bool {
 		for i := range 5 {
 			if podExists(t, cp, "apps", fmt.Sprintf("ev-%d", i)) {
@@ -144,7 +189,7 @@ notifier:
 	figures = append(figures, figure{"cleanup", took, time.Since(at)})
 
 	// watcher: a pod created right after the kill reaches KUBE through the standby.
-	standby, at = kill("watcher")
+	standby, at := kill("watcher")
 	harness.CreatePod(t, cp.Client, harness.Pod("apps", "after-watcher-kill", "worker-c"))
 	took = waitTakeover("watcher", standby, at)
 	harness.Eventually(t, 30*time.Second, "the new pod in KUBE", func() bool {
@@ -185,12 +230,23 @@ notifier:
 	// completes it if not. Every pod is gone (above); none was deleted twice.
 	cut := 0
 	for _, pod := range []string{"ev-0", "ev-1", "ev-2", "ev-3", "ev-4", "after-notifier-kill"} {
-		if d := doneDeletesOf(px, "apps", pod); d > 1 {
-			t.Errorf("%s: %d successful DELETE requests, want at most 1", pod, d)
+		sent, done := cleanupDeletes(pod)
+		if done > 1 {
+			t.Errorf("%s: %d successful DELETE requests, want at most 1", pod, done)
 		}
-		cut += deletesOf(px, "apps", pod) - doneDeletesOf(px, "apps", pod)
+		cut += sent - done
 	}
 	t.Logf("DELETEs cut off by the cleanup leader's SIGKILL: %d", cut)
+	// The standby did the cleanup the killed leader could not: at least the
+	// pods it had not sent a DELETE for.
+	evDelete := func(r harness.APIRequest) bool {
+		return r.Method == http.MethodDelete && strings.HasPrefix(r.Path, "/api/v1/namespaces/apps/pods/ev-")
+	}
+	killedSent, standbySent := cpx[killedCleanup].Count(evDelete), cpx[cleanupStandby].Count(evDelete)
+	t.Logf("cleanup DELETEs of the 5 evicted pods: killed leader %s %d (%d in flight at the kill), standby %s %d", killedCleanup, killedSent, inFlightAtKill, cleanupStandby, standbySent)
+	if standbySent < 5-killedSent || standbySent < 1 {
+		t.Errorf("the standby sent %d DELETEs, want at least the %d of the 5 evicted pods the killed leader did not", standbySent, 5-killedSent)
+	}
 	patches := px.Count(func(r harness.APIRequest) bool {
 		return r.Method == http.MethodPatch && r.Path == "/api/v1/nodes/worker-a"
 	})
@@ -208,9 +264,10 @@ notifier:
 		case stored > 1:
 			t.Errorf("apps/%s: %d deletions in OPS, want 1", pod, stored)
 		case stored == 0:
-			// Known gap (docs/reliability.md): a leader SIGKILLed between a
-			// successful DELETE and the store of its OPS record loses that
-			// record; the next leader finds the pod gone.
+			// A deletion the killed leader had in flight whose intent was not
+			// journaled in time (its write went ahead without one): the next
+			// leader finds the pod gone and nothing to complete. Journaled
+			// ones are completed by the standby at its takeover.
 			unaudited++
 			t.Logf("apps/%s: deleted by the killed leader, its OPS record lost with it", pod)
 		}
@@ -219,6 +276,12 @@ notifier:
 		}
 	}
 	t.Logf("deletions without an OPS record (the killed leader's last writes): %d of 6", unaudited)
+	// At most the deletions in flight at the kill can lack a record, and of
+	// those at most one (the rest are journaled and completed): a build that
+	// lost the records of a takeover would show several here.
+	if unaudited > min(1, inFlightAtKill) {
+		t.Errorf("%d deletions without an OPS record, want at most 1 (of %d in flight at the kill)", unaudited, inFlightAtKill)
+	}
 }
 
 // cardMentions counts the accepted cards of a bot that mention text.

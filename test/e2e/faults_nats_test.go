@@ -79,10 +79,16 @@ func TestFaultNATSLeaderKilled(t *testing.T) {
 				t.Fatalf("OPS leader: %v", err)
 			}
 			killed = cl.Index(info.Cluster.Leader)
-			kube, _ := cl.StreamInfo("KUBE")
+			// KUBE's leader, for the log only: the kill goes ahead without it.
+			kubeLeader := "unknown"
+			if kube, err := cl.StreamInfo("KUBE"); err != nil {
+				kubeLeader = "unknown: " + err.Error()
+			} else if kube.Cluster != nil && kube.Cluster.Leader != "" {
+				kubeLeader = kube.Cluster.Leader
+			}
 			cl.Kill(t, killed)
 			killedAt = time.Now()
-			t.Logf("SIGKILLed %s, the OPS leader (KUBE's leader was %s), after %d DELETEs", info.Cluster.Leader, kube.Cluster.Leader, deletes())
+			t.Logf("SIGKILLed %s, the OPS leader (KUBE's leader was %s), after %d DELETEs", info.Cluster.Leader, kubeLeader, deletes())
 		}
 	}
 	var newLeader string
