@@ -124,7 +124,8 @@ func BenchmarkReaction5000(b *testing.B) {
 	b.ResetTimer()
 	// Cordon and uncordon, one node at a time, round robin over the nodes.
 	before, cachedBefore := counter.snapshot(), counter.snapshotCached()
-	var cordon, uncordon, floorAdd latencies
+	var cordon, uncordon, floorAdd, floorDelete latencies
+	var traced []sampleTrace
 	timeouts := 0
 	for i := range reactionSamples {
 		node := nodes[i%reactionNodes]
@@ -143,20 +144,25 @@ func BenchmarkReaction5000(b *testing.B) {
 			b.Logf("sample %d: %s not cordoned within %v", i, node, sampleTimeout)
 		}
 		cordon = append(cordon, d)
-		released := obs.expect("node-uncordoned/" + node)
+		traced = append(traced, sampleTrace{verb: "cordoned", node: node, t0: t0, seen: t0.Add(d), ok: ok})
+		released, gone := obs.expect("node-uncordoned/"+node), obs.expect("pod-deleted/"+benchNamespace+"/"+name)
 		zero := int64(0)
 		t1 := time.Now()
 		if err := c.CoreV1().Pods(benchNamespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 			b.Fatal(err)
 		}
+		if d, ok := waitSince(t1, gone); ok {
+			floorDelete = append(floorDelete, d)
+		}
 		if d, ok := waitSince(t1, released); ok {
 			uncordon = append(uncordon, d)
+			traced = append(traced, sampleTrace{verb: "uncordoned", node: node, t0: t1, seen: t1.Add(d), ok: true})
 		} else if ok := nodeSchedulable(b, c, node); !ok {
 			b.Fatalf("sample %d: %s still cordoned after %v", i, node, sampleTimeout)
 		}
 	}
 	afterCordon, cachedAfterCordon := counter.snapshot(), counter.snapshotCached()
-	logActorSteps(b, cordonProc.LogPath)
+	logActorSteps(b, cordonProc.LogPath, traced)
 
 	// Evicted pod → deleted, one pod at a time, 4 per node.
 	var cleanup, floorStatus latencies
@@ -210,7 +216,7 @@ func BenchmarkReaction5000(b *testing.B) {
 	for _, m := range []struct {
 		name string
 		l    latencies
-	}{{"cordon", cordon}, {"uncordon", uncordon}, {"cleanup", cleanup}, {"floor", floor}, {"floor-create", floorAdd}, {"floor-status", floorStatus}} {
+	}{{"cordon", cordon}, {"uncordon", uncordon}, {"cleanup", cleanup}, {"floor", floor}, {"floor-create", floorAdd}, {"floor-status", floorStatus}, {"floor-delete", floorDelete}} {
 		b.ReportMetric(m.l.quantile(0.5), m.name+"-p50-ms")
 		b.ReportMetric(m.l.quantile(0.99), m.name+"-p99-ms")
 		b.ReportMetric(float64(len(m.l)), m.name+"-samples")
@@ -252,17 +258,35 @@ func BenchmarkReaction5000(b *testing.B) {
 	}
 }
 
+// sampleTrace is one cordon or uncordon sample: the triggering write (t0)
+// and the observer seeing its effect.
+type sampleTrace struct {
+	verb, node string
+	t0, seen   time.Time
+	ok         bool
+}
+
 // logActorSteps logs, from opswire-cordon's log, the p50 and p99 of the
 // steps of its writes (the actuator's "node cordoned" and "node uncordoned"
 // lines): the re-reads (node, pod recount and cap count at once), the
-// intent's publish, the patch, and the whole action.
-func logActorSteps(b *testing.B, logPath string) {
+// intent's publish, the patch, and the whole action. Matched in order with
+// the samples, it also splits each sample's reaction into the way in
+// (trigger → the actuator starts: API, watcher, KUBE, mirror, queue), the
+// actor, and the way out (the write's log line → the observer sees it).
+func logActorSteps(b *testing.B, logPath string, samples []sampleTrace) {
 	data, err := os.ReadFile(logPath)
 	if err != nil {
 		b.Logf("cordon steps: cannot read the log: %v", err)
 		return
 	}
 	steps := map[string]map[string]latencies{}
+	type write struct {
+		node      string
+		at        time.Time
+		took      time.Duration
+		hasFields bool
+	}
+	writes := map[string][]write{}
 	for _, line := range strings.Split(string(data), "\n") {
 		var raw map[string]any
 		if !strings.Contains(line, `"readMs"`) || json.Unmarshal([]byte(line), &raw) != nil {
@@ -277,6 +301,13 @@ func logActorSteps(b *testing.B, logPath string) {
 				steps[verb][k] = append(steps[verb][k], time.Duration(v*float64(time.Millisecond)))
 			}
 		}
+		w := write{}
+		w.node, _ = raw["node"].(string)
+		ts, _ := raw["time"].(string)
+		at, errT := time.Parse(time.RFC3339Nano, ts)
+		took, okT := raw["tookMs"].(float64)
+		w.at, w.took, w.hasFields = at, time.Duration(took*float64(time.Millisecond)), errT == nil && okT
+		writes[verb] = append(writes[verb], w)
 	}
 	for _, verb := range []string{"cordoned", "uncordoned"} {
 		var parts []string
@@ -285,6 +316,36 @@ func logActorSteps(b *testing.B, logPath string) {
 			parts = append(parts, fmt.Sprintf("%s %.1f/%.1f", strings.TrimSuffix(k, "Ms"), l.quantile(0.5), l.quantile(0.99)))
 		}
 		b.Logf("opswire-cordon's own steps per %s node (%d writes; ms p50/p99): %s", verb, len(steps[verb]["tookMs"]), strings.Join(parts, ", "))
+		var in, actor, out, total latencies
+		k := 0
+		for _, s := range samples {
+			if s.verb != verb {
+				continue
+			}
+			if k >= len(writes[verb]) {
+				break
+			}
+			w := writes[verb][k]
+			k++
+			if !s.ok || !w.hasFields || w.node != s.node {
+				continue
+			}
+			start := w.at.Add(-w.took)
+			in, actor, out, total = append(in, start.Sub(s.t0)), append(actor, w.took), append(out, s.seen.Sub(w.at)), append(total, s.seen.Sub(s.t0))
+		}
+		if len(total) == 0 {
+			continue
+		}
+		worst := 0
+		for i := range total {
+			if total[i] > total[worst] {
+				worst = i
+			}
+		}
+		b.Logf("%s samples taken apart (%d matched; ms p50/p99, log times to the millisecond): trigger → actuator starts %.1f/%.1f, actuator %.1f/%.1f, "+
+			"write → observer %.1f/%.1f; the slowest sample: %.1f + %.1f + %.1f ms", verb, len(total), in.quantile(0.5), in.quantile(0.99),
+			actor.quantile(0.5), actor.quantile(0.99), out.quantile(0.5), out.quantile(0.99),
+			float64(in[worst].Microseconds())/1000, float64(actor[worst].Microseconds())/1000, float64(out[worst].Microseconds())/1000)
 	}
 }
 

@@ -6,12 +6,17 @@ package watcher
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	rtmetrics "runtime/metrics"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,7 +29,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/opswire/opswire/shared/config"
-	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
 )
@@ -55,14 +59,14 @@ func churnDuration(b *testing.B) time.Duration {
 // BenchmarkWatcherChurn150k is the long row: after the first publication of
 // 150,000 pods and 5,000 nodes, 1,000 pod updates per second that change the
 // compact state (a container restart, round robin over the pods) for 10
-// minutes, against an embedded nats-server with the production KUBE stream
+// minutes, against a nats-server process with the production KUBE stream
 // and the service's JetStream settings. It reports:
 //   - lag-p50-ms / lag-p99-ms / lag-max-ms: from the watch event entering
 //     the informer to the message stored in KUBE, as an ordered consumer on
 //     KUBE receives it (matched by the resourceVersion in its Nats-Msg-Id);
 //   - heap-start-MiB / heap-end-MiB: the process's live heap (after two GCs)
-//     when the churn starts and when it ends (the embedded nats-server
-//     included), and heap-growth-%;
+//     when the churn starts and when it ends (the nats-server is a process of
+//     its own here), and heap-growth-%;
 //   - depth-max and depth-end: the watcher's queue (objects waiting to be
 //     compared and published) plus its publishes awaiting an ack, sampled
 //     every second, at most and in the last sample;
@@ -72,8 +76,11 @@ func BenchmarkWatcherChurn150k(b *testing.B) {
 	duration := churnDuration(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv := natstest.Start(b)
-	nc, err := nats.Connect(srv.ClientURL())
+	// The nats-server runs as its own process (as in production), so the
+	// heap measured is the watcher's: KUBE's 10-minute duplicate window alone
+	// holds ~600,000 message ids by the end of the run, which an embedded
+	// server would add to it.
+	nc, err := nats.Connect(startNATSProcess(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -138,6 +145,7 @@ func BenchmarkWatcherChurn150k(b *testing.B) {
 	defer cc.Stop()
 
 	heapStart := heapAlloc()
+	writeChurnHeapProfile(b, "start")
 	var depthMax, depthLast atomic.Int64
 	var heapSeries []string
 	var seriesMu sync.Mutex
@@ -192,6 +200,7 @@ func BenchmarkWatcherChurn150k(b *testing.B) {
 	waitFor(b, 30*time.Second, "every update stored", func() bool { return stored.Load() >= int64(total) })
 	b.StopTimer()
 	heapEnd := heapAlloc()
+	writeChurnHeapProfile(b, "end")
 	cancel()
 	<-sampleDone
 
@@ -232,6 +241,80 @@ func BenchmarkWatcherChurn150k(b *testing.B) {
 		"live heap each minute (MiB): [%s]; queue + unacked publishes at most %d, %d in the last sample",
 		total, sending.Round(time.Millisecond), float64(total)/sending.Seconds(), scalePods, quantile(0.5), quantile(0.99), maxLag,
 		float64(heapStart)/(1<<20), float64(heapEnd)/(1<<20), strings.Join(heapSeries, " "), depthMax.Load(), depthLast.Load())
+}
+
+// writeChurnHeapProfile writes what is live now to
+// $OPSWIRE_BENCH_CHURN_HEAPPROFILE-<when>.pprof, if set (hack/bench.sh
+// compares the end with the start: go tool pprof -diff_base).
+func writeChurnHeapProfile(b *testing.B, when string) {
+	prefix := os.Getenv("OPSWIRE_BENCH_CHURN_HEAPPROFILE")
+	if prefix == "" {
+		return
+	}
+	f, err := os.Create(prefix + "-" + when + ".pprof")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// startNATSProcess starts the cached nats-server binary (make controlplane:
+// $OPSWIRE_BIN_DIR, else .cache/bin of the repository) with JetStream on a
+// free port and returns its URL; it is killed at the end of the benchmark.
+func startNATSProcess(b *testing.B) string {
+	b.Helper()
+	dir := os.Getenv("OPSWIRE_BIN_DIR")
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for d := wd; ; d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+				dir = filepath.Join(d, ".cache", "bin")
+				break
+			}
+			if filepath.Dir(d) == d {
+				b.Fatal("go.work not found above the working directory")
+			}
+		}
+	}
+	bins, _ := filepath.Glob(filepath.Join(dir, "nats-server-v*"))
+	if len(bins) == 0 {
+		b.Fatalf("no nats-server binary in %s: run `make controlplane` first", dir)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	cmd := exec.Command(bins[len(bins)-1], "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", b.TempDir())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	waitFor(b, 30*time.Second, "nats-server up", func() bool {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			return false
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err = js.AccountInfo(ctx)
+		return err == nil
+	})
+	return url
 }
 
 // atomicRV is the source's current resourceVersion counter.
