@@ -60,7 +60,9 @@ OPSWIRE_BENCH_PROFILE_DIR=$OUT piece memory test -tags bench -bench '^BenchmarkS
 piece reaction test -tags bench -bench '^BenchmarkReaction5000$' -benchtime 1x ./bench
 
 # 2, the long row: the watcher under 1,000 pod updates/s for 10 minutes.
-piece watcher-churn services/watcher -bench '^BenchmarkWatcherChurn150k$' -benchtime 1x ./internal/watcher
+export OPSWIRE_BENCH_CHURN_HEAPPROFILE=$OUT/churn-heap
+piece watcher-churn services/watcher -bench '^BenchmarkWatcherChurn150k$' -benchtime 1x -o "$OUT/churn.test" ./internal/watcher
+unset OPSWIRE_BENCH_CHURN_HEAPPROFILE
 
 took=$(( $(date +%s) - start ))
 took_text="$((took / 60)) min $((took % 60)) s"
@@ -91,6 +93,8 @@ profile() { # TITLE TEST-BINARY PROFILE PPROF-OPTIONS...
     "$OUT/watcher.test" "$OUT/watcher-throughput.pprof" -top -cum -nodecount=18 -focus 'watcher\.\(\*Watcher\)'
   profile "Watcher heap at 150k pods, live objects by allocation site" \
     "$OUT/watcher-heap.test" "$OUT/watcher-heap.pprof" -sample_index=inuse_space -top -nodecount=15
+  profile "Watcher under sustained churn, live heap at the end minus at the start, by allocation site" \
+    "$OUT/churn.test" "$OUT/churn-heap-end.pprof" -sample_index=inuse_space -top -nodecount=12 -diff_base "$OUT/churn-heap-start.pprof"
   profile "Mirror rebuild" "$OUT/rebuild.test" "$OUT/rebuild.pprof" -top -cum -nodecount=18 -focus kubestate
   profile "Report build" "$OUT/report.test" "$OUT/report.pprof" -top -cum -nodecount=15 -focus 'restarts\.Build'
   for s in watcher cleanup report; do
