@@ -3,12 +3,10 @@ package cordon
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
@@ -79,13 +77,16 @@ func (f *Fleets) Mirror(exclude string) Fleet {
 	return t.fleet(managed)
 }
 
-// Live counts from the API: every node carrying opswire's label and, with
-// capCounts "unavailable", every cordoned node, each by a LIST served from
-// the API server's watch cache (resourceVersionMatch=NotOlderThan
-// notOlderThan, or any version when ""), so the count includes every write
-// up to that version, whatever the mirror shows. NotReady comes from the
-// mirror (the API cannot select it), the managed fleet too. Marks found in
-// the API are taught to the ledger, so the mirror path counts them as well.
+// Live counts from the API, from one LIST of every node served from the API
+// server's watch cache (resourceVersionMatch=NotOlderThan notOlderThan, or
+// any version when ""), so the count includes every write up to that
+// version, whatever the mirror shows: the nodes carrying opswire's label,
+// and with capCounts "unavailable" every managed node cordoned by anyone
+// (spec.unschedulable) or NotReady (its Ready condition False or Unknown),
+// and the managed fleet itself (the percentage cap's denominator). Nothing
+// comes from the mirror, which may be stale (a stopped watcher, a NATS
+// outage). Marks found in the API are taught to the ledger, so the mirror
+// path counts them as well. A failed LIST is an error (the caller fails closed).
 func (f *Fleets) Live(ctx context.Context, notOlderThan, exclude string) (Fleet, error) {
 	if f.client == nil {
 		return f.Mirror(exclude), nil
@@ -96,57 +97,40 @@ func (f *Fleets) Live(ctx context.Context, notOlderThan, exclude string) (Fleet,
 	if notOlderThan != "" {
 		opts.ResourceVersion, opts.ResourceVersionMatch = notOlderThan, metav1.ResourceVersionMatchNotOlderThan
 	}
-	// The two lists are independent: both go out at once.
-	var (
-		marked, cordoned       []corev1.Node
-		markedRV, cordonedRV   string
-		markedErr, cordonedErr error
-		wg                     sync.WaitGroup
-	)
-	if f.policy.CountsUnavailable() {
-		wg.Go(func() {
-			cordoned, cordonedRV, cordonedErr = f.list(ctx, opts, func(o *metav1.ListOptions) {
-				o.FieldSelector = fields.OneTermEqualSelector("spec.unschedulable", "true").String()
-			})
-		})
+	list, err := f.client.CoreV1().Nodes().List(ctx, opts)
+	if err != nil {
+		return Fleet{}, fmt.Errorf("list nodes: %w", err)
 	}
-	marked, markedRV, markedErr = f.list(ctx, opts, func(o *metav1.ListOptions) { o.LabelSelector = markSelector.String() })
-	wg.Wait()
-	if markedErr != nil {
-		return Fleet{}, fmt.Errorf("list nodes carrying opswire's mark: %w", markedErr)
-	}
-	if cordonedErr != nil {
-		return Fleet{}, fmt.Errorf("list cordoned nodes: %w", cordonedErr)
-	}
-	t := newTally(f.policy, exclude)
-	for i := range marked {
-		n := &marked[i]
-		f.ledger.Learn(n.Name, string(n.UID), n.ResourceVersion, true)
-		t.add(stateFromNode(n, 0), true)
-	}
-	for i := range cordoned {
-		s := stateFromNode(&cordoned[i], 0)
-		t.add(s, hasLabel(s, events.LabelAutoCordon))
-	}
-	asOf := markedRV
-	if cordonedRV != "" && !rvAtLeast(cordonedRV, markedRV) {
-		asOf = cordonedRV
-	}
-	managed := 0
-	for _, n := range f.nodes.Nodes() {
-		if f.policy.Managed(n) {
-			managed++
-			if n.Ready == "False" || n.Ready == "Unknown" {
-				t.add(&events.NodeState{Name: n.Name, Ready: n.Ready, Labels: n.Labels}, false)
-			}
+	t, managed := newTally(f.policy, exclude), 0
+	for i := range list.Items {
+		n := &list.Items[i]
+		s := stateFromNode(n, 0)
+		s.Ready = readyOf(n)
+		marked := hasLabel(s, events.LabelAutoCordon)
+		if marked {
+			f.ledger.Learn(n.Name, string(n.UID), n.ResourceVersion, true)
 		}
+		if f.policy.Managed(s) {
+			managed++
+		}
+		t.add(s, marked)
 	}
 	for _, name := range f.ledger.SimulatedMarks() {
 		t.add(&events.NodeState{Name: name}, true)
 	}
 	out := t.fleet(managed)
-	out.asOf = asOf
+	out.asOf = list.ResourceVersion
 	return out, nil
+}
+
+// readyOf is the status of a node's Ready condition ("" when it has none).
+func readyOf(n *corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return string(c.Status)
+		}
+	}
+	return ""
 }
 
 // markSelector selects the nodes carrying opswire's label.
@@ -157,14 +141,3 @@ var markSelector = func() labels.Selector {
 	}
 	return labels.NewSelector().Add(*r)
 }()
-
-// list returns the nodes of one LIST and the resourceVersion it was served at.
-func (f *Fleets) list(ctx context.Context, base metav1.ListOptions, sel func(*metav1.ListOptions)) ([]corev1.Node, string, error) {
-	opts := base
-	sel(&opts)
-	list, err := f.client.CoreV1().Nodes().List(ctx, opts)
-	if err != nil {
-		return nil, "", err
-	}
-	return list.Items, list.ResourceVersion, nil
-}

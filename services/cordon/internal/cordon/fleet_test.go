@@ -18,8 +18,10 @@ func notReady(n *corev1.Node) {
 }
 
 // TestFleetsLive: the cap is counted from the API, not from a stale mirror.
-// The mirror here shows every node schedulable and unmarked, as a stopped
-// watcher would leave it; the API holds the truth.
+// The mirror here shows every node schedulable, Ready and unmarked, and
+// still holds three nodes deleted since (a larger denominator for the
+// percentage cap), as a stopped watcher would leave it; the API holds the
+// truth, in one LIST.
 func TestFleetsLive(t *testing.T) {
 	api := []*corev1.Node{
 		apiNode("marked-1", ours(EffectCordon)),
@@ -39,10 +41,11 @@ func TestFleetsLive(t *testing.T) {
 			stale.Labels[events.LabelDoNotCordon] = ""
 		}
 		s := stateFromNode(stale, 0)
-		if n.Name == "notready" {
-			s.Ready = "Unknown" // NotReady is only known from the mirror
-		}
+		s.Ready = "True"
 		mirror = append(mirror, s)
+	}
+	for _, name := range []string{"gone-1", "gone-2", "gone-3"} {
+		mirror = append(mirror, stateFromNode(apiNode(name), 0))
 	}
 	tests := []struct {
 		name      string
@@ -78,15 +81,22 @@ func TestFleetsLive(t *testing.T) {
 			if m := f.Mirror(tc.exclude); m.Marks != 2 {
 				t.Fatalf("after Live, Mirror = %+v: live marks not learnt", m)
 			}
+			lists := 0
 			for _, a := range client.Actions() {
 				l, ok := a.(k8stesting.ListActionImpl)
 				if !ok {
 					continue
 				}
+				if lists++; l.GetListOptions().LabelSelector != "" || l.GetListOptions().FieldSelector != "" {
+					t.Fatalf("LIST with selectors %+v: the fleet must come from one LIST of every node", l.GetListOptions())
+				}
 				if rv := l.GetListOptions().ResourceVersion; rv != "41" || l.GetListOptions().ResourceVersionMatch != "NotOlderThan" {
 					t.Fatalf("LIST asked for resourceVersion %q match %q: not served from the watch cache at least as new as 41",
 						rv, l.GetListOptions().ResourceVersionMatch)
 				}
+			}
+			if lists != 1 {
+				t.Fatalf("%d LISTs, want one", lists)
 			}
 		})
 	}
