@@ -118,12 +118,16 @@ func TestCordonDrainWhileWatcherDown(t *testing.T) {
 	})
 	w1.Kill()
 	evictAndFinish(t, c, "wd", 0, 6) // kubectl drain, paced, while no watcher runs
-	startWatcher(t, cp, n, cfg, "w2")
+	w2 := startWatcher(t, cp, n, cfg, "w2")
 	if d := waitHandover(t, ops, "wd"); d.Code != "drained" || d.Pods != 0 || !strings.Contains(d.Reason, "6 departures of unknown final state") {
 		t.Fatalf("handover decision %+v", d)
 	}
 	if s := lastNode(t, n.JS, "kube.e2e.node.wd"); s == nil || s.Departed != 6 || s.DepartedUnknown != 6 || s.DepartedEvicted != 0 || s.EvictionStreak != 6 {
 		t.Fatalf("KUBE's departures of wd: %+v", s)
+	}
+	// Counted once per pod, at the source.
+	if got := w2.Metric(`opswire_watcher_departures_total{how="unknown"}`); got != 6 {
+		t.Fatalf("w2 counted %v unknown departures, want 6", got)
 	}
 	harness.Never(t, 5*time.Second, "the drained node uncordoned", func() bool { return !cordonGetNode(t, c, "wd").Spec.Unschedulable })
 	nodeHandedOver(t, c, proxy, "wd")

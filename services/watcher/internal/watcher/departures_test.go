@@ -346,6 +346,11 @@ func TestDepartureKinds(t *testing.T) {
 	sync("p/ns/p3", "n/n1")
 	want("a plain departure ends the streak", 0, departures{all: 5, evicted: 1, unknown: 3})
 
+	for how, want := range map[string]float64{"plain": 1, "evicted": 1, "unknown": 3, "exempt": 2} {
+		if got := testutil.ToFloat64(w.m.departed.WithLabelValues(how)); got != want {
+			t.Errorf("opswire_watcher_departures_total{how=%q} = %v, want %v", how, got, want)
+		}
+	}
 	seed, err := LoadSeed(context.Background(), js, "c")
 	if err != nil {
 		t.Fatal(err)

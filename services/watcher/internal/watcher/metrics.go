@@ -9,6 +9,7 @@ type metrics struct {
 	errors    *prometheus.CounterVec
 	oversized *prometheus.CounterVec
 	deferred  prometheus.Counter
+	departed  *prometheus.CounterVec
 	latency   prometheus.Histogram
 	depth     prometheus.GaugeFunc
 }
@@ -34,6 +35,10 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) *metrics {
 			Name: "opswire_watcher_node_recounts_deferred_total",
 			Help: "Node recounts deferred because pods left the node's index whose syncs had not counted their departures yet.",
 		}),
+		departed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_watcher_departures_total",
+			Help: "Pods that stopped counting on their node, by how they left: plain, evicted, unknown (final state never seen), exempt (DaemonSet or mirror pods, not in the node's totals).",
+		}, []string{"how"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "opswire_watcher_publish_latency_seconds", Help: "Time from publish to JetStream acknowledgement.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
@@ -49,8 +54,11 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) *metrics {
 		m.errors.WithLabelValues(k)
 		m.oversized.WithLabelValues(k)
 	}
+	for _, how := range []string{"plain", "evicted", "unknown", "exempt"} {
+		m.departed.WithLabelValues(how)
+	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.published, m.unchanged, m.errors, m.oversized, m.deferred, m.latency, m.depth)
+		reg.MustRegister(m.received, m.published, m.unchanged, m.errors, m.oversized, m.deferred, m.departed, m.latency, m.depth)
 	}
 	return m
 }

@@ -318,6 +318,7 @@ func (w *Watcher) depart(uid, node string, how leftAs, exempt bool) {
 	w.leaving[uid] = true
 	w.onNode[node]--
 	if exempt {
+		w.m.departed.WithLabelValues("exempt").Inc()
 		return
 	}
 	d := w.left[node]
@@ -326,11 +327,14 @@ func (w *Watcher) depart(uid, node string, how leftAs, exempt bool) {
 	case leftEvicted:
 		d.evicted++
 		d.streak++
+		w.m.departed.WithLabelValues("evicted").Inc()
 	case leftUnknown:
 		d.unknown++
 		d.streak++
+		w.m.departed.WithLabelValues("unknown").Inc()
 	default:
 		d.streak = 0
+		w.m.departed.WithLabelValues("plain").Inc()
 	}
 	w.left[node] = d
 }
