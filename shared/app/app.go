@@ -90,6 +90,7 @@ func Run(spec Spec, args []string, getenv func(string) string, stdout, stderr io
 		}
 	}
 	log = log.With().Str("cluster", cluster).Logger()
+	applyMemoryLimit(getenv, log)
 	rt := &Runtime{Spec: spec, Options: opts, Config: cfg, Log: log, Server: server.New(), Cluster: cluster}
 	registerBuildInfo(rt.Server.Registry, spec.Service)
 	rt.Server.Registry.MustRegister(natsx.Suppressed)

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
 )
 
 func TestExitCodes(t *testing.T) {
@@ -150,5 +153,28 @@ func TestDryRunLease(t *testing.T) {
 	}
 	if real != "ops-cordon" || dry != "ops-cordon-dryrun" {
 		t.Fatalf("leases %q and %q, want ops-cordon and ops-cordon-dryrun", real, dry)
+	}
+}
+
+func TestMemoryLimit(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	if got := applyMemoryLimit(env(map[string]string{MemoryLimitEnv: "300Mi"}), zerolog.Nop()); got != 300<<20*9/10 {
+		t.Errorf("300Mi: limit %d, want %d", got, 300<<20*9/10)
+	}
+	if got := debug.SetMemoryLimit(-1); got != 300<<20*9/10 {
+		t.Errorf("runtime limit %d", got)
+	}
+	if got := applyMemoryLimit(env(map[string]string{MemoryLimitEnv: "1000000"}), zerolog.Nop()); got != 900000 {
+		t.Errorf("bytes: limit %d", got)
+	}
+	for _, m := range []map[string]string{
+		{},
+		{MemoryLimitEnv: "300Mi", "GOMEMLIMIT": "100MiB"},
+		{MemoryLimitEnv: "lots"},
+	} {
+		if got := applyMemoryLimit(env(m), zerolog.Nop()); got != 0 {
+			t.Errorf("%v: limit %d, want none", m, got)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/opswire/opswire/services/notifier/feishutest"
+	"github.com/opswire/opswire/shared/app"
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/test/harness"
@@ -101,7 +102,9 @@ func BenchmarkServiceMemory150k(b *testing.B) {
 	procs := map[string]*harness.Process{}
 	for _, s := range services {
 		o := harness.ServiceOptions{Config: cfg, NATSURL: n.URL, Args: []string{"--pprof"},
-			Env: []string{"BENCH_FEISHU_URL=" + url, "BENCH_FEISHU_SECRET=" + secret}}
+			// Each service runs as in a container limited to the target's
+			// 300 MiB (deploy/ passes the container's limit the same way).
+			Env: []string{"BENCH_FEISHU_URL=" + url, "BENCH_FEISHU_SECRET=" + secret, app.MemoryLimitEnv + "=300Mi"}}
 		switch s.name {
 		case "watcher":
 			o.Kubeconfig, o.NATSURL = api.kubeconfig(b, apiSrv.URL), watcherNATS.URL

@@ -179,7 +179,7 @@ func BenchmarkWatcherHeap150k(b *testing.B) {
 	waitFor(b, 5*time.Minute, "everything recorded", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return len(w.published) == scalePods+scaleNodes
+		return w.published.len() == scalePods+scaleNodes
 	})
 	used := heapAlloc() - baseline
 	b.ReportMetric(float64(used)/scalePods, "heap-B/pod")

@@ -141,8 +141,8 @@ func TestDepartureCountedOnceAcrossRetries(t *testing.T) {
 	f.eventually("the watcher forgets the pod", func() bool {
 		f.w.mu.Lock()
 		defer f.w.mu.Unlock()
-		_, had := f.w.published[podPrefix+"ns/p1"]
-		return !had && len(f.w.leaving) == 0 && len(f.w.evictedAtDelete) == 0 && !f.w.published[nodePrefix+"n1"].doubt
+		_, had := f.w.published.get(podPrefix + "ns/p1")
+		return !had && len(f.w.leaving) == 0 && len(f.w.evictedAtDelete) == 0 && !f.w.published.nodes[nodePrefix+"n1"].doubt
 	})
 	if n := f.node("n1"); n.Pods != 1 || n.Departed != 1 || n.DepartedEvicted != 1 {
 		t.Fatalf("node after the retried tombstone: %+v", n)
@@ -188,7 +188,7 @@ func TestNodeRecountWaitsForDepartures(t *testing.T) {
 	settled := func() bool { // every publish acknowledged
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return len(w.leaving) == 0 && w.published[nodePrefix+"n1"].hash != 0
+		return len(w.leaving) == 0 && w.published.nodes[nodePrefix+"n1"].hash != 0
 	}
 	sync("p/ns/p1")
 	sync("p/ns/p2")
@@ -298,7 +298,7 @@ func TestDepartureKinds(t *testing.T) {
 	w.mu.Lock()
 	for _, name := range []string{"away1", "away2"} {
 		// (Not in onNode: n1's recounts below do not wait for them.)
-		w.published[podPrefix+"ns/"+name] = record{hash: 1, uid: "uid-ns-" + name, node: "n1"}
+		w.published.set(podPrefix+"ns/"+name, record{hash: 1, uid: "uid-ns-" + name, node: "n1"})
 	}
 	w.mu.Unlock()
 	sync("p/ns/ds", "p/ns/mirror", "p/ns/p1", "p/ns/p2", "n/n1")

@@ -78,8 +78,8 @@ func TestGhostPodConverges(t *testing.T) {
 	f.eventually("the watcher forgets the pod once the tombstone is acknowledged", func() bool {
 		f.w.mu.Lock()
 		defer f.w.mu.Unlock()
-		_, had := f.w.published[podPrefix+"ns/ghost"]
-		return !had && !f.w.published[nodePrefix+"n1"].doubt
+		_, had := f.w.published.get(podPrefix + "ns/ghost")
+		return !had && !f.w.published.nodes[nodePrefix+"n1"].doubt
 	})
 }
 

@@ -124,10 +124,15 @@ type Watcher struct {
 	// ends, and the next term (a replica that lost the lease and won it
 	// again) starts with a new one.
 	q atomic.Pointer[workqueue.TypedRateLimitingInterface[string]]
-	m *metrics
+	// running: a term is publishing. Outside a term the handlers enqueue
+	// nothing: Run queues every cached key when a term starts, so a standby
+	// (or the initial list) does not fill a queue whose sets would keep their
+	// peak size for the life of the process (feed.go).
+	running atomic.Bool
+	m       *metrics
 
 	mu        sync.Mutex
-	published map[string]record
+	published *records
 	// trimmed names the nodes published with their labels filtered, so the
 	// warning is logged once per node, not on every recount.
 	trimmed map[string]bool
@@ -188,7 +193,7 @@ func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options
 	w := &Watcher{
 		opts: opts, source: envelope.Source(opts.Cluster, "watcher"), log: log,
 		pods: pods, nodes: nodes, pub: pub,
-		published: map[string]record{},
+		published: newRecords(0),
 		trimmed:   map[string]bool{},
 		left:      map[string]departures{}, leaving: map[string]bool{}, evictedAtDelete: map[string]string{},
 		seenAtDelete: map[string]string{},
@@ -259,14 +264,14 @@ func (w *Watcher) handler(kind string, key func(any) string, deleted func(key st
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			w.m.received.WithLabelValues(kind, "add").Inc()
-			w.queue().Add(key(obj))
+			w.enqueue(key(obj))
 		},
 		UpdateFunc: func(old, cur any) {
 			if rv(old) == rv(cur) {
 				return // periodic resync: nothing new
 			}
 			w.m.received.WithLabelValues(kind, "update").Inc()
-			w.queue().Add(key(cur))
+			w.enqueue(key(cur))
 		},
 		DeleteFunc: func(obj any) {
 			w.m.received.WithLabelValues(kind, "delete").Inc()
@@ -274,7 +279,7 @@ func (w *Watcher) handler(kind string, key func(any) string, deleted func(key st
 			if deleted != nil {
 				deleted(k, obj)
 			}
-			w.queue().Add(k)
+			w.enqueue(k)
 		},
 	}
 }
@@ -368,13 +373,13 @@ func (w *Watcher) Run(ctx context.Context, seed map[string]record) error {
 	}
 	w.acks = make(chan pending, cap(w.acks))
 	w.mu.Lock()
-	w.published = make(map[string]record, len(seed))
+	w.published = newRecords(len(seed))
 	// Departure totals carry on from the stored node states; a departure a
 	// previous term counted but never stored is counted again from the seed.
 	w.left, w.leaving = map[string]departures{}, map[string]bool{}
 	w.onNode, w.deferred = map[string]int{}, map[string]int{}
 	for k, r := range seed {
-		w.published[k] = r
+		w.published.set(k, r)
 		if name, ok := strings.CutPrefix(k, nodePrefix); ok {
 			w.left[name] = r.left
 		}
@@ -383,16 +388,12 @@ func (w *Watcher) Run(ctx context.Context, seed map[string]record) error {
 		}
 	}
 	w.mu.Unlock()
-	for _, k := range w.pods.GetIndexer().ListKeys() {
-		w.queue().Add(podPrefix + k)
-	}
-	for _, k := range w.nodes.GetIndexer().ListKeys() {
-		w.queue().Add(nodePrefix + k)
-	}
-	for k := range seed {
-		w.queue().Add(k) // gone while we were away → tombstone
-	}
-	w.log.Info().Int("seeded", len(seed)).Int("queued", w.queue().Len()).Msg("publishing")
+	// From here on the handlers enqueue; every key cached before is listed
+	// below (the informer updates its store before it calls the handlers).
+	w.running.Store(true)
+	defer w.running.Store(false)
+	podKeys, nodeKeys := w.pods.GetIndexer().ListKeys(), w.nodes.GetIndexer().ListKeys()
+	w.log.Info().Int("seeded", len(seed)).Int("pods", len(podKeys)).Int("nodes", len(nodeKeys)).Msg("publishing")
 
 	var wg sync.WaitGroup
 	ackDone := make(chan struct{})
@@ -405,7 +406,13 @@ func (w *Watcher) Run(ctx context.Context, seed map[string]record) error {
 			}
 		}()
 	}
+	feedDone := make(chan struct{})
+	go func() {
+		defer close(feedDone)
+		w.feed(ctx, podKeys, nodeKeys, seed)
+	}()
 	<-ctx.Done()
+	<-feedDone
 	w.queue().ShutDownWithDrain()
 	wg.Wait()
 	close(w.acks)
@@ -466,7 +473,7 @@ func (w *Watcher) syncPod(key string) error {
 		return err
 	}
 	w.mu.Lock()
-	prev, had := w.published[key]
+	prev, had := w.published.get(key)
 	evictedAtDelete, deletedEvicting := w.evictedAtDelete[key]
 	seenAtDelete, deleteSeen := w.seenAtDelete[key]
 	if !exists && !had {
@@ -572,7 +579,7 @@ func (w *Watcher) syncNode(key string) error {
 		return err
 	}
 	w.mu.Lock()
-	prev, had := w.published[key]
+	prev, had := w.published.get(key)
 	w.mu.Unlock()
 	if !exists {
 		if !had {
@@ -690,7 +697,7 @@ func (w *Watcher) collectAcks() {
 			w.m.published.WithLabelValues(p.kind, string(p.op)).Inc()
 			w.mu.Lock()
 			if p.op == events.OpDelete {
-				delete(w.published, p.key)
+				w.published.del(p.key)
 				if w.evictedAtDelete[p.key] == p.rec.uid {
 					delete(w.evictedAtDelete, p.key)
 				}
@@ -698,7 +705,7 @@ func (w *Watcher) collectAcks() {
 					delete(w.seenAtDelete, p.key)
 				}
 			} else {
-				w.published[p.key] = p.rec
+				w.published.set(p.key, p.rec)
 			}
 			// KUBE now says the departed pod no longer counts on its node:
 			// later syncs cannot see it leave again.
@@ -763,12 +770,12 @@ var knownNodeLabels = map[string]bool{
 func (w *Watcher) markDoubt(key string, rec record, op events.Op) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	prev, had := w.published[key]
+	prev, had := w.published.get(key)
 	if op == events.OpDelete {
 		// The tombstone may not be stored: keep what was there, retried as is.
 		if had {
 			prev.doubt = true
-			w.published[key] = prev
+			w.published.set(key, prev)
 		}
 		return
 	}
@@ -777,7 +784,7 @@ func (w *Watcher) markDoubt(key string, rec record, op events.Op) {
 	if had && d.node == "" {
 		d.node = prev.node // still recount the node the pod counted on before
 	}
-	w.published[key] = d
+	w.published.set(key, d)
 }
 
 // hashPod hashes the state without its resourceVersion, which changes on

@@ -183,7 +183,7 @@ func TestSeedSkipsWhatIsStored(t *testing.T) {
 		f.w.mu.Lock()
 		defer f.w.mu.Unlock()
 		for k, r := range seed {
-			if f.w.published[k] != r {
+			if got, _ := f.w.published.get(k); got != r {
 				return false
 			}
 		}
