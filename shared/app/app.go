@@ -94,6 +94,9 @@ func Run(spec Spec, args []string, getenv func(string) string, stdout, stderr io
 	rt := &Runtime{Spec: spec, Options: opts, Config: cfg, Log: log, Server: server.New(), Cluster: cluster}
 	registerBuildInfo(rt.Server.Registry, spec.Service)
 	rt.Server.Registry.MustRegister(natsx.Suppressed)
+	for _, result := range []string{"foreign", "unverified"} {
+		natsx.Suppressed.WithLabelValues(result) // exported at 0, so increase() sees the first one
+	}
 	natsx.SetPublishLog(log)
 	rt.Server.Pprof = opts.Pprof
 	// Not ready until the service has connected to NATS (rt.NATS replaces
