@@ -29,7 +29,7 @@ func cordonRBAC(t *testing.T, cp *harness.ControlPlane, leaseNamespace string) s
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch"}},
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
-			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "list", "patch"}},
 		},
 	}
 	leaseRole := &rbacv1.Role{

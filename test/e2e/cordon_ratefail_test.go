@@ -148,6 +148,124 @@ func TestCordonRateLimitNATSOutageFailover(t *testing.T) {
 	}
 }
 
+// TestCordonUncordonNATSOutageFailover: the same for releases, which remove
+// the mark: two actions per 20 s. The leader cordons ua-0 and ua-1, which are
+// then drained to minPods (the window is full: the releases wait); NATS
+// stops; when the window frees the leader uncordons both during the outage
+// and is SIGKILLed before NATS is back. Only their Kubernetes Events remain.
+// The standby counts them from the Events: ua-2 and ua-3, filled once NATS
+// is back, are cordoned only when the uncordons leave the window (counted at
+// the API), and the uncordons' audits, rebuilt with the ids the lost ones had,
+// reach OPS once each (plain subscription).
+func TestCordonUncordonNATSOutageFailover(t *testing.T) {
+	cp := harness.StartControlPlane(t)
+	n := harness.StartNATS(t)
+	c := cp.Client
+	const perWindow, window = 2, 20 * time.Second
+	names := []string{"ua-0", "ua-1", "ua-2", "ua-3"}
+	for _, name := range names {
+		harness.CreateNode(t, c, harness.Node(name, nil))
+	}
+	cfg := harness.WriteConfig(t, cordonConfig("500ms", fmt.Sprintf("  maxCordonedPercent: 100\n  maxActionsPerMinute: %d\n  rateWindow: %v\n", perWindow, window))+
+		"nats:\n  duplicates: 10s\nsendReport:\n  enable: false\n")
+	startWatcher(t, cp, n, cfg, "w1")
+	ops := harness.CollectOps(t, n, "ops.e2e.cordon.>")
+	kubeconfig := cordonRBAC(t, cp, "default")
+	replicas := map[string]*harness.Process{}
+	for _, id := range []string{"r1", "r2"} {
+		replicas[id] = harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: id})
+	}
+	for _, p := range replicas {
+		p.WaitReady(t, 60*time.Second)
+	}
+	var first string
+	harness.Eventually(t, 10*time.Second, "a leader", func() bool {
+		first = cordonLeaseHolder(t, c, "default", "opswire-cordon")
+		return replicas[first] != nil && replicas[first].Metric("opswire_leader") == 1
+	})
+	second := "r1"
+	if first == "r1" {
+		second = "r2"
+	}
+	for _, name := range names[:2] {
+		cordonFill(t, c, name, 0, 5)
+	}
+	isCordon := func(m harness.Msg) bool { return strings.HasPrefix(m.Subject, "ops.e2e.cordon.cordoned.") }
+	harness.Eventually(t, 15*time.Second, "the two cordons in OPS", func() bool { return ops.Count(isCordon) == perWindow })
+	for _, name := range names[:2] {
+		cordonDrain(t, c, name, 2, 5)
+	}
+	harness.Eventually(t, 10*time.Second, "KUBE shows both drained to minPods", func() bool {
+		for _, name := range names[:2] {
+			if s := lastNode(t, n.JS, "kube.e2e.node."+name); s == nil || s.Pods != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	harness.Eventually(t, 10*time.Second, "releases held by the rate limit", func() bool {
+		return replicas[first].Metric(`opswire_cordon_refusals_total{reason="rate-limited"}`) > 0
+	})
+	n.Stop()
+	harness.Eventually(t, window+15*time.Second, "both uncordoned during the outage, their Events recorded", func() bool {
+		return len(cordonMarkTimes(t, c)) == 0 && cordonEventCount(t, c, names[0], "OpswireUncordoned") == 1 &&
+			cordonEventCount(t, c, names[1], "OpswireUncordoned") == 1
+	})
+	replicas[first].Kill()
+	var earliest time.Time
+	for _, name := range names[:2] {
+		for _, ev := range cordonEvents(t, c, name, "OpswireUncordoned") {
+			if at := ev.LastTimestamp.Time; earliest.IsZero() || at.Before(earliest) {
+				earliest = at // whole seconds, rounded down: never later than the uncordon
+			}
+		}
+	}
+	n.Restart(t)
+	var pubMu sync.Mutex
+	published := 0
+	sub, err := n.Conn.Subscribe("ops.e2e.cordon.uncordoned.>", func(*nats.Msg) {
+		pubMu.Lock()
+		published++
+		pubMu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	after := harness.CollectOps(t, n, "ops.e2e.cordon.uncordoned.>")
+	for _, name := range names[2:] {
+		cordonFill(t, c, name, 0, 5)
+	}
+	harness.Never(t, time.Until(earliest.Add(window-time.Second)), "a cordon inside the outage uncordons' window", func() bool {
+		return len(cordonMarkTimes(t, c)) > 0
+	})
+	harness.Eventually(t, 20*time.Second, "ua-2 and ua-3 cordoned once the window moved", func() bool {
+		return len(cordonMarkTimes(t, c)) == 2
+	})
+	harness.Eventually(t, 10*time.Second, "both uncordons in OPS", func() bool { return after.Count(func(harness.Msg) bool { return true }) >= 2 })
+	ids := map[string]int{}
+	for _, m := range after.All() {
+		d := cordonDecision(t, m)
+		node := cordonGetNode(t, c, d.Node)
+		if want := "cordon/" + string(node.UID) + "/uncordoned/" + d.ResourceVersion; m.ID != want || d.Verb != "uncordoned" {
+			t.Fatalf("outcome of %s: id %s verb %s, want %s", d.Node, m.ID, d.Verb, want)
+		}
+		ids[d.Node]++
+	}
+	if ids[names[0]] != 1 || ids[names[1]] != 1 || len(ids) != 2 {
+		t.Fatalf("uncordoned outcomes in OPS by node: %v, want ua-0 and ua-1 once each", ids)
+	}
+	pubMu.Lock()
+	got := published
+	pubMu.Unlock()
+	if got != 2 {
+		t.Fatalf("%d uncordoned outcomes published after the restart, want 2", got)
+	}
+	if v := replicas[second].Metric(`opswire_intents_total{result="rebuilt"}`); v != 2 {
+		t.Fatalf("the standby rebuilt %v outcomes, want 2", v)
+	}
+}
+
 // cordonMarkTimes returns, by node, the time of opswire's mark on each node
 // carrying it in the API.
 func cordonMarkTimes(t *testing.T, c kubernetes.Interface) map[string]time.Time {

@@ -144,7 +144,7 @@ func wantRBAC(removeFinalizers bool) (cluster, roles map[string][]rule) {
 	}
 	cluster = map[string][]rule{
 		"opswire-watcher": {{"", "pods,nodes", "list,watch", ""}},
-		"opswire-cordon":  {events, {"", "nodes", "get,list,patch", ""}, {"", "pods", "list", ""}},
+		"opswire-cordon":  {{"", "events", "create,list,patch", ""}, {"", "nodes", "get,list,patch", ""}, {"", "pods", "list", ""}},
 		"opswire-cleanup": cleanup,
 	}
 	roles = map[string][]rule{}

@@ -73,7 +73,7 @@ func TestDeployManifests(t *testing.T) {
 			objs := kustomizeBuild(t, ov.dir(t))
 			wantCluster := map[string][]rule{
 				"opswire-watcher": {{"", "pods,nodes", "list,watch", ""}},
-				"opswire-cordon":  {events, {"", "nodes", "get,list,patch", ""}, {"", "pods", "list", ""}},
+				"opswire-cordon":  {{"", "events", "create,list,patch", ""}, {"", "nodes", "get,list,patch", ""}, {"", "pods", "list", ""}},
 				"opswire-cleanup": ov.cleanupRules,
 			}
 			wantRoles := map[string][]rule{}

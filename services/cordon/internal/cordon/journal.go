@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/envelope"
@@ -120,16 +122,93 @@ func patchVisible(p Policy, node *corev1.Node, verb string, d events.CordonDecis
 	return false, "unknown intent action " + verb
 }
 
-// LiveActions is the API's record of this actor's recent cordons
-// (actuate.Recovery.Live), which does not depend on NATS: every node carrying
-// opswire's label and a mark written since the given time (one quorum LIST).
-// Each is returned with the cordon's outcome audit rebuilt from the mark,
-// with the id the original has (cordon/<uid>/cordoned/<rv the cordon was
-// decided on>, the mark's rv): a leader that cordoned during a NATS outage
-// and died with the audits in its backlog left only the marks. Marks without
-// an rv (written by an older version) are not returned. Uncordons and
-// handovers remove the mark, so they are not found here (docs/cordon.md).
+// LiveActions is the API's record of this actor's recent writes
+// (actuate.Recovery.Live), which does not depend on NATS: a leader that acted
+// during a NATS outage and died with the audits in its backlog left only
+// this. Each is returned with its outcome audit rebuilt with the id the
+// original has, cordon/<uid>/<verb>/<rv the write was decided on>:
+//
+//   - cordons: every node carrying opswire's label and a mark written since
+//     the given time (one quorum LIST); the mark records the rv. Marks
+//     without one (an older version's) are left out;
+//   - uncordons and handovers, which remove the mark: the Kubernetes Events
+//     opswire-cordon recorded on nodes (OpswireUncordoned,
+//     OpswireCordonHandedOver) last seen since the given time; the Event's
+//     involvedObject.resourceVersion is the node version the write was
+//     decided on. An Event the recorder aggregated (count > 1) stands for
+//     several writes of which only the first's version is known: left out
+//     (docs/cordon.md).
 func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.LiveAction, error) {
+	out, err := a.liveCordons(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := a.liveReleases(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, rel...), nil
+}
+
+// EventSource is the component of the Kubernetes Events cordon records.
+const EventSource = "opswire-" + Service
+
+// liveReleases reads the uncordons and handovers of the Events.
+func (a *Actuator) liveReleases(ctx context.Context, since time.Time) ([]actuate.LiveAction, error) {
+	sel := fields.AndSelectors(fields.OneTermEqualSelector("source", EventSource),
+		fields.OneTermEqualSelector("involvedObject.kind", "Node")).String()
+	list, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.EventList, error) {
+		return a.client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list opswire-cordon's Events on nodes: %w", err)
+	}
+	var out []actuate.LiveAction
+	for i := range list.Items {
+		ev := &list.Items[i]
+		var verb string
+		var action Action
+		sev := events.SeverityInfo
+		switch ev.Reason {
+		case EventUncordoned:
+			verb, action = VerbUncordoned, ActionUncordon
+		case EventHandedOver:
+			verb, action, sev = VerbHandedOver, ActionHandOver, events.SeverityWarning
+		default:
+			continue
+		}
+		at := ev.LastTimestamp.Time
+		if at.IsZero() {
+			at = ev.EventTime.Time
+		}
+		obj := ev.InvolvedObject
+		if ev.Source.Component != EventSource || obj.Kind != "Node" || obj.UID == "" || obj.ResourceVersion == "" ||
+			ev.Count > 1 || at.Before(since) {
+			continue
+		}
+		// The message is "opswire <verb> (<mode>): <reason>".
+		mode, reason := a.cfg.Policy.Mode, ev.Message
+		if rest, ok := strings.CutPrefix(ev.Message, "opswire "+verb+" ("); ok {
+			if m, r, ok := strings.Cut(rest, "): "); ok {
+				mode, reason = m, r
+			}
+		}
+		p := events.CordonDecision{
+			Verb: verb, Action: string(action), Mode: mode, Node: obj.Name, NodeUID: string(obj.UID), Reason: reason,
+			Severity: sev, Time: at.UTC(), ResourceVersion: obj.ResourceVersion, Replica: ev.Source.Host,
+		}
+		id := "cordon/" + string(obj.UID) + "/" + verb + "/" + obj.ResourceVersion
+		oe, err := envelope.New(id, envelope.Source(a.cfg.Cluster, Service), events.TypeCordon, obj.Name, p, at)
+		if err != nil {
+			return nil, fmt.Errorf("rebuild the outcome of Event %s: %w", ev.Name, err)
+		}
+		out = append(out, actuate.LiveAction{Time: at, Subject: subject.Ops(a.cfg.Cluster, Service, verb, obj.Name), Outcome: oe})
+	}
+	return out, nil
+}
+
+// liveCordons reads the cordons of the marks.
+func (a *Actuator) liveCordons(ctx context.Context, since time.Time) ([]actuate.LiveAction, error) {
 	list, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.NodeList, error) {
 		return a.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: markSelector.String()})
 	})

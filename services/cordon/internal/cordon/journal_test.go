@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/opswire/opswire/shared/envelope"
@@ -274,5 +275,47 @@ func TestActuatorLiveActions(t *testing.T) {
 	}
 	if live, err := h.act.LiveActions(context.Background(), now.Add(time.Second)); err != nil || len(live) != 0 {
 		t.Fatalf("since after the mark: %d live actions, %v; want none", len(live), err)
+	}
+}
+
+// TestActuatorLiveReleases: opswire-cordon's Events of an uncordon and a
+// handover yield their outcomes with the ids the lost ones had (the node
+// version the Event names); an aggregated Event, another component's, an
+// older one and a refusal yield nothing.
+func TestActuatorLiveReleases(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	event := func(name, reason, component, msg string, count int32, when time.Time) *corev1.Event {
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name},
+			InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: "n-" + name, UID: types.UID("uid-" + name), ResourceVersion: "7"},
+			Reason:         reason, Message: msg, Source: corev1.EventSource{Component: component, Host: "r1"},
+			Count: count, LastTimestamp: metav1.NewTime(when)}
+	}
+	h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10},
+		event("u", EventUncordoned, EventSource, "opswire uncordoned (cordon): 2 pods <= minPods 2", 1, at),
+		event("h", EventHandedOver, EventSource, "opswire handedover (taint): drained", 1, at),
+		event("agg", EventUncordoned, EventSource, "opswire uncordoned (cordon): x", 2, at),
+		event("other", EventUncordoned, "someone-else", "opswire uncordoned (cordon): x", 1, at),
+		event("old", EventUncordoned, EventSource, "opswire uncordoned (cordon): x", 1, at.Add(-time.Hour)),
+		event("refused", EventRefused, EventSource, "opswire did not cordon: x", 1, at))
+	live, err := h.act.LiveActions(context.Background(), at.Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]events.CordonDecision{}
+	for _, la := range live {
+		var d events.CordonDecision
+		if err := json.Unmarshal(la.Outcome.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		if !la.Time.Equal(at) || la.Subject != "ops.prod.cordon."+d.Verb+"."+d.Node {
+			t.Fatalf("live action %s at %v", la.Subject, la.Time)
+		}
+		got[la.Outcome.ID] = d
+	}
+	u, h2 := got["cordon/uid-u/uncordoned/7"], got["cordon/uid-h/handedover/7"]
+	if len(got) != 2 || u.Verb != VerbUncordoned || u.Action != string(ActionUncordon) || u.Mode != EffectCordon ||
+		u.Reason != "2 pods <= minPods 2" || u.Replica != "r1" || u.Node != "n-u" ||
+		h2.Verb != VerbHandedOver || h2.Mode != EffectTaint || h2.Severity != events.SeverityWarning {
+		t.Fatalf("live releases %+v", got)
 	}
 }
