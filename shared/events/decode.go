@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 	"unsafe"
@@ -76,7 +77,10 @@ func (in *Interner) intern(b []byte) string {
 }
 
 // String returns s, or an earlier string equal to it (the watcher's
-// compact transform interns what it keeps of a decoded pod this way).
+// compact transform interns what it keeps of a decoded pod this way). The
+// first of equal strings is kept as a copy: s usually lies among the strings
+// of a decoded object that is then dropped, and would keep their memory
+// spans in use.
 func (in *Interner) String(s string) string {
 	if in == nil || s == "" {
 		return s
@@ -90,7 +94,7 @@ func (in *Interner) String(s string) string {
 		if in.m == nil || len(in.m) >= maxInterned {
 			in.m = make(map[string]string, 1024)
 		}
-		t = s
+		t = strings.Clone(s)
 		in.m[t] = t
 	}
 	*slot = t

@@ -248,3 +248,25 @@ func TestPodTransformInterns(t *testing.T) {
 		t.Fatal("namespace, node, container name and owner are not shared")
 	}
 }
+
+func TestPodTransformOwnStringsShareOneAllocation(t *testing.T) {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: strings.Clone("web-1"), UID: types.UID(strings.Clone("u-1")), ResourceVersion: strings.Clone("42")},
+		Status:     corev1.PodStatus{Message: strings.Clone("evicted")},
+	}
+	out, err := PodTransform(256)(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := out.(*Pod).State
+	if s.UID != "u-1" || s.Name != "web-1" || s.ResourceVersion != "42" || s.Message != "evicted" {
+		t.Fatalf("values changed: %+v", s)
+	}
+	at := func(x string) uintptr { return uintptr(unsafe.Pointer(unsafe.StringData(x))) }
+	if at(s.Name) != at(s.UID)+3 || at(s.ResourceVersion) != at(s.Name)+5 || at(s.Message) != at(s.ResourceVersion)+2 {
+		t.Fatal("uid, name, resourceVersion and message are not one allocation")
+	}
+	if at(s.Name) == at(p.Name) {
+		t.Fatal("the name still points into the decoded pod")
+	}
+}
