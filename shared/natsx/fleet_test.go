@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/url"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -22,29 +23,42 @@ import (
 // (domain "a", a leaf node of the hub), each with the streams EnsureStreams
 // makes for it. The hub's OPS has no subjects and no KUBE beside it; it
 // sources the edge's ops.a.> across the leaf connection, and not a forged
-// ops.b.> that the edge stored.
+// ops.b.> that the edge stored. It has no Nats-Msg-Id deduplication: edge
+// a's message carrying the id of edge b's next one does not drop b's.
 func TestFleetHubSourcesEdges(t *testing.T) {
 	leafPort := freePort(t)
 	hub := natstest.StartWithOptions(t, &server.Options{JetStreamDomain: "hub",
 		LeafNode: server.LeafNodeOpts{Host: "127.0.0.1", Port: leafPort}})
 	u, _ := url.Parse("nats-leaf://127.0.0.1:" + strconv.Itoa(leafPort))
+	// No live ops.> from the hub into an edge: without the leaf users'
+	// permissions of a deployment, one edge's OPS would store the other's.
 	edge := natstest.StartWithOptions(t, &server.Options{JetStreamDomain: "a",
-		LeafNode: server.LeafNodeOpts{Remotes: []*server.RemoteLeafOpts{{URLs: []*url.URL{u}}}}})
+		LeafNode: server.LeafNodeOpts{Remotes: []*server.RemoteLeafOpts{{URLs: []*url.URL{u}, DenyImports: []string{"ops.>"}}}}})
+	edgeB := natstest.StartWithOptions(t, &server.Options{JetStreamDomain: "b",
+		LeafNode: server.LeafNodeOpts{Remotes: []*server.RemoteLeafOpts{{URLs: []*url.URL{u}, DenyImports: []string{"ops.>"}}}}})
 	deadline := time.Now().Add(10 * time.Second)
-	for edge.NumLeafNodes() == 0 || hub.NumLeafNodes() == 0 {
+	for edge.NumLeafNodes() == 0 || edgeB.NumLeafNodes() == 0 || hub.NumLeafNodes() < 2 {
 		if time.Now().After(deadline) {
-			t.Fatal("the edge did not connect to the hub as a leaf node in 10s")
+			t.Fatal("the edges did not connect to the hub as leaf nodes in 10s")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	hubJS, edgeJS := jsOf(t, hub), jsOf(t, edge)
-	if err := EnsureStreams(ctx, edgeJS, config.Default().NATS); err != nil {
-		t.Fatal(err)
+	hubJS, edgeJS, edgeBJS := jsOf(t, hub), jsOf(t, edge), jsOf(t, edgeB)
+	for _, js := range []jetstream.JetStream{edgeJS, edgeBJS} {
+		if err := EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+			t.Fatal(err)
+		}
 	}
 	hubCfg := config.Default().NATS
-	hubCfg.OpsSources = []string{"a"}
+	hubCfg.OpsSources = []string{"a", "b"}
+	// A hub OPS made before it dropped its id deduplication is updated.
+	old := OpsStreamConfig(hubCfg)
+	old.Duplicates = 10 * time.Minute
+	if _, err := hubJS.CreateStream(ctx, old); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 2; i++ { // idempotent
 		if err := EnsureStreams(ctx, hubJS, hubCfg); err != nil {
 			t.Fatalf("EnsureStreams on the hub #%d: %v", i, err)
@@ -60,20 +74,30 @@ func TestFleetHubSourcesEdges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sc := ops.CachedInfo().Config; len(sc.Subjects) != 0 || len(sc.Sources) != 1 || sc.Sources[0].FilterSubject != "ops.a.>" {
-		t.Fatalf("hub OPS config: subjects %v, sources %+v", sc.Subjects, sc.Sources)
+	if sc := ops.CachedInfo().Config; len(sc.Subjects) != 0 || len(sc.Sources) != 2 || sc.Sources[0].FilterSubject != "ops.a.>" ||
+		sc.Sources[1].FilterSubject != "ops.b.>" || sc.Duplicates != 0 {
+		t.Fatalf("hub OPS config: subjects %v, sources %+v, duplicate window %v", sc.Subjects, sc.Sources, sc.Duplicates)
 	}
-	for subj, id := range map[string]string{"ops.a.cleanup.deleted.ns.p": "cleanup/u1/deleted", "ops.b.cleanup.deleted.ns.forged": "cleanup/u2/deleted"} {
-		ev, _ := envelope.New(id, "opswire/a/cleanup", "t.v1", "", map[string]int{}, time.Now())
-		if _, err := PublishEvent(ctx, edgeJS, subj, ev, time.Second); err != nil {
-			t.Fatalf("publish %s on the edge: %v", subj, err)
+	for _, p := range []struct {
+		js       jetstream.JetStream
+		subj, id string
+	}{
+		{edgeJS, "ops.a.cleanup.deleted.ns.p", "cleanup/u1/deleted"},
+		{edgeJS, "ops.b.cleanup.deleted.ns.forged", "cleanup/u2/deleted"},
+		{edgeJS, "ops.a.report.restarts", "report/b/restarts/42"}, // b's next id, first
+		{edgeBJS, "ops.b.report.restarts", "report/b/restarts/42"},
+	} {
+		ev, _ := envelope.New(p.id, "opswire/a/cleanup", "t.v1", "", map[string]int{}, time.Now())
+		if _, err := PublishEvent(ctx, p.js, p.subj, ev, time.Second); err != nil {
+			t.Fatalf("publish %s on an edge: %v", p.subj, err)
 		}
 	}
+	want := map[string]uint64{"ops.a.cleanup.deleted.ns.p": 1, "ops.a.report.restarts": 1, "ops.b.report.restarts": 1}
 	for {
 		info, err := ops.Info(ctx, jetstream.WithSubjectFilter("ops.>"))
-		if err == nil && info.State.Msgs >= 1 {
-			if len(info.State.Subjects) != 1 || info.State.Subjects["ops.a.cleanup.deleted.ns.p"] != 1 {
-				t.Fatalf("hub OPS holds %v, want only ops.a.cleanup.deleted.ns.p once", info.State.Subjects)
+		if err == nil && info.State.Msgs >= 3 {
+			if !reflect.DeepEqual(info.State.Subjects, want) {
+				t.Fatalf("hub OPS holds %v, want %v", info.State.Subjects, want)
 			}
 			break
 		}

@@ -35,12 +35,19 @@ func KubeStreamConfig(c config.NATS) jetstream.StreamConfig {
 
 // OpsStreamConfig is the audit log of every decision and action. On a fleet
 // hub (nats.opsSources set) it stores no subject of its own: it sources each
-// cluster's ops.<cluster>.> from that cluster's OPS (OpsSource).
+// cluster's ops.<cluster>.> from that cluster's OPS (OpsSource), and has no
+// Nats-Msg-Id deduplication (duplicate window 0, which the server keeps
+// only for a stream with sources): the hub takes each source's messages by
+// sequence and resumes after the last one it holds, so it never needs ids to
+// drop a repeat, and one window shared by every source would let a cluster
+// drop another's messages by publishing their (predictable) ids first
+// (docs/fleet.md#trust). Each edge's OPS deduplicates its publishers' retries.
 func OpsStreamConfig(c config.NATS) jetstream.StreamConfig {
 	subjects := []string{"ops.>"}
+	duplicates := c.Duplicates.Duration
 	var sources []*jetstream.StreamSource
 	for _, cluster := range c.OpsSources {
-		subjects = nil
+		subjects, duplicates = nil, 0
 		sources = append(sources, OpsSource(cluster))
 	}
 	return jetstream.StreamConfig{
@@ -54,7 +61,7 @@ func OpsStreamConfig(c config.NATS) jetstream.StreamConfig {
 		MaxBytes:    c.OpsMaxBytes,
 		Discard:     jetstream.DiscardOld,
 		AllowDirect: true,
-		Duplicates:  c.Duplicates.Duration,
+		Duplicates:  duplicates,
 		Replicas:    c.Replicas,
 	}
 }

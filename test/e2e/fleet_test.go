@@ -65,9 +65,10 @@ sendReport: {enable: false}
 imageAlert: {enable: false}
 `
 
-// fleetHubOverrides: one server; a dedup window of 2 s on the fleet OPS, so
-// that a message sourced twice (the link cut lasts 30 s) would be stored
-// twice and seen; quick grouping.
+// fleetHubOverrides: one server; quick grouping. The fleet OPS has no
+// Nats-Msg-Id deduplication at all (natsx.OpsStreamConfig), so a message
+// sourced twice would be stored twice and seen (nats.duplicates, kept at
+// 2 s here, does not apply to it).
 const fleetHubOverrides = `
 nats: {replicas: 1, duplicates: 2s}
 controller: {leaseDuration: 3s, renewDeadline: 2s, retryPeriod: 200ms}
@@ -204,7 +205,8 @@ func (e *fleetEdge) evictPods(t *testing.T, prefix string, n int) []string {
 // one card per cluster naming it; the hub's fleet OPS holds both decisions;
 // cluster a's credentials (its leaf user, from a rogue leaf server) are
 // refused b's subjects and the hub's JetStream, and what a forges under
-// ops.b.> never reaches the fleet OPS.
+// ops.b.> in its own OPS never reaches the fleet OPS; a's decision carrying
+// b's next id does not suppress b's (fleetIDTheft).
 func TestFleetTwoClusters(t *testing.T) {
 	f := startFleet(t)
 	start := time.Now()
@@ -260,6 +262,7 @@ func TestFleetTwoClusters(t *testing.T) {
 	t.Logf("cards: %d, %v after the evictions", len(f.cardTexts()), time.Since(start).Round(time.Millisecond))
 
 	fleetCredentials(t, f)
+	fleetIDTheft(t, f)
 }
 
 // fleetCredentials: cluster a's credentials (the hub's leaf-a user) on a real
@@ -384,7 +387,7 @@ func freePort(t *testing.T) int {
 // (OPSWIRE_FLEET_CUT overrides) while a acts. a keeps acting on its own edge
 // (its pods deleted, its OPS holding the decisions) and b keeps reaching the
 // hub; once the link is back the hub's fleet OPS sources what it missed:
-// every decision once, with a dedup window of 2 s on the hub so that a
+// every decision once; the hub's fleet OPS deduplicates no ids, so a
 // message sourced twice would be stored twice. Counted at the source too:
 // one DELETE per pod at a's API, each pod on exactly one card, and the
 // notifier's delivered events equal to the decisions. With

@@ -230,6 +230,18 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 	if md, err := msg.Metadata(); err == nil {
 		seq, delivered = md.Sequence.Stream, md.NumDelivered
 	}
+	if x.s.Fleet {
+		if filter, foreign := ForeignSource(msg.Subject(), msg.Headers()); foreign {
+			// Another cluster's subject inside this cluster's source: a
+			// forgery by that cluster's side (docs/fleet.md#trust). Never a
+			// card or outcome for the cluster the subject names.
+			x.d.Log.Error().Str("subject", msg.Subject()).Str("source_filter", filter).Str("source", msg.Headers().Get(StreamSourceHeader)).
+				Uint64("seq", seq).Msg("OPS message outside the filter of the source it came through; terminated")
+			x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "foreign_source").Inc()
+			_ = msg.Term()
+			return
+		}
+	}
 	it, err := notify.Decode(msg.Subject(), msg.Headers(), msg.Data())
 	if err != nil {
 		x.d.Log.Warn().Err(err).Str("subject", msg.Subject()).Uint64("seq", seq).Msg("malformed OPS message terminated")

@@ -227,3 +227,122 @@ func TestFleetConsumerFilters(t *testing.T) {
 		})
 	}
 }
+
+// TestFleetForeignSourceTerminated: a message stored under ops.b.> through
+// the source filtered to ops.a.> (here by a subject transform on the source,
+// standing for a's side handing the hub another cluster's subject,
+// docs/fleet.md#trust) is terminated, logged and counted, and never becomes
+// a card or an outcome for b; b's own message with the same id is delivered.
+func TestFleetForeignSourceTerminated(t *testing.T) {
+	nc, js := natstest.Connect(t)
+	ctx := context.Background()
+	for _, c := range []string{"a", "b"} {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OPS_" + c, Subjects: []string{"ops." + c + ".>"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: fleetStream, Sources: []*jetstream.StreamSource{
+		{Name: "OPS_a", SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: "ops.a.>", Destination: "ops.b.>"}}},
+		{Name: "OPS_b", FilterSubject: "ops.b.>"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dispatch.EnsureDeadLetterStream(ctx, js, time.Hour, 1); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := dispatch.EnsureDeliveredBucket(ctx, js, time.Hour, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := notifierConfig()
+	n.Stream, n.Clusters = fleetStream, []string{config.AllClusters}
+	cons, err := js.CreateOrUpdateConsumer(ctx, fleetStream, service.ConsumerConfig("hub", "fleet", n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var outcomes []dispatch.Outcome
+	sub, err := nc.Subscribe("notify.>", func(m *nats.Msg) {
+		var o dispatch.Outcome
+		_ = json.Unmarshal(m.Data, &o)
+		mu.Lock()
+		outcomes = append(outcomes, o)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	srv := feishutest.NewServer()
+	t.Cleanup(srv.Close)
+	url := srv.AddBot("tok", feishutest.Bot{})
+	metrics := dispatch.NewMetrics(prometheus.NewRegistry())
+	d := dispatch.New(dispatch.Settings{Cluster: "hub", Fleet: true, Consumer: "fleet", RetryInitial: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond,
+		GiveUpAfter: time.Minute, AckWait: n.AckWait.Duration, MaxDeliver: n.MaxDeliver}, dispatch.Deps{
+		Routes: route.New([]config.Route{fastRoute("all", "bot")}, nil, config.D(0), config.D(0)), Receivers: []dispatch.Receiver{feishuReceiver(t, "bot", url, "", "")},
+		Delivered: &dispatch.KVDelivered{KV: kv}, DeadJS: js, Core: nc, Metrics: metrics,
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
+	})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(rctx) }()
+	consume, err := cons.Consume(func(m jetstream.Msg) { d.Handle(rctx, m) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { consume.Stop(); cancel(); <-done })
+
+	for _, c := range []struct{ cluster, pod string }{{"a", "forged"}, {"b", "real"}} {
+		ev, err := envelope.New("cleanup/uid/deleted", envelope.Source("b", "cleanup"), events.TypeCleanup, "ns/"+c.pod,
+			events.CleanupDecision{Verb: "deleted", Namespace: "ns", Pod: c.pod, PodReason: "Evicted", Severity: events.SeverityWarning, Time: time.Now()}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishMsg(ctx, ev.Msg(subject.Ops(c.cluster, "cleanup", "deleted", "ns", c.pod))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "both messages settled", func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0 && ci.AckFloor.Stream == 2
+	})
+	eventually(t, 10*time.Second, "b's card", func() bool { return len(srv.Cards("tok")) >= 1 })
+	if got := value(metrics.Messages.WithLabelValues("fleet", "foreign_source")); got != 1 {
+		t.Errorf("foreign_source = %v, want 1", got)
+	}
+	cards := srv.Cards("tok")
+	if len(cards) != 1 || !strings.Contains(cards[0].Text(), "real") || strings.Contains(cards[0].Text(), "forged") {
+		for _, c := range cards {
+			t.Logf("card: %s\n%s", c.Title(), c.Text())
+		}
+		t.Fatalf("%d cards, want one with b's real pod only", len(cards))
+	}
+	eventually(t, 10*time.Second, "b's outcome", func() bool { mu.Lock(); defer mu.Unlock(); return len(outcomes) >= 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(outcomes) != 1 || outcomes[0].Cluster != "b" || outcomes[0].Events != 1 {
+		t.Errorf("outcomes %+v, want b's one delivery of 1 event", outcomes)
+	}
+}
+
+func TestForeignSource(t *testing.T) {
+	for _, c := range []struct {
+		subj, hdr string
+		foreign   bool
+	}{
+		{"ops.b.cleanup.deleted.shop.x", "OPS:abc 7 ops.a.> > ops.b.cleanup.deleted.shop.x", true},
+		{"ops.a.cleanup.deleted.shop.x", "OPS:abc 7 ops.a.> > ops.a.cleanup.deleted.shop.x", false},
+		{"ops.a", "OPS:abc 7 ops.a.> > ops.a", true}, // ">" needs a token
+		{"ops.ab.x", "OPS 7 ops.a.> > ops.ab.x hub", true},
+		{"ops.b.x", "", false},                  // not sourced
+		{"ops.b.x", "OPS 7", false},             // older form, no filter
+		{"ops.b.x", "OPS 7 > > ops.b.x", false}, // unfiltered source
+	} {
+		h := nats.Header{}
+		if c.hdr != "" {
+			h.Set(dispatch.StreamSourceHeader, c.hdr)
+		}
+		if _, got := dispatch.ForeignSource(c.subj, h); got != c.foreign {
+			t.Errorf("ForeignSource(%q, %q) = %v, want %v", c.subj, c.hdr, got, c.foreign)
+		}
+	}
+}

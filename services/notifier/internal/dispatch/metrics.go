@@ -4,7 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Metrics are the notifier's Prometheus series.
 type Metrics struct {
-	Messages    *prometheus.CounterVec // consumer, result: routed, unrouted, intent, malformed, duplicate, max_deliver
+	Messages    *prometheus.CounterVec // consumer, result: routed, unrouted, intent, malformed, duplicate, max_deliver, foreign_source
 	Attempts    *prometheus.CounterVec // receiver, result (ok, retryable, permanent), reason
 	Deliveries  *prometheus.CounterVec // receiver, outcome (delivered, failed)
 	Events      *prometheus.CounterVec // receiver, outcome: OPS events carried by deliveries
@@ -22,7 +22,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opswire_notifier_messages_total",
-			Help: "OPS messages received per consumer (one per receiver), by result (routed, unrouted, intent (write-ahead intents, acked unsent), malformed, duplicate, max_deliver)."}, []string{"consumer", "result"}),
+			Help: "OPS messages received per consumer (one per receiver), by result (routed, unrouted, intent (write-ahead intents, acked unsent), malformed, duplicate, max_deliver, foreign_source (fleet: a subject outside the filter of the source it came through, terminated))."}, []string{"consumer", "result"}),
 		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opswire_notifier_send_attempts_total",
 			Help: "Send attempts per receiver, by result (ok, retryable, permanent) and reason."}, []string{"receiver", "result", "reason"}),
 		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opswire_notifier_deliveries_total",
@@ -55,6 +55,7 @@ func (m *Metrics) InitReceiver(name string) {
 		m.Events.WithLabelValues(name, o)
 	}
 	m.Attempts.WithLabelValues(name, "ok", "")
+	m.Messages.WithLabelValues(name, "foreign_source") // exported at 0: alert on any increase (docs/fleet.md#trust)
 	m.DeadLetters.WithLabelValues(name, "max_deliver")
 	m.DeadLetterErrors.WithLabelValues(name)
 	m.RateLimitWait.WithLabelValues(name)
