@@ -28,38 +28,22 @@ type Controller struct {
 	ledger   *Ledger
 	fleet    FleetCounter
 	act      *Actuator
+	changes  *Changes
 	queue    workqueue.TypedRateLimitingInterface[string]
 	interval time.Duration
 	m        *Metrics
 	log      zerolog.Logger
 }
 
-// NewController builds a controller that hands decisions to act. It counts
+// NewController builds a controller that works from the node names the
+// mirror's handler queues in changes and hands decisions to act. It counts
 // the fleet with the actuator's counter (from the mirror, and from the API
 // at leadership start).
-func NewController(nodes NodeSource, policy Policy, ledger *Ledger, act *Actuator, interval time.Duration, m *Metrics, log zerolog.Logger) *Controller {
-	rl := workqueue.NewTypedMaxOfRateLimiter(
-		// Per node: failed writes back off from 500 ms to 5 min.
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 5*time.Minute),
-	)
+func NewController(nodes NodeSource, changes *Changes, policy Policy, ledger *Ledger, act *Actuator, interval time.Duration, m *Metrics, log zerolog.Logger) *Controller {
 	return &Controller{
 		nodes: nodes, policy: policy, ledger: ledger, fleet: act.fleet, act: act,
-		interval: interval, m: m, log: log,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[string]{Name: "cordon"}),
+		interval: interval, m: m, log: log, changes: changes, queue: changes.queue,
 	}
-}
-
-// OnNode is the mirror's node handler: it enqueues the node, and forgets a
-// deleted one.
-func (c *Controller) OnNode(old, cur *events.NodeState) {
-	if cur == nil {
-		if old != nil {
-			c.ledger.Forget(old.Name)
-			c.act.Forget(old.Name)
-		}
-		return
-	}
-	c.queue.Add(cur.Name)
 }
 
 // EnqueueAll queues every node (the reconcile tick, and once after sync).
@@ -136,6 +120,10 @@ func (c *Controller) processNext(ctx context.Context) bool {
 // but "nothing to do" to the actuator.
 func (c *Controller) reconcile(ctx context.Context, name string) (actuate.Outcome, error) {
 	c.m.Reconciles.Inc()
+	if c.changes.takeDeleted(name) {
+		c.ledger.Forget(name)
+		c.act.Forget(name)
+	}
 	n, ok := c.nodes.Node(name)
 	if !ok {
 		return actuate.Outcome{}, nil
@@ -143,6 +131,17 @@ func (c *Controller) reconcile(ctx context.Context, name string) (actuate.Outcom
 	n, marked := c.ledger.View(c.policy, n)
 	d := Evaluate(c.policy, n, marked)
 	c.log.Debug().Str("node", name).Str("action", string(d.Action)).Str("code", d.Code).Int("pods", n.Pods).Msg("evaluated")
+	if d.Action == ActionUncordon {
+		if wait := c.changes.departuresPending(name); wait > 0 {
+			// The count fell by more than the departures the watcher has
+			// counted: the next state may show the last pods evicted (a
+			// drain to hand over, not a node to release).
+			c.m.Postponed.Inc()
+			c.log.Debug().Str("node", name).Int("pods", n.Pods).Int("departed", n.Departed).Dur("wait", wait).
+				Msg("release postponed: departures not counted yet")
+			return actuate.Outcome{RequeueAfter: min(wait, time.Second)}, nil
+		}
+	}
 	out, err := c.act.Apply(ctx, n, marked, d)
 	if d.Action != ActionNone {
 		c.m.Held.Set(float64(c.Fleet().Marks))

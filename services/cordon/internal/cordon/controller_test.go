@@ -72,15 +72,13 @@ func testControllerCapsABurst(t *testing.T, capCounts string, want int) {
 	policy.CapCounts = capCounts
 	ledger := NewLedger(false)
 	m := NewMetrics(nil)
-	var ctrl *Controller
-	mirror := kubestate.New(js, "prod", zerolog.Nop(), nil, kubestate.Handlers{
-		OnNode: func(old, cur *events.NodeState) { ctrl.OnNode(old, cur) },
-	}, subject.KindNode)
+	changes := NewChanges()
+	mirror := kubestate.New(js, "prod", zerolog.Nop(), nil, kubestate.Handlers{OnNode: changes.OnNode}, subject.KindNode)
 	audit := actuate.NewAuditor(js, 0, nil, zerolog.Nop())
 	defer audit.Close(time.Second)
 	act := NewActuator(client, audit, record.NewFakeRecorder(100), ledger, NewFleets(mirror, ledger, policy, client, 0),
 		ActuatorConfig{Cluster: "prod", Policy: policy, Identity: "t"}, m, zerolog.Nop())
-	ctrl = NewController(mirror, policy, ledger, act, time.Hour, m, zerolog.Nop())
+	ctrl := NewController(mirror, changes, policy, ledger, act, time.Hour, m, zerolog.Nop())
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 2)

@@ -14,7 +14,10 @@ type Metrics struct {
 	// API no longer agreed with the mirror.
 	Stale prometheus.Counter
 	// Held is the number of nodes currently carrying opswire's mark.
-	Held       prometheus.Gauge
+	Held prometheus.Gauge
+	// Postponed counts releases postponed for departures the node's pod
+	// count showed before its departure totals (Changes).
+	Postponed  prometheus.Counter
 	Reconciles prometheus.Counter
 }
 
@@ -42,6 +45,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "opswire_cordon_nodes_cordoned", Help: "Nodes currently carrying opswire's autocordon mark.",
 		}),
+		Postponed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_cordon_releases_postponed_total",
+			Help: "Release decisions postponed because the node's pod count fell by more than its counted departures (waiting up to 10 s for them).",
+		}),
 		Reconciles: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "opswire_cordon_reconciles_total", Help: "Node reconciliations run.",
 		}),
@@ -56,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Handovers.WithLabelValues(d)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Cordons, m.Uncordons, m.Handovers, m.Refusals, m.Failures, m.Stale, m.Held, m.Reconciles)
+		reg.MustRegister(m.Cordons, m.Uncordons, m.Handovers, m.Refusals, m.Failures, m.Stale, m.Held, m.Postponed, m.Reconciles)
 	}
 	return m
 }

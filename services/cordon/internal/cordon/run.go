@@ -10,7 +10,6 @@ import (
 
 	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/app"
-	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/kubestate"
 	"github.com/opswire/opswire/shared/subject"
 )
@@ -66,16 +65,14 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 
 	return elector.Run(ctx, func(ctx context.Context) error {
 		ledger := NewLedger(dryRun)
-		var ctrl *Controller
-		m := kubestate.New(js, rt.Cluster, rt.Log, rt.Server.Registry, kubestate.Handlers{
-			OnNode: func(old, cur *events.NodeState) { ctrl.OnNode(old, cur) },
-		}, subject.KindNode)
+		changes := NewChanges()
+		m := kubestate.New(js, rt.Cluster, rt.Log, rt.Server.Registry, kubestate.Handlers{OnNode: changes.OnNode}, subject.KindNode)
 		window := actuate.NewWindow(cfg.MaxActionsPerMinute, cfg.RateWindow.Duration)
 		act := NewActuator(client, audit, recorder, ledger, NewFleets(m, ledger, policy, client, 0), ActuatorConfig{
 			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Identity: rt.Options.ID, Limiter: window,
 			Intents: journal,
 		}, metrics, rt.Log)
-		ctrl = NewController(m, policy, ledger, act, cfg.Interval.Duration, metrics, rt.Log)
+		ctrl := NewController(m, changes, policy, ledger, act, cfg.Interval.Duration, metrics, rt.Log)
 		mirror.Store(m)
 
 		g, gctx := errgroup.WithContext(ctx)
