@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -122,7 +123,9 @@ func TestCordonCapCountsNotReadyNodes(t *testing.T) {
 		return s != nil && s.Ready == "Unknown"
 	})
 	ops := harness.CollectOps(t, n, "ops.e2e.cordon.>")
-	cordon := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: cordonRBAC(t, cp, "default"), NATSURL: n.URL, ID: "c1"})
+	proxy := harness.StartAPIProxy(t, cp)
+	cordon := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg,
+		Kubeconfig: proxy.Kubeconfig(t, cordonRBAC(t, cp, "default")), NATSURL: n.URL, ID: "c1"})
 	cordon.WaitReady(t, 60*time.Second)
 
 	cordonFill(t, c, "nr-1", 0, 5)
@@ -130,9 +133,10 @@ func TestCordonCapCountsNotReadyNodes(t *testing.T) {
 	if d := cordonDecision(t, m); d.Code != "cap-reached" || d.Held != 1 || d.Cap != 1 || !strings.Contains(d.Reason, "out of service") {
 		t.Fatalf("refusal %+v", d)
 	}
-	if cordonCountMarks(t, c) != 0 {
-		t.Fatal("cordoned beyond the cap")
-	}
+	// Held for several ticks (500 ms): no mark, and no node write at all.
+	harness.Never(t, 3*time.Second, "a node marked or patched beyond the cap", func() bool {
+		return cordonMarks(c) != 0 || proxy.Count(func(r harness.APIRequest) bool { _, ok := acceptedNodePatch(r); return ok }) != 0
+	})
 	setReady("nr-0", corev1.ConditionTrue)
 	ops.WaitFor(t, 10*time.Second, "nr-1 cordoned once nr-0 is back", harness.Subject("ops.e2e.cordon.cordoned.nr-1"))
 }
@@ -201,8 +205,13 @@ func TestCordonSeedConfigSmallCluster(t *testing.T) {
 	cfg := harness.WriteConfig(t, scaled)
 	startWatcher(t, cp, n, cfg, "w1")
 	ops := harness.CollectOps(t, n, "ops.default.cordon.>")
-	cordon := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: cp.Kubeconfig, NATSURL: n.URL, ID: "c1"})
+	proxy := harness.StartAPIProxy(t, cp)
+	cordon := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: proxy.Kubeconfig(t, cp.Kubeconfig), NATSURL: n.URL, ID: "c1"})
 	cordon.WaitReady(t, 60*time.Second)
+	// The cap is checked at the API, not only through OPS: the marks are
+	// sampled every 20 ms until small-0's release, and the node writes are
+	// counted at the proxy.
+	stopWatch := cordonWatchMarks(t, c)
 
 	cordonFill(t, c, "small-0", 0, 5)
 	ops.WaitFor(t, 10*time.Second, "small-0 cordoned at maxPods", harness.Subject("ops.default.cordon.cordoned.small-0"))
@@ -211,8 +220,17 @@ func TestCordonSeedConfigSmallCluster(t *testing.T) {
 	if d := cordonDecision(t, m); d.Code != "cap-reached" || d.Cap != 1 || d.Managed != 3 || d.Held != 1 {
 		t.Fatalf("refusal %+v", d)
 	}
+	harness.Never(t, 3*time.Second, "a second node marked, or small-1 patched, after the refusal", func() bool {
+		return cordonMarks(c) > 1 || nodePatches(proxy, "small-1") != 0
+	})
 	cordonDrain(t, c, "small-0", 3, 5)
 	ops.WaitFor(t, 10*time.Second, "small-0 released at minPods", harness.Subject("ops.default.cordon.uncordoned.small-0"))
+	if most := stopWatch(); most != 1 {
+		t.Fatalf("up to small-0's release at most %d node(s) carried the mark, want exactly 1 (the cap)", most)
+	}
+	if p0, p1 := nodePatches(proxy, "small-0"), nodePatches(proxy, "small-1"); p0 != 2 || p1 != 0 {
+		t.Fatalf("node patches up to the release: small-0 %d (want 2: cordon, uncordon), small-1 %d (want 0)", p0, p1)
+	}
 	// The cap is free again: small-1 is cordoned on a later tick or event.
 	cordonFill(t, c, "small-1", 5, 1)
 	ops.WaitFor(t, 10*time.Second, "small-1 cordoned once the cap allows it", harness.Subject("ops.default.cordon.cordoned.small-1"))
@@ -360,6 +378,43 @@ func cordonCountMarks(t *testing.T, c kubernetes.Interface) int {
 		t.Fatal(err)
 	}
 	return len(list.Items)
+}
+
+// cordonMarks is cordonCountMarks for polling: -1 when the LIST failed.
+func cordonMarks(c kubernetes.Interface) int {
+	list, err := c.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: events.LabelAutoCordon})
+	if err != nil {
+		return -1
+	}
+	return len(list.Items)
+}
+
+// cordonWatchMarks samples, every 20 ms until the returned stop is called,
+// how many nodes carry opswire's mark in the API; stop returns the most seen.
+func cordonWatchMarks(t *testing.T, c kubernetes.Interface) (stop func() int) {
+	t.Helper()
+	var most atomic.Int64
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			if k := int64(cordonMarks(c)); k > most.Load() {
+				most.Store(k)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() int {
+		once.Do(func() { close(done); <-finished })
+		return int(most.Load())
+	}
+	t.Cleanup(func() { stop() })
+	return stop
 }
 
 // cordonVerbs returns the collected cordon decisions with a verb.
