@@ -206,7 +206,9 @@ func (e *fleetEdge) evictPods(t *testing.T, prefix string, n int) []string {
 // cluster a's credentials (its leaf user, from a rogue leaf server) are
 // refused b's subjects and the hub's JetStream, and what a forges under
 // ops.b.> in its own OPS never reaches the fleet OPS; a's decision carrying
-// b's next id does not suppress b's (fleetIDTheft).
+// b's next id does not suppress b's (fleetIDTheft); and what a raw leaf as
+// leaf-a gets stored under ops.b.> through a's source never becomes a card
+// or an outcome (fleetForgedSource).
 func TestFleetTwoClusters(t *testing.T) {
 	f := startFleet(t)
 	start := time.Now()
@@ -263,6 +265,7 @@ func TestFleetTwoClusters(t *testing.T) {
 
 	fleetCredentials(t, f)
 	fleetIDTheft(t, f)
+	fleetForgedSource(t, f)
 }
 
 // fleetCredentials: cluster a's credentials (the hub's leaf-a user) on a real
