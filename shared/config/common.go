@@ -82,8 +82,9 @@ type NATS struct {
 	OpsMaxBytes int64    `json:"opsMaxBytes"`
 	// TombstoneTTL is how long a deleted object's tombstone stays in KUBE.
 	TombstoneTTL Duration `json:"tombstoneTTL"`
-	// Duplicates is the deduplication window of both streams; it must outlast
-	// the longest NATS outage a publisher retries through.
+	// Duplicates is the deduplication window of KUBE and of a cluster's OPS;
+	// it must outlast the longest NATS outage a publisher retries through. A
+	// fleet hub's sourced OPS deduplicates nothing (docs/fleet.md#trust).
 	Duplicates Duration `json:"duplicates"`
 	// OpsSources makes this the fleet hub's OPS (docs/fleet.md): a stream
 	// with no subjects of its own that sources ops.<cluster>.> from the OPS
