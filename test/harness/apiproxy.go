@@ -42,6 +42,7 @@ type APIRequest struct {
 	Path   string
 	Query  url.Values
 	Status int       // the API's answer (0 while in flight or when cut)
+	Sent   time.Time // when the request reached the proxy
 	At     time.Time // when the API's answer arrived at the proxy
 	// Expired: the answer said the requested resourceVersion is too old
 	// (410 Gone, as an HTTP status or as a watch's ERROR event).
@@ -108,7 +109,7 @@ func StartAPIProxy(t testing.TB, cp *ControlPlane) *APIProxy {
 		p.mu.Lock()
 		cut, ctx, idx := p.cut, p.ctx, len(p.requests)
 		if !cut {
-			p.requests = append(p.requests, APIRequest{Method: r.Method, Path: r.URL.Path, Query: r.URL.Query()})
+			p.requests = append(p.requests, APIRequest{Method: r.Method, Path: r.URL.Path, Query: r.URL.Query(), Sent: time.Now()})
 		}
 		p.mu.Unlock()
 		if cut {
