@@ -144,7 +144,7 @@ notifier:
 	// to it waits for the kill, so it sends at most one DELETE per worker
 	// (4) and the standby has work left: at least one of the five pods.
 	var (
-		killOnce       sync.Once
+		killMu         sync.Mutex // held while the kill is carried out
 		killedCleanup  string
 		cleanupStandby string
 		at             time.Time
@@ -155,26 +155,32 @@ notifier:
 			if !acceptedPodDelete(r) {
 				return
 			}
-			killOnce.Do(func() {
-				if leaseHolder(t, cp, "default", "opswire-cleanup") != id {
-					t.Errorf("cleanup replica %s deleted a pod without holding the lease", id)
+			killMu.Lock()
+			defer killMu.Unlock()
+			if killedCleanup != "" {
+				return
+			}
+			if leaseHolder(t, cp, "default", "opswire-cleanup") != id {
+				t.Errorf("cleanup replica %s deleted a pod without holding the lease", id)
+			}
+			procs["cleanup"][id].Kill()
+			killedCleanup, at = id, time.Now()
+			inFlightAtKill = p.Count(func(r harness.APIRequest) bool { return r.Method == http.MethodDelete })
+			for other := range procs["cleanup"] {
+				if other != id {
+					cleanupStandby = other
 				}
-				procs["cleanup"][id].Kill()
-				killedCleanup, at = id, time.Now()
-				inFlightAtKill = p.Count(func(r harness.APIRequest) bool { return r.Method == http.MethodDelete })
-				for other := range procs["cleanup"] {
-					if other != id {
-						cleanupStandby = other
-					}
-				}
-			})
+			}
 		})
 	}
 	for i := range 5 {
 		evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("apps", fmt.Sprintf("ev-%d", i), "worker-b")))
 	}
 	harness.Eventually(t, 30*time.Second, "cleanup's leader killed at its first DELETE answer", func() bool {
-		killOnce.Do(func() {}) // waits for a kill in progress
+		// Not a sync.Once: a poll before the first DELETE's answer would use
+		// it up and the kill would never happen.
+		killMu.Lock() // waits for a kill in progress
+		defer killMu.Unlock()
 		return killedCleanup != ""
 	})
 	took := waitTakeover("cleanup", cleanupStandby, at)
