@@ -181,3 +181,25 @@ func cordonWaitReconciled(t *testing.T, p *harness.Process, before float64, n in
 		return cordonReconciles(p) >= before+float64(n)
 	})
 }
+
+// cordonPair starts cordon replicas r1 and r2 and returns them with the ids
+// of the one that leads and of the standby.
+func cordonPair(t *testing.T, cp *harness.ControlPlane, n *harness.NATS, cfg, kubeconfig string) (replicas map[string]*harness.Process, leader, standby string) {
+	t.Helper()
+	replicas = map[string]*harness.Process{}
+	for _, id := range []string{"r1", "r2"} {
+		replicas[id] = harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: id})
+	}
+	for _, p := range replicas {
+		p.WaitReady(t, 60*time.Second)
+	}
+	harness.Eventually(t, 10*time.Second, "a leader", func() bool {
+		leader = cordonLeaseHolder(t, cp.Client, "default", "opswire-cordon")
+		return replicas[leader] != nil && replicas[leader].Metric("opswire_leader") == 1
+	})
+	standby = "r1"
+	if leader == "r1" {
+		standby = "r2"
+	}
+	return replicas, leader, standby
+}

@@ -72,22 +72,7 @@ func TestCordonKillAfterPatch(t *testing.T) {
 	}
 	proxy := harness.StartAPIProxy(t, cp)
 	kc := proxy.Kubeconfig(t, cordonRBAC(t, cp, "default"))
-	replicas := map[string]*harness.Process{}
-	for _, id := range []string{"r1", "r2"} {
-		replicas[id] = harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kc, NATSURL: n.URL, ID: id})
-	}
-	for _, p := range replicas {
-		p.WaitReady(t, 60*time.Second)
-	}
-	var first string
-	harness.Eventually(t, 10*time.Second, "a leader", func() bool {
-		first = cordonLeaseHolder(t, c, "default", "opswire-cordon")
-		return replicas[first] != nil && replicas[first].Metric("opswire_leader") == 1
-	})
-	second := "r1"
-	if first == "r1" {
-		second = "r2"
-	}
+	replicas, first, second := cordonPair(t, cp, n, cfg, kc)
 	killed := make(chan int, 1)
 	var once sync.Once
 	proxy.OnAnswer(func(r harness.APIRequest) {

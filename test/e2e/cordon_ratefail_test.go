@@ -40,22 +40,7 @@ func TestCordonRateLimitNATSOutageFailover(t *testing.T) {
 	startWatcher(t, cp, n, cfg, "w1")
 	ops := harness.CollectOps(t, n, "ops.e2e.cordon.>")
 	kubeconfig := cordonRBAC(t, cp, "default")
-	replicas := map[string]*harness.Process{}
-	for _, id := range []string{"r1", "r2"} {
-		replicas[id] = harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: id})
-	}
-	for _, p := range replicas {
-		p.WaitReady(t, 60*time.Second)
-	}
-	var first string
-	harness.Eventually(t, 10*time.Second, "a leader", func() bool {
-		first = cordonLeaseHolder(t, c, "default", "opswire-cordon")
-		return replicas[first] != nil && replicas[first].Metric("opswire_leader") == 1
-	})
-	second := "r1"
-	if first == "r1" {
-		second = "r2"
-	}
+	replicas, first, second := cordonPair(t, cp, n, cfg, kubeconfig)
 	for i := range nodes {
 		cordonFill(t, c, fmt.Sprintf("rf-%d", i), 0, 5)
 	}
@@ -171,22 +156,7 @@ func TestCordonUncordonNATSOutageFailover(t *testing.T) {
 	startWatcher(t, cp, n, cfg, "w1")
 	ops := harness.CollectOps(t, n, "ops.e2e.cordon.>")
 	kubeconfig := cordonRBAC(t, cp, "default")
-	replicas := map[string]*harness.Process{}
-	for _, id := range []string{"r1", "r2"} {
-		replicas[id] = harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: id})
-	}
-	for _, p := range replicas {
-		p.WaitReady(t, 60*time.Second)
-	}
-	var first string
-	harness.Eventually(t, 10*time.Second, "a leader", func() bool {
-		first = cordonLeaseHolder(t, c, "default", "opswire-cordon")
-		return replicas[first] != nil && replicas[first].Metric("opswire_leader") == 1
-	})
-	second := "r1"
-	if first == "r1" {
-		second = "r2"
-	}
+	replicas, first, second := cordonPair(t, cp, n, cfg, kubeconfig)
 	for _, name := range names[:2] {
 		cordonFill(t, c, name, 0, 5)
 	}
