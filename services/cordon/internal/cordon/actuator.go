@@ -161,9 +161,11 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 	// included), and a stale mirror cannot hide the marks that hold it.
 	if live.Action == ActionCordon && !liveMarked {
 		// The count must be at least as new as the node version acted on
-		// (and as opswire's newest write): it was taken beside the re-read,
-		// and is taken again in the rare case it was served older.
-		if f == nil || !rvAtLeast(f.asOf, node.ResourceVersion) {
+		// (and as opswire's newest write). When its LIST was the re-read
+		// (f.node is the node acted on) it is the same snapshot; a count
+		// taken beside a GET is taken again in the rare case it was served
+		// older than the node.
+		if f == nil || (f.node != node && !rvAtLeast(f.asOf, node.ResourceVersion)) {
 			c, err := a.fleet.Live(ctx, newestRV(a.lastWrite, node.ResourceVersion), node.Name)
 			if err != nil {
 				release() // fail closed: no cordon without a count
@@ -205,32 +207,49 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 // applies (node gone, replaced, or no longer qualifying), and whether the
 // live node carries opswire's mark.
 //
-// The reads are independent, so they go out at once: the node (from the API
-// server's watch cache, at least as new as the mirror's version: the patch's
-// resourceVersion precondition then rejects a read that was already stale),
-// the pod recount (watch cache, at least as new as the watcher's count) and,
-// when the mirror's decision is a new cordon, the cap's fleet count (watch
-// cache, at least as new as opswire's newest write). The fleet count is
-// returned for the caller's cap check when it was taken (nil otherwise); a
-// failed count is an error only where the cap needs it.
+// The reads are independent, so they go out at once: the pod recount (watch
+// cache, at least as new as the watcher's count) and the node. For an
+// uncordon or a handover the node is one GET from the API server's watch
+// cache, at least as new as the mirror's version. For a new cordon it is the
+// node's item in the cap's fleet count, one LIST of every node from the
+// watch cache, at least as new as the mirror's version and opswire's newest
+// write: the same freshness as the GET (or more), one request fewer. Either
+// way the patch's uid and resourceVersion preconditions come from the object
+// read here, so a read that was already stale ends in a 409 and a new look,
+// never in a write to another version. The fleet count is returned for the
+// caller's cap check when it was taken (nil otherwise). A failed count falls
+// back to the GET: it is an error only where the cap needs it (below, the
+// caller counts again and fails closed).
 func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked bool, want Decision) (*corev1.Node, Decision, bool, *Fleet, error) {
 	var (
 		wg       sync.WaitGroup
 		c        podCount
 		countErr error
 		fleet    *Fleet
-		fleetErr error
+		node     *corev1.Node
+		err      error
 	)
 	wg.Go(func() { c, countErr = recountPods(ctx, a.client, a.cfg.APITimeout, n.Name, n.PodsResourceVersion) })
 	if want.Action == ActionCordon && !marked {
-		wg.Go(func() {
-			f, err := a.fleet.Live(ctx, newestRV(a.lastWrite, n.ResourceVersion), n.Name)
-			fleet, fleetErr = &f, err
+		if f, ferr := a.fleet.Live(ctx, newestRV(a.lastWrite, n.ResourceVersion), n.Name); ferr == nil {
+			fleet = &f
+		}
+	}
+	switch {
+	case fleet != nil && fleet.listed && n.ResourceVersion != "":
+		// The LIST named a resourceVersion at least the mirror's (the GET's
+		// own): its item is the re-read. Absent: the node is gone.
+		if node = fleet.node; node == nil {
+			err = apierrors.NewNotFound(corev1.Resource("nodes"), n.Name)
+		}
+	default:
+		// An uncordon or handover; or no count from a LIST (failed, or a
+		// counter without the API); or a mirror state without a version,
+		// where a GET naming none is a consistent read, as before.
+		node, err = actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
+			return a.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{ResourceVersion: n.ResourceVersion})
 		})
 	}
-	node, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
-		return a.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{ResourceVersion: n.ResourceVersion})
-	})
 	wg.Wait()
 	if apierrors.IsNotFound(err) {
 		a.stale(n.Name, "node no longer exists")
@@ -245,9 +264,6 @@ func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked boo
 	}
 	if countErr != nil {
 		return nil, Decision{}, false, nil, fmt.Errorf("recount pods of node %s: %w", n.Name, countErr)
-	}
-	if fleetErr != nil {
-		fleet = nil // counted again where the cap needs it, and fails closed there
 	}
 	live := stateFromNode(node, c.Pods)
 	live.Evicting = c.Evicting

@@ -216,48 +216,51 @@ func TestActuatorWrites(t *testing.T) {
 			}
 		}},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			objs := append([]runtime.Object{tc.node}, pods(tc.node.Name, tc.livePods)...)
-			h := newHarness(t, tc.policy, false, Fleet{Held: 0, Managed: 10}, objs...)
-			state := mirrorOf(tc.node, tc.mirrorPods)
-			marked := h.ledger.Marked(state)
-			d := Evaluate(tc.policy, state, marked)
-			if _, err := h.act.Apply(context.Background(), state, marked, d); err != nil {
-				t.Fatal(err)
-			}
-			tc.check(t, h.node(t, tc.node.Name))
-			// One patch, carrying the resourceVersion precondition.
-			w := h.writes()
-			if len(w) != 1 || w[0].GetVerb() != "patch" {
-				t.Fatalf("writes = %v", w)
-			}
-			patch := string(w[0].(k8stesting.PatchAction).GetPatch())
-			if !strings.Contains(patch, `"resourceVersion":"41"`) || !strings.Contains(patch, `"uid":"uid-a"`) {
-				t.Fatalf("patch lacks its preconditions: %s", patch)
-			}
-			msgs := h.pub.decisions(t)
-			if len(msgs) != 1 {
-				t.Fatalf("published %d messages, want 1", len(msgs))
-			}
-			got := msgs[0]
-			if got.Subject != "ops.prod.cordon."+tc.verb+".a" || got.ID != "cordon/uid-a/"+tc.verb+"/41" ||
-				got.D.Pods != tc.livePods || got.D.Node != "a" || got.D.Replica != "replica-a" {
-				t.Fatalf("published %+v", got)
-			}
-			select {
-			case ev := <-h.rec.Events:
-				if !strings.HasPrefix(ev, "Normal Opswire") {
-					t.Fatalf("event %q", ev)
+	for _, path := range readPaths {
+		for _, tc := range tests {
+			t.Run(path.name+"/"+tc.name, func(t *testing.T) {
+				objs := append([]runtime.Object{tc.node}, pods(tc.node.Name, tc.livePods)...)
+				h := newHarness(t, tc.policy, false, Fleet{Held: 0, Managed: 10}, objs...)
+				state := mirrorOf(tc.node, tc.mirrorPods)
+				path.use(h, state)
+				marked := h.ledger.Marked(state)
+				d := Evaluate(tc.policy, state, marked)
+				if _, err := h.act.Apply(context.Background(), state, marked, d); err != nil {
+					t.Fatal(err)
 				}
-			default:
-				t.Fatal("no Kubernetes Event recorded")
-			}
-			// The ledger knows the new mark before the mirror shows it.
-			if h.ledger.Marked(state) != (tc.verb == VerbCordoned) {
-				t.Fatal("ledger does not reflect the write")
-			}
-		})
+				tc.check(t, h.node(t, tc.node.Name))
+				// One patch, carrying the resourceVersion precondition.
+				w := h.writes()
+				if len(w) != 1 || w[0].GetVerb() != "patch" {
+					t.Fatalf("writes = %v", w)
+				}
+				patch := string(w[0].(k8stesting.PatchAction).GetPatch())
+				if !strings.Contains(patch, `"resourceVersion":"41"`) || !strings.Contains(patch, `"uid":"uid-a"`) {
+					t.Fatalf("patch lacks its preconditions: %s", patch)
+				}
+				msgs := h.pub.decisions(t)
+				if len(msgs) != 1 {
+					t.Fatalf("published %d messages, want 1", len(msgs))
+				}
+				got := msgs[0]
+				if got.Subject != "ops.prod.cordon."+tc.verb+".a" || got.ID != "cordon/uid-a/"+tc.verb+"/41" ||
+					got.D.Pods != tc.livePods || got.D.Node != "a" || got.D.Replica != "replica-a" {
+					t.Fatalf("published %+v", got)
+				}
+				select {
+				case ev := <-h.rec.Events:
+					if !strings.HasPrefix(ev, "Normal Opswire") {
+						t.Fatalf("event %q", ev)
+					}
+				default:
+					t.Fatal("no Kubernetes Event recorded")
+				}
+				// The ledger knows the new mark before the mirror shows it.
+				if h.ledger.Marked(state) != (tc.verb == VerbCordoned) {
+					t.Fatal("ledger does not reflect the write")
+				}
+			})
+		}
 	}
 }
 
@@ -282,39 +285,49 @@ func TestActuatorReverification(t *testing.T) {
 		{"donotcordon added meanwhile", apiNode("a", func(n *corev1.Node) { n.Labels[events.LabelDoNotCordon] = "" }),
 			func(n *corev1.Node) *events.NodeState { s := mirrorOf(apiNode("a"), 100); return s }, 100, 1, ""},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var objs []runtime.Object
-			if tc.node != nil {
-				objs = append(objs, tc.node)
-			}
-			objs = append(objs, pods("a", tc.livePods)...)
-			h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, objs...)
-			state := tc.mirror(tc.node)
-			d := Evaluate(seedPolicy("cordon"), state, false)
-			if d.Action != ActionCordon {
-				t.Fatalf("test setup: mirror decision %s", d.Action)
-			}
-			if _, err := h.act.Apply(context.Background(), state, false, d); err != nil {
-				t.Fatal(err)
-			}
-			if w := h.writes(); len(w) != 0 {
-				t.Fatalf("wrote %v", w)
-			}
-			if n := len(h.pub.decisions(t)); n != 0 {
-				t.Fatalf("published %d messages", n)
-			}
-			if got := testutil.ToFloat64(h.m.Stale); got != tc.wantStale {
-				t.Fatalf("stale = %v", got)
-			}
-		})
+	for _, path := range readPaths {
+		for _, tc := range tests {
+			t.Run(path.name+"/"+tc.name, func(t *testing.T) {
+				var objs []runtime.Object
+				if tc.node != nil {
+					objs = append(objs, tc.node)
+				}
+				objs = append(objs, pods("a", tc.livePods)...)
+				h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, objs...)
+				state := tc.mirror(tc.node)
+				path.use(h, state)
+				d := Evaluate(seedPolicy("cordon"), state, false)
+				if d.Action != ActionCordon {
+					t.Fatalf("test setup: mirror decision %s", d.Action)
+				}
+				if _, err := h.act.Apply(context.Background(), state, false, d); err != nil {
+					t.Fatal(err)
+				}
+				if w := h.writes(); len(w) != 0 {
+					t.Fatalf("wrote %v", w)
+				}
+				if n := len(h.pub.decisions(t)); n != 0 {
+					t.Fatalf("published %d messages", n)
+				}
+				if got := testutil.ToFloat64(h.m.Stale); got != tc.wantStale {
+					t.Fatalf("stale = %v", got)
+				}
+			})
+		}
 	}
 }
 
 func TestActuatorDryRun(t *testing.T) {
+	for _, path := range readPaths {
+		t.Run(path.name, func(t *testing.T) { testActuatorDryRun(t, path) })
+	}
+}
+
+func testActuatorDryRun(t *testing.T, path readPath) {
 	n := apiNode("a")
 	h := newHarness(t, seedPolicy("cordon"), true, Fleet{Managed: 10}, append([]runtime.Object{n}, pods("a", 100)...)...)
 	state := mirrorOf(n, 100)
+	path.use(h, state)
 	apply := func(s *events.NodeState) {
 		t.Helper()
 		s, marked := h.ledger.View(seedPolicy("cordon"), s)
@@ -390,30 +403,33 @@ func TestActuatorWriteErrors(t *testing.T) {
 		{"conflict is retried quietly", apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, "a", errors.New("modified")), true, 0},
 		{"forbidden is announced as failed", apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "a", errors.New("rbac")), false, 1},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			n := apiNode("a")
-			h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, append([]runtime.Object{n}, pods("a", 100)...)...)
-			h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.err })
-			state := mirrorOf(n, 100)
-			d := Evaluate(seedPolicy("cordon"), state, false)
-			for range 2 {
-				out, err := h.act.Apply(context.Background(), state, false, d)
-				if (err == nil) != tc.wantRetry || out.Retry != tc.wantRetry {
-					t.Fatalf("Apply = %+v, %v", out, err)
+	for _, path := range readPaths {
+		for _, tc := range tests {
+			t.Run(path.name+"/"+tc.name, func(t *testing.T) {
+				n := apiNode("a")
+				h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, append([]runtime.Object{n}, pods("a", 100)...)...)
+				h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.err })
+				state := mirrorOf(n, 100)
+				path.use(h, state)
+				d := Evaluate(seedPolicy("cordon"), state, false)
+				for range 2 {
+					out, err := h.act.Apply(context.Background(), state, false, d)
+					if (err == nil) != tc.wantRetry || out.Retry != tc.wantRetry {
+						t.Fatalf("Apply = %+v, %v", out, err)
+					}
 				}
-			}
-			msgs := h.pub.decisions(t)
-			if len(msgs) != tc.wantPublished {
-				t.Fatalf("published %d, want %d", len(msgs), tc.wantPublished)
-			}
-			if tc.wantPublished > 0 && (msgs[0].Subject != "ops.prod.cordon.failed.a" || msgs[0].D.Error == "" || msgs[0].D.Severity != events.SeverityCritical) {
-				t.Fatalf("failure message %+v", msgs[0])
-			}
-			if h.ledger.Marked(state) {
-				t.Fatal("a failed write was recorded as a mark")
-			}
-		})
+				msgs := h.pub.decisions(t)
+				if len(msgs) != tc.wantPublished {
+					t.Fatalf("published %d, want %d", len(msgs), tc.wantPublished)
+				}
+				if tc.wantPublished > 0 && (msgs[0].Subject != "ops.prod.cordon.failed.a" || msgs[0].D.Error == "" || msgs[0].D.Severity != events.SeverityCritical) {
+					t.Fatalf("failure message %+v", msgs[0])
+				}
+				if h.ledger.Marked(state) {
+					t.Fatal("a failed write was recorded as a mark")
+				}
+			})
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package cordon
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/opswire/opswire/shared/events"
 )
 
@@ -140,9 +142,15 @@ type Fleet struct {
 	Marks int
 	// Managed counts nodes eligible for new cordons (Policy.Managed).
 	Managed int
-	// asOf is the resourceVersion the API count was served at (the oldest
-	// of its lists); "" for a count from the mirror.
+	// asOf is the resourceVersion the API count was served at; "" for a
+	// count from the mirror.
 	asOf string
+	// listed is true for a count from an API LIST of every node; node is
+	// then the excluded node (the one being decided on) as that LIST
+	// returned it, nil when the node does not exist at that version: the
+	// actuator's re-read for a new cordon (Actuator.reverify).
+	listed bool
+	node   *corev1.Node
 }
 
 // Admit applies the blast-radius cap to a decision. Only a cordon of a node

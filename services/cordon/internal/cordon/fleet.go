@@ -86,7 +86,9 @@ func (f *Fleets) Mirror(exclude string) Fleet {
 // and the managed fleet itself (the percentage cap's denominator). Nothing
 // comes from the mirror, which may be stale (a stopped watcher, a NATS
 // outage). Marks found in the API are taught to the ledger, so the mirror
-// path counts them as well. A failed LIST is an error (the caller fails closed).
+// path counts them as well. The excluded node comes back as the LIST
+// returned it (Fleet.node): for a new cordon this one LIST is also the
+// node's re-read. A failed LIST is an error (the caller fails closed).
 func (f *Fleets) Live(ctx context.Context, notOlderThan, exclude string) (Fleet, error) {
 	if f.client == nil {
 		return f.Mirror(exclude), nil
@@ -102,8 +104,12 @@ func (f *Fleets) Live(ctx context.Context, notOlderThan, exclude string) (Fleet,
 		return Fleet{}, fmt.Errorf("list nodes: %w", err)
 	}
 	t, managed := newTally(f.policy, exclude), 0
+	var target *corev1.Node
 	for i := range list.Items {
 		n := &list.Items[i]
+		if exclude != "" && n.Name == exclude {
+			target = n
+		}
 		s := stateFromNode(n, 0)
 		s.Ready = readyOf(n)
 		marked := hasLabel(s, events.LabelAutoCordon)
@@ -119,7 +125,7 @@ func (f *Fleets) Live(ctx context.Context, notOlderThan, exclude string) (Fleet,
 		t.add(&events.NodeState{Name: name}, true)
 	}
 	out := t.fleet(managed)
-	out.asOf = list.ResourceVersion
+	out.asOf, out.listed, out.node = list.ResourceVersion, true, target
 	return out, nil
 }
 

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -74,7 +75,10 @@ func TestFleetsLive(t *testing.T) {
 			if got.asOf == "" {
 				t.Fatal("Live does not say which resourceVersion it counted at")
 			}
-			if got.asOf = ""; got != tc.want {
+			if !got.listed || got.node == nil || got.node.Name != tc.exclude || got.node.UID != types.UID("uid-"+tc.exclude) {
+				t.Fatalf("Live did not return the excluded node as listed: %+v", got.node)
+			}
+			if got.asOf, got.listed, got.node = "", false, nil; got != tc.want {
 				t.Fatalf("Live = %+v, want %+v", got, tc.want)
 			}
 			// The marks found live are now counted on the mirror path too.

@@ -2,13 +2,140 @@ package cordon
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/opswire/opswire/shared/events"
 )
+
+// readPath is one way the actuator re-reads a node before a new cordon:
+// the node's item in the cap's LIST of every node (the fleet counted from
+// the API), or a GET (a fleet counter without the API, or a failed count).
+// The tests of the write path run on both.
+type readPath struct {
+	name     string
+	apiFleet bool
+}
+
+var readPaths = []readPath{{"fixed fleet, node GET", false}, {"API fleet, node from the cap's LIST", true}}
+
+// use sets the harness up for the path: with the API fleet, the cap is
+// counted from the harness's fake API, over a mirror holding states.
+func (p readPath) use(h *harness, states ...*events.NodeState) {
+	if p.apiFleet {
+		h.withAPIFleet(staticNodes(states))
+	}
+}
+
+// nodeReads returns the options of the node GETs and LISTs the harness's
+// client saw, and the patches.
+func nodeReads(h *harness) (gets []metav1.GetOptions, lists []metav1.ListOptions, patches []string) {
+	for _, a := range h.client.Actions() {
+		switch a := a.(type) {
+		case k8stesting.GetActionImpl:
+			if a.GetResource().Resource == "nodes" {
+				gets = append(gets, a.GetOptions)
+			}
+		case k8stesting.ListActionImpl:
+			if a.GetResource().Resource == "nodes" {
+				lists = append(lists, a.GetListOptions())
+			}
+		case k8stesting.PatchActionImpl:
+			patches = append(patches, string(a.GetPatch()))
+		}
+	}
+	return gets, lists, patches
+}
+
+// TestActuatorNewCordonReadsTheNodeFromTheCapList: a new cordon takes the
+// node from the cap's LIST (watch cache, at least as new as the mirror's
+// version) instead of a GET of its own: node LIST + pod recount + patch,
+// and the patch's preconditions are the listed item's uid and version. An
+// uncordon reads the node with one GET and counts no fleet. A failed LIST
+// falls back to the GET and fails closed: no count, no cordon.
+func TestActuatorNewCordonReadsTheNodeFromTheCapList(t *testing.T) {
+	t.Run("cordon", func(t *testing.T) {
+		node := apiNode("a")
+		h := newHarness(t, seedPolicy("cordon"), false, Fleet{}, append([]runtime.Object{node, apiNode("b")}, pods("a", 100)...)...)
+		state := mirrorOf(node, 100)
+		state.ResourceVersion = "39" // the mirror is a little behind
+		h.withAPIFleet(staticNodes{state})
+		if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err != nil {
+			t.Fatal(err)
+		}
+		gets, lists, patches := nodeReads(h)
+		if len(gets) != 0 {
+			t.Fatalf("node GETs %+v: the cap's LIST holds the node", gets)
+		}
+		if len(lists) != 1 || lists[0].ResourceVersion != "39" || lists[0].ResourceVersionMatch != metav1.ResourceVersionMatchNotOlderThan {
+			t.Fatalf("node LISTs %+v, want one at least as new as the mirror's 39", lists)
+		}
+		if len(patches) != 1 || !strings.Contains(patches[0], `"resourceVersion":"41"`) || !strings.Contains(patches[0], `"uid":"uid-a"`) {
+			t.Fatalf("patches %v, want one with the listed item's preconditions", patches)
+		}
+		var podLists int
+		for _, a := range h.client.Actions() {
+			if a.GetVerb() == "list" && a.GetResource().Resource == "pods" {
+				podLists++
+			}
+		}
+		if podLists != 1 {
+			t.Fatalf("%d pod recounts, want 1", podLists)
+		}
+		if !h.node(t, "a").Spec.Unschedulable {
+			t.Fatal("not cordoned")
+		}
+	})
+	t.Run("a mark in the listed item is learnt", func(t *testing.T) {
+		node := apiNode("a", ours(EffectCordon))
+		h := newHarness(t, seedPolicy("cordon"), false, Fleet{}, append([]runtime.Object{node}, pods("a", 95)...)...)
+		stale := staleMirror([]string{"a"}, map[string]int{"a": 100})
+		h.withAPIFleet(stale)
+		if _, err := h.act.Apply(context.Background(), stale[0], false, Evaluate(seedPolicy("cordon"), stale[0], false)); err != nil {
+			t.Fatal(err)
+		}
+		if gets, _, patches := nodeReads(h); len(gets) != 0 || len(patches) != 0 {
+			t.Fatalf("GETs %v, patches %v: want neither", gets, patches)
+		}
+		if !h.ledger.Marked(stale[0]) {
+			t.Fatal("the mark found in the LIST is not counted")
+		}
+	})
+	t.Run("uncordon: one GET, no LIST", func(t *testing.T) {
+		node := apiNode("a", ours(EffectCordon))
+		h := newHarness(t, seedPolicy("cordon"), false, Fleet{}, append([]runtime.Object{node}, pods("a", 80)...)...)
+		state := mirrorOf(node, 80)
+		h.withAPIFleet(staticNodes{state})
+		if _, err := h.act.Apply(context.Background(), state, true, Evaluate(seedPolicy("cordon"), state, true)); err != nil {
+			t.Fatal(err)
+		}
+		gets, lists, patches := nodeReads(h)
+		if len(gets) != 1 || gets[0].ResourceVersion != "41" || len(lists) != 0 || len(patches) != 1 {
+			t.Fatalf("node GETs %+v, LISTs %+v, patches %d: want one GET at 41, no LIST, one patch", gets, lists, len(patches))
+		}
+	})
+	t.Run("failed LIST: GET, no cordon", func(t *testing.T) {
+		node := apiNode("a")
+		h := newHarness(t, seedPolicy("cordon"), false, Fleet{}, append([]runtime.Object{node}, pods("a", 100)...)...)
+		state := mirrorOf(node, 100)
+		h.withAPIFleet(staticNodes{state})
+		h.client.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, errors.New("etcd away")
+		})
+		if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err == nil {
+			t.Fatal("a cordon without a count: want an error")
+		}
+		if gets, _, patches := nodeReads(h); len(gets) != 1 || len(patches) != 0 {
+			t.Fatalf("GETs %v, patches %v: want the GET fallback and no patch", gets, patches)
+		}
+	})
+}
 
 // countingFleet is a FleetCounter that records each API count it is asked
 // for and answers with a set fleet, counted at asOf.
