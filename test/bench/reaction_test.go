@@ -37,7 +37,8 @@ const (
 // measured in the actors' own tests, not here). That includes the client's
 // own token bucket (kube.qps): one sample after another is a steady ~50
 // requests/s per actor (cordon and uncordon, three requests and an Event
-// each), which the default qps of 50 answers with a 20 ms wait per request.
+// each: two reads and the patch), which the default qps of 50 answers with
+// a 20 ms wait per request.
 const reactionConfig = `
 cluster:
   name: bench

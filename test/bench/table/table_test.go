@@ -88,3 +88,28 @@ func TestThousands(t *testing.T) {
 		}
 	}
 }
+
+// TestCordonRequestsRow: the cordon's API cost is judged as the row prints
+// it, and the row says its budget.
+func TestCordonRequestsRow(t *testing.T) {
+	for _, tc := range []struct {
+		raw, value string
+		verdict    Verdict
+	}{
+		{"4.000", "4.00", Met},
+		{"4.003", "4.00", Met}, // one re-look in 400 actions
+		{"4.010", "4.01", Missed},
+		{"4.497", "4.50", Missed},
+	} {
+		in := "BenchmarkReaction5000-2   	       1	32366096065 ns/op	" + tc.raw + " cordon-req/action\n"
+		var row Row
+		for _, r := range Rows(Parse(strings.NewReader(in))) {
+			if strings.HasPrefix(r.Figure, "4 API requests per cordon action") {
+				row = r
+			}
+		}
+		if row.Value != tc.value || row.Verdict != tc.verdict || row.Target != "≤ 4 requests per action" {
+			t.Errorf("%s: row %+v, want value %s, verdict %v", tc.raw, row, tc.value, tc.verdict)
+		}
+	}
+}
