@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,6 +140,21 @@ func TestCordonCapCountsNotReadyNodes(t *testing.T) {
 	})
 	setReady("nr-0", corev1.ConditionTrue)
 	ops.WaitFor(t, 10*time.Second, "nr-1 cordoned once nr-0 is back", harness.Subject("ops.e2e.cordon.cordoned.nr-1"))
+	// The cordon read nr-1 from the cap's LIST of every node (watch cache,
+	// NotOlderThan), not with a GET of its own, and patched it once.
+	if got := proxy.Count(func(r harness.APIRequest) bool { return r.Method == http.MethodGet && r.Path == "/api/v1/nodes/nr-1" }); got != 0 {
+		t.Fatalf("%d GETs of nr-1: a new cordon reads the node from the cap's LIST", got)
+	}
+	if got := nodePatches(proxy, "nr-1"); got != 1 {
+		t.Fatalf("%d accepted patches of nr-1, want 1", got)
+	}
+	lists := proxy.Requests(func(r harness.APIRequest) bool {
+		return r.Method == http.MethodGet && r.Path == "/api/v1/nodes" && r.Query.Get("watch") == "" &&
+			r.Query.Get("resourceVersionMatch") == "NotOlderThan" && r.Query.Get("resourceVersion") != ""
+	})
+	if len(lists) == 0 {
+		t.Fatal("no node LIST from the watch cache: the cap was not counted from the API")
+	}
 }
 
 // TestCordonLeavesPersonTaintedNodeAlone is the seed's taint rule: a node a
