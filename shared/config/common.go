@@ -11,7 +11,9 @@ type Controller struct {
 	// ControllerResyncPeriod is kept for seed compatibility; opswire actors use
 	// each section's interval instead (event-driven plus a reconcile tick).
 	ControllerResyncPeriod Duration `json:"controllerResyncPeriod"`
-	// InformersResyncPeriod is the watcher's informer resync period.
+	// InformersResyncPeriod is kept for seed compatibility: the watcher's
+	// informers never resync (a resync re-delivers objects its handlers drop
+	// unread, and queues watch events behind 150,000 of them at scale).
 	InformersResyncPeriod Duration `json:"InformersResyncPeriod"`
 	LeaderElect           bool     `json:"LeaderElect"`
 	LeaseLockName         string   `json:"leaseLockName"`

@@ -129,6 +129,11 @@ func benchNode(i int, rv string) *corev1.Node {
 // whose WATCH is the source's fake watch, which the benchmark drives.
 // compacting selects the watcher's transforms; false is a plain informer.
 func scaleInformers(s *source, pods, nodes int, compacting bool) (podInf, nodeInf cache.SharedIndexInformer) {
+	return scaleInformersResync(s, pods, nodes, compacting, 0)
+}
+
+// scaleInformersResync is scaleInformers with a resync period.
+func scaleInformersResync(s *source, pods, nodes int, compacting bool, resync time.Duration) (podInf, nodeInf cache.SharedIndexInformer) {
 	lw := func(list func() runtime.Object, w *watch.FakeWatcher) cache.ListerWatcher {
 		return listOnly{&cache.ListWatch{
 			ListWithContextFunc:  func(context.Context, metav1.ListOptions) (runtime.Object, error) { return list(), nil },
@@ -149,8 +154,8 @@ func scaleInformers(s *source, pods, nodes int, compacting bool) (podInf, nodeIn
 		}
 		return l
 	}
-	podInf = cache.NewSharedIndexInformer(lw(podList, s.podW), &corev1.Pod{}, 0, cache.Indexers{})
-	nodeInf = cache.NewSharedIndexInformer(lw(nodeList, s.nodeW), &corev1.Node{}, 0, cache.Indexers{})
+	podInf = cache.NewSharedIndexInformer(lw(podList, s.podW), &corev1.Pod{}, resync, cache.Indexers{})
+	nodeInf = cache.NewSharedIndexInformer(lw(nodeList, s.nodeW), &corev1.Node{}, resync, cache.Indexers{})
 	if compacting {
 		_ = podInf.SetTransform(compact.PodTransform(256))
 		_ = nodeInf.SetTransform(compact.NodeTransform)

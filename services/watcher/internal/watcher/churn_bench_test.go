@@ -42,7 +42,30 @@ const (
 	// them (longer ones in the last), so measuring allocates nothing.
 	churnLagBucket  = 100 * time.Microsecond
 	churnLagBuckets = 100_000
+	// churnStallTick is the sleep of the stall probe.
+	churnStallTick = 5 * time.Millisecond
 )
+
+// processStart and debugStalls: see OPSWIRE_BENCH_CHURN_DEBUG.
+var (
+	processStart = time.Now()
+	debugStalls  = os.Getenv("OPSWIRE_BENCH_CHURN_DEBUG") != ""
+)
+
+// churnResync is the informers' resync period: the service's
+// (informerResync), unless OPSWIRE_BENCH_CHURN_RESYNC (a Go duration) sets
+// another to show what a periodic resync of 150,000 pods costs the lag.
+func churnResync(b *testing.B) time.Duration {
+	v := os.Getenv("OPSWIRE_BENCH_CHURN_RESYNC")
+	if v == "" {
+		return informerResync
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		b.Fatalf("OPSWIRE_BENCH_CHURN_RESYNC=%q: want a Go duration such as 30s", v)
+	}
+	return d
+}
 
 func churnDuration(b *testing.B) time.Duration {
 	v := os.Getenv("OPSWIRE_BENCH_CHURN_DURATION")
@@ -71,7 +94,20 @@ func churnDuration(b *testing.B) time.Duration {
 //     compared and published) plus its publishes awaiting an ack, sampled
 //     every second, at most and in the last sample;
 //   - churn-updates/s: the rate actually sent, and missing: updates not
-//     stored within 30 s of the last one.
+//     stored within 30 s of the last one;
+//   - stall-max-ms: the floor of the lag, the longest this process could
+//     not run at all (a 5 ms sleep that overslept: the machine's other
+//     processes, or the GC), and send-late-max-ms: how late the sender ran
+//     behind its schedule (lags count from the actual send);
+//   - cpu-us/update, alloc-B/update, gc-cycles: this process's CPU (kernel
+//     accounting) and allocation per update during the churn, watcher,
+//     synthetic source and KUBE consumer together.
+//
+// The informers resync as the service's do (informerResync: never);
+// OPSWIRE_BENCH_CHURN_RESYNC sets another period to measure what one costs.
+// OPSWIRE_BENCH_CHURN_CPUPROFILE profiles the churn alone, and
+// OPSWIRE_BENCH_CHURN_DEBUG=1 logs every stall over 100 ms (seconds since the
+// process started, as GODEBUG=gctrace=1 prints them).
 func BenchmarkWatcherChurn150k(b *testing.B) {
 	duration := churnDuration(b)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -94,7 +130,7 @@ func BenchmarkWatcherChurn150k(b *testing.B) {
 		b.Fatal(err)
 	}
 	src := newSource()
-	pods, nodes := scaleInformers(src, scalePods, scaleNodes, true)
+	pods, nodes := scaleInformersResync(src, scalePods, scaleNodes, true, churnResync(b))
 	w, err := New(pods, nodes, js, Options{Cluster: "bench", Workers: def.Watcher.Workers, TombstoneTTL: time.Hour}, zerolog.Nop(), prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
@@ -175,20 +211,47 @@ func BenchmarkWatcherChurn150k(b *testing.B) {
 		}
 	}()
 
+	// The floor of the lag: how long this process could not run at all (a
+	// short sleep that overslept: other processes on the machine, or the
+	// GC). A lag that long is the machine's, not the watcher's.
+	var stallMax, stalls atomic.Int64
+	go func() {
+		for ctx.Err() == nil {
+			t0 := time.Now()
+			time.Sleep(churnStallTick)
+			over := int64(time.Since(t0) - churnStallTick)
+			if over > int64(100*time.Millisecond) {
+				stalls.Add(1)
+				if debugStalls {
+					fmt.Fprintf(os.Stderr, "stall %v at %.3fs\n", time.Duration(over), time.Since(processStart).Seconds())
+				}
+			}
+			if over > stallMax.Load() {
+				stallMax.Store(over)
+			}
+		}
+	}()
 	base := realisticPod(0, "1")
+	stopCPUProfile := startChurnCPUProfile(b)
+	usageStart := readChurnUsage()
 	b.ResetTimer()
 	start := time.Now()
+	var lateMax time.Duration
 	for sent := 0; sent < total; {
 		// Paced by the clock: whatever is due is sent now, so a slow tick
-		// does not lower the rate.
+		// does not lower the rate. Lags count from the actual send (when
+		// the event reaches the informer, as a watch event would); how late
+		// the sender itself ran (starved of CPU) is reported apart.
 		due := min(total, int(time.Since(start).Seconds()*churnRate)+1)
 		for ; sent < due; sent++ {
 			restarts := int32(sent/scalePods + 1)
 			rv := src.nextRV()
 			n, _ := strconv.ParseInt(rv, 10, 64)
+			now := time.Now()
 			if i := int(n - rvBase - 1); i >= 0 && i < total {
-				sentAt[i].Store(time.Now().UnixNano())
+				sentAt[i].Store(now.UnixNano())
 			}
+			lateMax = max(lateMax, now.Sub(start.Add(time.Duration(sent)*time.Second/churnRate)))
 			src.podW.Modify(variant(base, sent%scalePods, rv, func(p *corev1.Pod) {
 				p.Status.ContainerStatuses = append([]corev1.ContainerStatus(nil), p.Status.ContainerStatuses...)
 				p.Status.ContainerStatuses[0].RestartCount = restarts
@@ -199,6 +262,9 @@ func BenchmarkWatcherChurn150k(b *testing.B) {
 	sending := time.Since(start)
 	waitFor(b, 30*time.Second, "every update stored", func() bool { return stored.Load() >= int64(total) })
 	b.StopTimer()
+	usage := readChurnUsage().since(usageStart)
+	stopCPUProfile()
+	stall := time.Duration(stallMax.Load())
 	heapEnd := heapAlloc()
 	writeChurnHeapProfile(b, "end")
 	cancel()
@@ -237,10 +303,59 @@ func BenchmarkWatcherChurn150k(b *testing.B) {
 	b.ReportMetric(float64(depthMax.Load()), "depth-max")
 	b.ReportMetric(float64(depthLast.Load()), "depth-end")
 	b.ReportMetric(float64(int64(total)-stored.Load()), "missing")
+	b.ReportMetric(lateMax.Seconds()*1000, "send-late-max-ms")
+	b.ReportMetric(stall.Seconds()*1000, "stall-max-ms")
+	b.ReportMetric(usage.cpu.Seconds()*1e6/float64(total), "cpu-us/update")
+	b.ReportMetric(float64(usage.allocs)/float64(total), "alloc-B/update")
+	b.ReportMetric(float64(usage.gcs), "gc-cycles")
 	b.Logf("churn: %d pod updates in %v (%.0f/s) at %d pods; lag p50 %.1f ms, p99 %.1f ms, max %.1f ms; heap %.0f MiB at the start, %.0f MiB at the end, "+
-		"live heap each minute (MiB): [%s]; queue + unacked publishes at most %d, %d in the last sample",
+		"live heap each minute (MiB): [%s]; queue + unacked publishes at most %d, %d in the last sample; "+
+		"this process (watcher, source and KUBE consumer) used %.1f µs CPU and allocated %.0f B per update, %d GC cycles; "+
+		"the sender ran at most %v late; the process could not run for up to %v (%d times over 100 ms)",
 		total, sending.Round(time.Millisecond), float64(total)/sending.Seconds(), scalePods, quantile(0.5), quantile(0.99), maxLag,
-		float64(heapStart)/(1<<20), float64(heapEnd)/(1<<20), strings.Join(heapSeries, " "), depthMax.Load(), depthLast.Load())
+		float64(heapStart)/(1<<20), float64(heapEnd)/(1<<20), strings.Join(heapSeries, " "), depthMax.Load(), depthLast.Load(),
+		usage.cpu.Seconds()*1e6/float64(total), float64(usage.allocs)/float64(total), usage.gcs,
+		lateMax.Round(time.Millisecond), stall.Round(time.Millisecond), stalls.Load())
+}
+
+// churnUsage is what this process has used so far: CPU (user + system, from
+// the kernel), bytes allocated and GC cycles. (The runtime's own CPU
+// estimates count wall time on its Ps, which overstates them on a loaded
+// machine: the GC's share is read from the CPU profile instead.)
+type churnUsage struct {
+	cpu    time.Duration
+	allocs uint64
+	gcs    uint64
+}
+
+func readChurnUsage() churnUsage {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	s := []rtmetrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	rtmetrics.Read(s)
+	return churnUsage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), allocs: s[0].Value.Uint64(), gcs: s[1].Value.Uint64()}
+}
+
+func (u churnUsage) since(start churnUsage) churnUsage {
+	return churnUsage{cpu: u.cpu - start.cpu, allocs: u.allocs - start.allocs, gcs: u.gcs - start.gcs}
+}
+
+// startChurnCPUProfile profiles the churn alone (not the initial list and
+// publication) into $OPSWIRE_BENCH_CHURN_CPUPROFILE, if set; the returned
+// func stops it.
+func startChurnCPUProfile(b *testing.B) func() {
+	path := os.Getenv("OPSWIRE_BENCH_CHURN_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }
 }
 
 // writeChurnHeapProfile writes what is live now to

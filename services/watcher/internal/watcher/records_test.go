@@ -1,6 +1,12 @@
 package watcher
 
-import "testing"
+import (
+	"encoding/json"
+	"hash/fnv"
+	"testing"
+
+	"github.com/opswire/opswire/shared/events"
+)
 
 func TestRecordsRoundTrip(t *testing.T) {
 	s := newRecords(0)
@@ -32,5 +38,20 @@ func TestRecordsRoundTrip(t *testing.T) {
 	}
 	if len(s.nodeNames) != 3 {
 		t.Errorf("node table %v: want one entry per node name", s.nodeNames)
+	}
+}
+
+// hashJSON hashes the bytes json.Marshal writes (FNV-64a), though it encodes
+// into a pooled buffer: hashes stay what they were before that change.
+func TestHashJSONIsFNVOfMarshal(t *testing.T) {
+	s := events.PodState{Op: events.OpUpsert, UID: "u", Namespace: "ns", Name: "p <&>", NodeName: "n", Phase: "Running"}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(b)
+	if got, want := hashJSON(s), h.Sum64(); got != want {
+		t.Fatalf("hashJSON = %x, want FNV-64a of json.Marshal %x", got, want)
 	}
 }

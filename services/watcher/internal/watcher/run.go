@@ -20,6 +20,17 @@ import (
 	"github.com/opswire/opswire/shared/app"
 )
 
+// informerResync is the watcher's informer resync period: none. A resync
+// re-delivers every cached object to the handlers, which drop it unread (its
+// resourceVersion is unchanged), yet the informer first queues all of them
+// (150,000 at scale) in its FIFO, under its lock, and updates its store and
+// indexes for each: the watch events that arrive meanwhile wait behind them,
+// the tail of the publish lag (docs/watcher.md, "Sustained churn"). What a
+// resync would repair, a lost publish, the watcher retries itself (doubt,
+// backoff). controller.InformersResyncPeriod is read for seed compatibility
+// only.
+const informerResync = 0
+
 // Run is the opswire-watcher service: one shared informer factory for pods
 // and nodes with compacting transforms, published to KUBE by the replica that
 // holds the watcher Lease. Standbys keep warm caches, so failover costs a
@@ -30,7 +41,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		return err
 	}
 	wc := rt.Config.Watcher
-	factory := informers.NewSharedInformerFactoryWithOptions(client, rt.Config.Controller.InformersResyncPeriod.Duration)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, informerResync)
 	// The factory's pod informer would add a namespace index, which the
 	// watcher never reads: at 150,000 pods that is megabytes of key sets.
 	pods := factory.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {

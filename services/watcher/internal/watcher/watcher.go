@@ -9,11 +9,11 @@
 package watcher
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync"
@@ -164,6 +164,11 @@ type Watcher struct {
 	onNode   map[string]int
 	deferred map[string]int
 	acks     chan pending
+	// The options of every publish, built once: with the async window
+	// full, a publish waits for room instead of failing (a failure would
+	// only requeue the key with a backoff, seen in benchmarks); a tombstone
+	// also carries its TTL.
+	upsertOpts, deleteOpts []jetstream.PublishOpt
 }
 
 type pending struct {
@@ -200,6 +205,8 @@ func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options
 		onNode:       map[string]int{}, deferred: map[string]int{},
 		acks: make(chan pending, 8192),
 	}
+	w.upsertOpts = []jetstream.PublishOpt{jetstream.WithStallWait(opts.StallWait)}
+	w.deleteOpts = []jetstream.PublishOpt{jetstream.WithStallWait(opts.StallWait), jetstream.WithMsgTTL(opts.TombstoneTTL)}
 	w.newQueue()
 	w.m = newMetrics(reg, func() float64 { return float64(w.queue().Len()) })
 	if err := pods.AddIndexers(cache.Indexers{byNode: countedOnNode, evictingOnNode: evictingOn}); err != nil {
@@ -482,7 +489,7 @@ func (w *Watcher) syncPod(key string) error {
 	w.mu.Unlock()
 	deletedEvicting = deletedEvicting && evictedAtDelete == prev.uid
 	deleteSeen = deleteSeen && seenAtDelete == prev.uid
-	ns, name, _ := strings.Cut(storeKey, "/")
+	ns, name, _ := strings.Cut(storeKey, "/") // storeKey is also the ce-subject, <ns>/<name>
 	if !exists {
 		if !had {
 			w.queue().Done(key)
@@ -511,7 +518,7 @@ func (w *Watcher) syncPod(key string) error {
 			w.queue().Add(nodePrefix + prev.node)
 		}
 		return w.publishPod(key, subject.Pod(w.opts.Cluster, ns, name), "pod/"+prev.uid+"/delete",
-			ns+"/"+name, state, record{uid: prev.uid}, events.OpDelete, departed)
+			storeKey, &state, record{uid: prev.uid}, events.OpDelete, departed)
 	}
 	p := obj.(*compact.Pod)
 	state := p.State // a copy: the cached object is never modified
@@ -555,7 +562,7 @@ func (w *Watcher) syncPod(key string) error {
 			}
 		}
 	}
-	rec := record{hash: hashPod(state), uid: state.UID, node: contrib, evicting: evicting, exempt: drainExempt(&state)}
+	rec := record{hash: hashPodRV(&state), uid: state.UID, node: contrib, evicting: evicting, exempt: drainExempt(&state)}
 	if had && !prev.doubt && prev.hash == rec.hash && prev.uid == rec.uid {
 		w.m.unchanged.WithLabelValues("pod").Inc()
 		w.queue().Forget(key)
@@ -563,12 +570,13 @@ func (w *Watcher) syncPod(key string) error {
 		return nil
 	}
 	return w.publishPod(key, subject.Pod(w.opts.Cluster, ns, name), "pod/"+state.UID+"/"+state.ResourceVersion,
-		ns+"/"+name, state, rec, events.OpUpsert, departed)
+		storeKey, &state, rec, events.OpUpsert, departed)
 }
 
 // publishPod publishes a pod's state; departed names the pod whose counted
-// departure it stores (see Watcher.leaving).
-func (w *Watcher) publishPod(key, subj, id, ceSubject string, state events.PodState, rec record, op events.Op, departed string) error {
+// departure it stores (see Watcher.leaving). The state is passed by pointer
+// (it encodes the same) so that it is not copied again onto the heap.
+func (w *Watcher) publishPod(key, subj, id, ceSubject string, state *events.PodState, rec record, op events.Op, departed string) error {
 	return w.publishWith(key, "pod", subj, id, events.TypePod, ceSubject, state, rec, op, departed)
 }
 
@@ -672,11 +680,9 @@ func (w *Watcher) publishWith(key, kind, subj, id, typ, ceSubject string, payloa
 	if len(ev.Data) > w.maxPayload()-headerRoom {
 		return fmt.Errorf("%w: %d bytes", errOversized, len(ev.Data))
 	}
-	// With the async window full, wait for room instead of failing: a
-	// failure would only requeue the key with a backoff (seen in benchmarks).
-	opts := []jetstream.PublishOpt{jetstream.WithStallWait(w.opts.StallWait)}
+	opts := w.upsertOpts
 	if op == events.OpDelete {
-		opts = append(opts, jetstream.WithMsgTTL(w.opts.TombstoneTTL))
+		opts = w.deleteOpts
 	}
 	start := time.Now()
 	fut, err := w.pub.PublishMsgAsync(ev.Msg(subj), opts...)
@@ -790,8 +796,16 @@ func (w *Watcher) markDoubt(key string, rec record, op events.Op) {
 // hashPod hashes the state without its resourceVersion, which changes on
 // every write (heartbeats included) while the compact state may not.
 func hashPod(s events.PodState) uint64 {
+	return hashPodRV(&s)
+}
+
+// hashPodRV is hashPod of *s without a copy of it (s is as it was after).
+func hashPodRV(s *events.PodState) uint64 {
+	rv := s.ResourceVersion
 	s.ResourceVersion = ""
-	return hashJSON(s)
+	h := hashJSON(s)
+	s.ResourceVersion = rv
+	return h
 }
 
 func hashNode(s events.NodeState) uint64 {
@@ -799,12 +813,34 @@ func hashNode(s events.NodeState) uint64 {
 	return hashJSON(s)
 }
 
+// hashJSON is the FNV-64a of json.Marshal(v), encoded into a pooled buffer
+// so that hashing allocates nothing of its own (every pod change is hashed).
 func hashJSON(v any) uint64 {
-	b, _ := json.Marshal(v)
-	h := fnv.New64a()
-	_, _ = h.Write(b)
-	return h.Sum64()
+	s := hashPool.Get().(*hashScratch)
+	defer hashPool.Put(s)
+	s.buf.Reset()
+	_ = s.enc.Encode(v)
+	// Encode ends with a newline json.Marshal does not write: the hash is of
+	// the same bytes as before.
+	b := bytes.TrimSuffix(s.buf.Bytes(), []byte("\n"))
+	var h uint64 = 14695981039346656037 // FNV-64a, as hash/fnv
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
 }
+
+type hashScratch struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var hashPool = sync.Pool{New: func() any {
+	s := &hashScratch{}
+	s.enc = json.NewEncoder(&s.buf)
+	return s
+}}
 
 // maxRV returns the larger of two resourceVersions (etcd revisions).
 func maxRV(a, b string) string {
