@@ -53,7 +53,8 @@ piece rebuild test -tags bench -bench '^BenchmarkMirrorRebuild150k$' -benchtime 
 piece report services/report -bench '^Benchmark(BuildReport150k|BuildReport150kIncreaseWorkload|FloorScan150k)$' \
   -benchtime 20x -benchmem -cpuprofile "$OUT/report.pprof" -o "$OUT/report.test" ./internal/restarts
 # 6. Notifier burst.
-piece notifier test -tags bench -bench '^BenchmarkNotifierBurst10k$' -benchtime 1x ./bench
+# (with a CPU profile of the notifier process during the burst)
+OPSWIRE_BENCH_NOTIFIER_CPUPROFILE=$OUT/notifier.pprof piece notifier test -tags bench -bench '^BenchmarkNotifierBurst10k$' -benchtime 1x ./bench
 # 7. Every service binary's memory at 150k pods (heap profiles kept in $OUT).
 OPSWIRE_BENCH_PROFILE_DIR=$OUT piece memory test -tags bench -bench '^BenchmarkServiceMemory150k$' -benchtime 1x ./bench
 # 1 and 4. Reaction time and API load on the real harness (needs `make controlplane`).
@@ -96,6 +97,8 @@ profile() { # TITLE TEST-BINARY PROFILE PPROF-OPTIONS...
   profile "Watcher under sustained churn, live heap at the end minus at the start, by allocation site" \
     "$OUT/churn.test" "$OUT/churn-heap-end.pprof" -sample_index=inuse_space -top -nodecount=12 -diff_base "$OUT/churn-heap-start.pprof"
   profile "Mirror rebuild" "$OUT/rebuild.test" "$OUT/rebuild.pprof" -top -cum -nodecount=18 -focus kubestate
+  profile "opswire-notifier process during the 10,000-event burst (3 s from the first publish; mostly waiting on NATS)" \
+    "$ROOT/.cache/test-bin/opswire-notifier" "$OUT/notifier.pprof" -top -cum -nodecount=15 -focus 'notifier/internal'
   profile "Report build" "$OUT/report.test" "$OUT/report.pprof" -top -cum -nodecount=15 -focus 'restarts\.Build'
   for s in watcher cleanup report; do
     profile "opswire-$s process at 150k pods, live heap after GC by allocation site" \

@@ -298,6 +298,22 @@ func deployNATSRefusals(t *testing.T, n *harness.NATS, pw map[string]string) {
 	}); err != nil {
 		t.Fatalf("the notifier creates its consumer: %v", err)
 	}
+	// Its batched read of delivered records (one direct get for many keys,
+	// on the stream's subject without a key) is answered, not refused.
+	if _, err := njs.KeyValue(ctx, "opswire-notifier-delivered"); errors.Is(err, jetstream.ErrBucketNotFound) {
+		_, err = njs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "opswire-notifier-delivered"})
+		if err != nil {
+			t.Fatalf("the notifier's delivered-record bucket: %v", err)
+		}
+	} else if err != nil {
+		t.Fatalf("the notifier's delivered-record bucket: %v", err)
+	}
+	batch := `{"multi_last":["$KV.opswire-notifier-delivered.feishu.a","$KV.opswire-notifier-delivered.feishu.b"],"batch":2}`
+	if m, err := notifier.nc.Request("$JS.API.DIRECT.GET.KV_opswire-notifier-delivered", []byte(batch), 5*time.Second); err != nil {
+		t.Errorf("the notifier's batched read of delivered records: %v", err)
+	} else if st := m.Header.Get("Status"); st != "404" && st != "204" && m.Header.Get("Nats-Subject") == "" {
+		t.Errorf("the notifier's batched read of delivered records answered status %s %s", st, m.Header.Get("Description"))
+	}
 	for _, tc := range deployNATSRefusalCases(durable) {
 		verb := "publish"
 		if tc.subscribe {

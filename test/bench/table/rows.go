@@ -178,10 +178,13 @@ var specs = []spec{
 	{figure: "5 Report: allocated per build (total mode, per pod)", value: mib(report, "B/op", 1.0/(1<<20)), floorText: "—"},
 	{figure: "5 Report: build over 150k pods (increase mode, by workload)", value: nsAsMs(reportW), floor: p(nsAsMs(scan)),
 		target: "≤ 1,000 ms", ok: func(v, _ float64) bool { return v <= 1000 }},
-	{figure: "6 Notifier: 10,000-event burst, all accounted for (groupWait 1 s included)", value: seconds(burst, "accounted-s"), floor: p(seconds(burst, "floor-s")),
-		target: "≤ 3× floor", ok: func(_, r float64) bool { return r <= 3 }},
-	{figure: "6 Notifier: the burst beyond the configured groupWait (accounted − 1 s: the notifier's own work)", value: seconds(burst, "beyond-wait-s"),
-		floor: p(seconds(burst, "floor-s"))},
+	// 6: groupWait (1 s) is a configured wait no notifier can shorten, so the
+	// whole figure is set against the least any notifier needs, and the
+	// target (issue 18: ≤ 3× the bare consumer) is on the time beyond the wait.
+	{figure: "6 Notifier: 10,000-event burst, all accounted for (groupWait 1 s included; floor = the least any notifier needs: max(groupWait, bare consumer))",
+		value: seconds(burst, "accounted-s"), floor: p(seconds(burst, "wait-floor-s"))},
+	{figure: "6 Notifier: the burst beyond the configured groupWait (accounted − 1 s: the notifier's own work; floor = the bare consumer)", value: seconds(burst, "beyond-wait-s"),
+		floor: p(seconds(burst, "floor-s")), target: "≤ 3× floor", ok: func(_, r float64) bool { return r <= 3 }},
 	{figure: "6 Notifier: cards sent for the burst", value: count(burst, "cards"), floorText: "—",
 		target: "1", ok: func(v, _ float64) bool { return v == 1 }},
 	{figure: "6 Notifier: rate-limit violations", value: count(burst, "rate-violations"), floorText: "—",

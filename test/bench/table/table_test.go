@@ -69,7 +69,7 @@ func TestRows(t *testing.T) {
 		{"6 Notifier: rate-limit", "not measured", "—", "—", NotMeasured},
 		{"1 Reaction: node crosses maxPods → cordoned, p50 (?", "not measured", "—", "—", NoTarget},
 	}
-	if r := find("6 Notifier: the burst beyond"); r.Target != "—" || r.Value != "not measured" {
+	if r := find("6 Notifier: 10,000-event burst"); r.Target != "—" || r.Value != "not measured" {
 		t.Errorf("unmeasured row without a target: %+v", r)
 	}
 	for _, tt := range tests {

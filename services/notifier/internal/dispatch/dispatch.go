@@ -76,11 +76,17 @@ type Settings struct {
 	GiveUpAfter  time.Duration
 	AckWait      time.Duration
 	MaxDeliver   int
-	// Lookups bounds the delivered-record lookups in flight: Handle returns
-	// once a message's lookups are started, and the messages join their
+	// Lookups bounds the messages whose delivered records are being looked
+	// up or wait for a lookup: Handle returns once a message is queued for
+	// its lookup (it blocks while Lookups are), and the messages join their
 	// groups in the order they arrived as the answers come back. 0 or 1:
 	// Handle looks up synchronously, one message at a time.
 	Lookups int
+	// LookupBatch is the most messages whose records one read (States)
+	// takes; Lookups/LookupBatch reads are in flight at most. A read starts
+	// as soon as one is free, with whatever is queued, so a lone message is
+	// looked up at once and a burst in batches. 0 or 1: one read per message.
+	LookupBatch int
 }
 
 // Deps are the engine's collaborators.
@@ -111,12 +117,18 @@ type Dispatcher struct {
 	stopped   bool
 	clusterTk string
 
-	// lookups holds a slot per delivered-record lookup in flight (nil:
-	// synchronous); arrivals are the messages looked up, in arrival order,
-	// until they join their groups (guarded by amu).
+	// lookups holds a slot per message queued for or in a delivered-record
+	// lookup (nil: synchronous); arrivals are those messages in arrival
+	// order until they join their groups (guarded by amu); queued are those
+	// no read has taken yet, and readers the reads under way (guarded by qmu).
 	lookups  chan struct{}
 	amu      sync.Mutex
 	arrivals []*arrival
+	qmu      sync.Mutex
+	queued   []*arrival
+	readers  int
+	batch    int // messages per read
+	maxReads int
 }
 
 // arrival is a message whose delivered records are being looked up.
@@ -142,6 +154,7 @@ type group struct {
 	items   []*pending
 	timer   *time.Timer
 	flushes int
+	opened  time.Time // when its first message since the last flush joined
 }
 
 // New builds a dispatcher; Run starts its workers.
@@ -156,6 +169,8 @@ func New(s Settings, d Deps) *Dispatcher {
 	}
 	if s.Lookups > 1 {
 		x.lookups = make(chan struct{}, s.Lookups)
+		x.batch = min(max(1, s.LookupBatch), s.Lookups)
+		x.maxReads = max(1, s.Lookups/x.batch)
 	}
 	return x
 }
@@ -285,53 +300,108 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 	// re-created consumer, or an id stored again after the stream's
 	// duplicate window, arrives with NumDelivered 1.
 	if x.lookups == nil {
-		x.lookUp(ctx, p, routes)
+		x.lookUp(ctx, []*pending{p}, [][]*config.Route{routes})
 		x.admit(p, routes)
 		return
 	}
 	// Pipelined: the next message is taken while this one's records are
 	// read; it joins its groups in arrival order once they are.
 	a := &arrival{p: p, routes: routes}
+	x.lookups <- struct{}{}
 	x.amu.Lock()
 	x.arrivals = append(x.arrivals, a)
 	x.amu.Unlock()
-	x.lookups <- struct{}{}
-	go func() {
-		x.lookUp(ctx, p, routes)
-		<-x.lookups
+	x.qmu.Lock()
+	x.queued = append(x.queued, a)
+	start := x.readers < x.maxReads
+	if start {
+		x.readers++
+	}
+	x.qmu.Unlock()
+	if start {
+		go x.read(ctx)
+	}
+}
+
+// read looks up queued messages, up to batch at a time, until none is
+// queued, admitting those whose turn has come after each read.
+func (x *Dispatcher) read(ctx context.Context) {
+	for {
+		x.qmu.Lock()
+		n := min(len(x.queued), x.batch)
+		if n == 0 {
+			x.readers--
+			x.qmu.Unlock()
+			return
+		}
+		taken := make([]*arrival, n)
+		copy(taken, x.queued)
+		clear(x.queued[:n])
+		x.queued = x.queued[n:]
+		x.qmu.Unlock()
+		ps := make([]*pending, n)
+		rs := make([][]*config.Route, n)
+		for i, a := range taken {
+			ps[i], rs[i] = a.p, a.routes
+		}
+		x.lookUp(ctx, ps, rs)
 		x.amu.Lock()
-		defer x.amu.Unlock()
-		a.done = true
+		for _, a := range taken {
+			a.done = true
+			<-x.lookups
+		}
 		for len(x.arrivals) > 0 && x.arrivals[0].done {
 			next := x.arrivals[0]
 			x.arrivals[0] = nil
 			x.arrivals = x.arrivals[1:]
 			x.admit(next.p, next.routes)
 		}
-	}()
+		x.amu.Unlock()
+	}
 }
 
-// lookUp reads the delivered records of p for each of its (route,
-// receiver) pairs and marks those already settled to be skipped.
-func (x *Dispatcher) lookUp(ctx context.Context, p *pending, routes []*config.Route) {
-	it := p.item
-	p.skip = map[string]bool{}
-	for _, r := range routes {
-		for _, recv := range x.mine(r) {
-			rec, err := x.d.Delivered.State(ctx, DeliveredKey(x.clusterOf(it), r.Name, recv, it.ID))
-			if err != nil {
-				x.d.Log.Warn().Err(err).Str("receiver", recv).Msg("cannot read delivered records; delivering again")
-			}
-			if rec != RecordNone {
-				p.skip[r.Name+"\x00"+recv] = true
-				reason := "already_delivered"
-				if rec == RecordDeadLettered {
-					reason = "already_dead_lettered"
-				}
-				_ = publishOutcome(x.d.Core, subject.Notify(x.clusterOf(it), recv, OutcomeDropped),
-					Outcome{Receiver: recv, Route: r.Name, Cluster: x.clusterOf(it), Outcome: OutcomeDropped, Reason: reason, Events: 1, IDs: []string{it.ID}, Time: x.now()})
+// lookUp reads the delivered records of each message's (route, receiver)
+// pairs, in one States read, and marks those already settled to be skipped.
+func (x *Dispatcher) lookUp(ctx context.Context, ps []*pending, routes [][]*config.Route) {
+	type pair struct {
+		p     *pending
+		route string
+		recv  string
+	}
+	var keys []string
+	var pairs []pair
+	for i, p := range ps {
+		p.skip = map[string]bool{}
+		for _, r := range routes[i] {
+			for _, recv := range x.mine(r) {
+				keys = append(keys, DeliveredKey(x.clusterOf(p.item), r.Name, recv, p.item.ID))
+				pairs = append(pairs, pair{p, r.Name, recv})
 			}
 		}
+	}
+	var recs []Record
+	var err error
+	if len(keys) == 1 {
+		recs = make([]Record, 1)
+		recs[0], err = x.d.Delivered.State(ctx, keys[0])
+	} else {
+		recs, err = x.d.Delivered.States(ctx, keys)
+	}
+	if err != nil && ctx.Err() == nil { // after shutdown began the messages are nak'ed anyway
+		x.d.Log.Warn().Err(err).Str("consumer", x.s.Consumer).Int("messages", len(ps)).Msg("cannot read delivered records; delivering again")
+	}
+	for i, rec := range recs {
+		if rec == RecordNone {
+			continue
+		}
+		pr, it := pairs[i], pairs[i].p.item
+		pr.p.skip[pr.route+"\x00"+pr.recv] = true
+		reason := "already_delivered"
+		if rec == RecordDeadLettered {
+			reason = "already_dead_lettered"
+		}
+		_ = publishOutcome(x.d.Core, subject.Notify(x.clusterOf(it), pr.recv, OutcomeDropped),
+			Outcome{Receiver: pr.recv, Route: pr.route, Cluster: x.clusterOf(it), Outcome: OutcomeDropped, Reason: reason, Events: 1, IDs: []string{it.ID}, Time: x.now()})
 	}
 }
 
@@ -405,7 +475,7 @@ func (x *Dispatcher) addToGroup(r *config.Route, p *pending) {
 	key := x.groupKey(r.Name, p.item)
 	g, ok := x.groups[key]
 	if !ok {
-		g = &group{key: key, cluster: x.clusterOf(p.item), route: r}
+		g = &group{key: key, cluster: x.clusterOf(p.item), route: r, opened: time.Now()}
 		x.groups[key] = g
 		g.timer = time.AfterFunc(r.GroupWait.Duration, func() { x.flush(g) })
 		x.d.Metrics.Groups.Set(float64(len(x.groups)))
@@ -431,9 +501,16 @@ func (x *Dispatcher) flush(g *group) {
 	}
 	g.flushes++
 	g.timer.Reset(g.route.GroupInterval.Duration)
+	opened := g.opened
+	g.opened = time.Now() // the next flush's messages wait from here
 	x.mu.Unlock()
 
 	now := x.now()
+	t0 := time.Now()
+	defer func() {
+		x.d.Log.Debug().Str("consumer", x.s.Consumer).Str("group", g.key).Int("events", len(items)).Time("opened", opened).
+			Dur("renderMs", time.Since(t0)).Msg("group flushed")
+	}()
 	for _, recv := range x.mine(g.route) {
 		var mine []*pending
 		var its []*notify.Item

@@ -42,6 +42,8 @@ type env struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	kv       jetstream.KeyValue
+	records  jetstream.JetStream // the delivered records' batched reads and asynchronous writes
+	store    dispatch.Delivered  // if set, the engine's records instead of delivered()
 	cons     jetstream.Consumer
 	settings dispatch.Settings
 
@@ -75,12 +77,16 @@ func newEnv(t *testing.T, n config.Notifier) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, nc: nc, js: js, kv: kv, cons: cons, settings: dispatch.Settings{Cluster: cluster,
+	records, err := dispatch.NewAsyncRecorder(nc, 64, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, nc: nc, js: js, kv: kv, records: records, cons: cons, settings: dispatch.Settings{Cluster: cluster,
 		RetryInitial: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond, GiveUpAfter: time.Minute,
 		AckWait: n.AckWait.Duration, MaxDeliver: n.MaxDeliver,
-		// Pipelined lookups, as the service runs them (the unit tests that
-		// call Handle directly keep the synchronous path).
-		Lookups: 8}}
+		// Pipelined lookups in batched reads, as the service runs them (the
+		// unit tests that call Handle directly keep the synchronous path).
+		Lookups: 8, LookupBatch: 4}}
 	sub, err := nc.Subscribe("notify.>", func(m *nats.Msg) {
 		var o dispatch.Outcome
 		if err := json.Unmarshal(m.Data, &o); err != nil {
@@ -104,6 +110,12 @@ func newEnv(t *testing.T, n config.Notifier) *env {
 	return e
 }
 
+// delivered is the delivered-record store as the service builds it: batched
+// reads (3 keys per request, so a burst takes several) and asynchronous writes.
+func (e *env) delivered() *dispatch.KVDelivered {
+	return &dispatch.KVDelivered{KV: e.kv, Async: e.records, Parallel: 4, StatesBatch: 3}
+}
+
 // engine is a running dispatcher fed by the durable consumer.
 type engine struct {
 	d       *dispatch.Dispatcher
@@ -122,9 +134,12 @@ func plain(d *dispatch.Dispatcher, ctx context.Context, m jetstream.Msg) { d.Han
 func (e *env) start(routes []config.Route, receivers []dispatch.Receiver, h handler) *engine {
 	e.t.Helper()
 	m := dispatch.NewMetrics(prometheus.NewRegistry())
+	if e.store == nil {
+		e.store = e.delivered()
+	}
 	d := dispatch.New(e.settings, dispatch.Deps{
 		Routes:    route.New(routes, nil, config.D(0), config.D(0)),
-		Receivers: receivers, Delivered: &dispatch.KVDelivered{KV: e.kv}, DeadJS: e.js, Core: e.nc,
+		Receivers: receivers, Delivered: e.store, DeadJS: e.js, Core: e.nc,
 		Metrics: m, Log: zerolog.New(zerolog.NewTestWriter(e.t)).Level(zerolog.WarnLevel),
 	})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -174,7 +174,7 @@ func TestDownReceiverDoesNotStallOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := dispatch.New(e.settings, dispatch.Deps{Routes: routes, Receivers: []dispatch.Receiver{r},
-			Delivered: &dispatch.KVDelivered{KV: e.kv}, DeadJS: e.js, Core: e.nc, Metrics: m,
+			Delivered: e.delivered(), DeadJS: e.js, Core: e.nc, Metrics: m,
 			Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
 		wg.Add(1)
 		go func() { defer wg.Done(); d.Run(ctx) }()

@@ -90,10 +90,15 @@ func TestFleetCardsPerCluster(t *testing.T) {
 	routes := []config.Route{bOnly, fastRoute("all", "all-bot", "bad-bot")}
 	receivers := []dispatch.Receiver{feishuReceiver(t, "all-bot", allURL, "", ""), feishuReceiver(t, "b-bot", bURL, "", ""),
 		feishuReceiver(t, "bad-bot", badURL, "wrong", "")}
+	records, err := dispatch.NewAsyncRecorder(nc, 64, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	d := dispatch.New(dispatch.Settings{Cluster: "hub", Fleet: true, RetryInitial: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond,
-		GiveUpAfter: time.Minute, AckWait: n.AckWait.Duration, MaxDeliver: n.MaxDeliver}, dispatch.Deps{
-		Routes: route.New(routes, nil, config.D(0), config.D(0)), Receivers: receivers, Delivered: &dispatch.KVDelivered{KV: kv},
-		DeadJS: js, Core: nc, Metrics: dispatch.NewMetrics(prometheus.NewRegistry()),
+		GiveUpAfter: time.Minute, AckWait: n.AckWait.Duration, MaxDeliver: n.MaxDeliver, Lookups: 8, LookupBatch: 4}, dispatch.Deps{
+		Routes: route.New(routes, nil, config.D(0), config.D(0)), Receivers: receivers,
+		Delivered: &dispatch.KVDelivered{KV: kv, Async: records, StatesBatch: 3},
+		DeadJS:    js, Core: nc, Metrics: dispatch.NewMetrics(prometheus.NewRegistry()),
 		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
 	})
 	rctx, cancel := context.WithCancel(ctx)

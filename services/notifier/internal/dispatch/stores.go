@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 )
 
 // Delivered remembers which (route, receiver, event) triples were settled
@@ -20,6 +22,9 @@ import (
 // after a fix is sent once.
 type Delivered interface {
 	State(ctx context.Context, key string) (Record, error)
+	// States reads many records at once: out[i] is the record of keys[i].
+	// On an error the keys it could not read are RecordNone.
+	States(ctx context.Context, keys []string) ([]Record, error)
 	Mark(ctx context.Context, keys []string, r Record) error
 }
 
@@ -45,8 +50,30 @@ func DeliveredKey(cluster, route, receiver, id string) string {
 // how long they are kept.
 type KVDelivered struct {
 	KV jetstream.KeyValue
-	// Parallel bounds concurrent puts when marking a large batch.
+	// Async, if set, reads States' records with batched direct gets (one
+	// request for up to StatesBatch keys) and writes Mark's records as asynchronous publishes to the
+	// bucket's subjects ($KV.<bucket>.<key>, what KV.Put publishes), all in
+	// flight at once up to its PublishAsyncMaxPending, instead of Parallel
+	// puts that each wait for their answer. Use a JetStream context of its
+	// own (NewAsyncRecorder): its pending limit and ack timeout are Mark's.
+	Async jetstream.JetStream
+	// Parallel bounds concurrent puts when marking a large batch without
+	// Async, and when rewriting what an asynchronous write did not store.
 	Parallel int
+	// StatesBatch is the most keys per batched read (default and at most
+	// 1,000: the server answers at most 1,024 subjects per request).
+	StatesBatch int
+	// Log says once that batched reads failed and are off.
+	Log zerolog.Logger
+
+	batchOff atomic.Bool // a batched read failed: key by key from then on
+}
+
+// NewAsyncRecorder is the JetStream context of KVDelivered.Async: up to
+// pending records in flight, each given up on after timeout (then rewritten
+// with a put).
+func NewAsyncRecorder(nc *nats.Conn, pending int, timeout time.Duration) (jetstream.JetStream, error) {
+	return jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(pending), jetstream.WithPublishAsyncTimeout(timeout))
 }
 
 // DeliveredBucket is the KV bucket's name.
@@ -81,15 +108,177 @@ func (d *KVDelivered) State(ctx context.Context, key string) (Record, error) {
 	return RecordNone, err
 }
 
+// States reads the records of keys. With Async, each StatesBatch keys are
+// one direct get of the last message of each key's subject (the
+// "multi_last" batch of nats-server 2.11+, on
+// $JS.API.DIRECT.GET.KV_<bucket>), read under the stream's read lock so the
+// answer is one consistent view; without Async, or once a batched read
+// failed (an older server, no permission for that subject, no answer within
+// batchTimeout), one KV get per key.
+func (d *KVDelivered) States(ctx context.Context, keys []string) ([]Record, error) {
+	out := make([]Record, len(keys))
+	if d.Async == nil || len(keys) < 2 || d.batchOff.Load() {
+		return out, d.each(ctx, keys, out)
+	}
+	size := d.StatesBatch
+	if size < 1 || size > 1000 {
+		size = 1000
+	}
+	var firstErr error
+	for i := 0; i < len(keys); i += size {
+		j := min(i+size, len(keys))
+		if d.batchOff.Load() {
+			if err := d.each(ctx, keys[i:j], out[i:j]); err != nil && firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if err := d.batch(ctx, keys[i:j], out[i:j]); err != nil {
+			if ctx.Err() == nil && !d.batchOff.Swap(true) {
+				d.Log.Warn().Err(err).Str("bucket", d.KV.Bucket()).
+					Msg("batched reads of delivered records failed; reading them key by key from now on (they need nats-server 2.11+ and permission to publish $JS.API.DIRECT.GET.KV_<bucket>)")
+			}
+			if err := d.each(ctx, keys[i:j], out[i:j]); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	return out, firstErr
+}
+
+// each reads keys one KV get at a time.
+func (d *KVDelivered) each(ctx context.Context, keys []string, out []Record) error {
+	var firstErr error
+	for i, k := range keys {
+		r, err := d.State(ctx, k)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		out[i] = r
+	}
+	return firstErr
+}
+
+// batch reads keys with one multi_last direct get. The server sends the
+// last message of each subject that has one, then a 204 status (or only a
+// 404 when none has one).
+func (d *KVDelivered) batch(ctx context.Context, keys []string, out []Record) error {
+	bucket := d.KV.Bucket()
+	prefix := "$KV." + bucket + "."
+	subjects := make([]string, len(keys))
+	at := make(map[string][]int, len(keys)) // a key may be asked for twice
+	for i, k := range keys {
+		subjects[i] = prefix + k
+		at[subjects[i]] = append(at[subjects[i]], i)
+		out[i] = RecordNone
+	}
+	req, err := json.Marshal(struct {
+		MultiLast []string `json:"multi_last"`
+		Batch     int      `json:"batch"`
+	}{subjects, len(subjects)})
+	if err != nil {
+		return err
+	}
+	nc := d.Async.Conn()
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET.KV_"+bucket, inbox, req); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, batchTimeout)
+	defer cancel()
+	for {
+		m, err := sub.NextMsgWithContext(rctx)
+		if err != nil {
+			return fmt.Errorf("batched read of %d delivered records: %w", len(keys), err)
+		}
+		if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+			switch m.Header.Get("Status") {
+			case "204": // end of the batch
+				return nil
+			case "404": // none of the keys has a record
+				for i := range out {
+					out[i] = RecordNone
+				}
+				return nil
+			}
+			return fmt.Errorf("batched read of %d delivered records: status %s %s", len(keys), m.Header.Get("Status"), m.Header.Get("Description"))
+		}
+		idx, ok := at[m.Header.Get(jetstream.SubjectHeader)]
+		if !ok {
+			return fmt.Errorf("batched read of delivered records: answer for subject %q not asked for", m.Header.Get(jetstream.SubjectHeader))
+		}
+		r := RecordDeadLettered // as State: anything but "delivered" is settled, replayable
+		switch {
+		case m.Header.Get(kvOperationHeader) != "": // a delete or purge marker
+			r = RecordNone
+		case Record(m.Data) == RecordDelivered:
+			r = RecordDelivered
+		}
+		for _, i := range idx {
+			out[i] = r
+		}
+	}
+}
+
+// batchTimeout bounds one batched read: the server answers 1,000 keys in
+// milliseconds; a request it refuses (no permission) is never answered.
+const batchTimeout = 2 * time.Second
+
+// kvOperationHeader marks a KV delete or purge (its value is DEL or PURGE).
+const kvOperationHeader = "KV-Operation"
+
 // Seen reports whether key has any record.
 func (d *KVDelivered) Seen(ctx context.Context, key string) (bool, error) {
 	r, err := d.State(ctx, key)
 	return r != RecordNone, err
 }
 
-// Mark records keys, several at a time so a 500-event card is recorded in
-// milliseconds (the window in which a crash could still cause a duplicate).
+// Mark records keys, all of them in flight at once (Async) or several at a
+// time, so a large card is recorded in milliseconds (the window in which a
+// crash could still cause a duplicate). It returns nil only when every key
+// is stored: a record whose asynchronous write failed or timed out is
+// written again with a put.
 func (d *KVDelivered) Mark(ctx context.Context, keys []string, r Record) error {
+	if d.Async == nil || len(keys) < 2 {
+		return d.put(ctx, keys, r)
+	}
+	prefix := "$KV." + d.KV.Bucket() + "."
+	val := []byte(r)
+	futures := make([]jetstream.PubAckFuture, len(keys))
+	var again []string
+	for i, k := range keys {
+		f, err := d.Async.PublishAsync(prefix+k, val, jetstream.WithStallWait(5*time.Second))
+		if err != nil {
+			again = append(again, k)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case <-f.Err():
+			again = append(again, keys[i])
+		case <-ctx.Done():
+			again = append(again, keys[i])
+		}
+	}
+	if len(again) > 0 {
+		return d.put(ctx, again, r)
+	}
+	return nil
+}
+
+// put records keys with KV puts, Parallel at a time.
+func (d *KVDelivered) put(ctx context.Context, keys []string, r Record) error {
 	par := d.Parallel
 	if par < 1 {
 		par = 16

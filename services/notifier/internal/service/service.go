@@ -92,7 +92,11 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
-	a := &active{rt: rt, nc: nc, js: js, kv: kv, receivers: receivers, metrics: dispatch.NewMetrics(rt.Server.Registry),
+	records, err := dispatch.NewAsyncRecorder(nc, deliveredAsyncMarks, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	a := &active{rt: rt, nc: nc, js: js, kv: kv, records: records, receivers: receivers, metrics: dispatch.NewMetrics(rt.Server.Registry),
 		backlog: newBacklogMetrics(rt.Server.Registry)}
 	for _, r := range receivers {
 		a.metrics.InitReceiver(r.Name)
@@ -124,6 +128,7 @@ type active struct {
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	kv        jetstream.KeyValue
+	records   jetstream.JetStream // the delivered records' asynchronous writes
 	receivers []dispatch.Receiver
 	metrics   *dispatch.Metrics
 	backlog   *backlogMetrics
@@ -196,9 +201,9 @@ func (a *active) run(ctx context.Context) error {
 		d := dispatch.New(dispatch.Settings{
 			Cluster: rt.Cluster, Fleet: n.Fleet(), Consumer: r.Name, RetryInitial: n.RetryInitial.Duration, RetryMax: n.RetryMax.Duration,
 			GiveUpAfter: n.GiveUpAfter.Duration, AckWait: n.AckWait.Duration, MaxDeliver: n.MaxDeliver,
-			Lookups: deliveredLookups,
+			Lookups: deliveredLookups, LookupBatch: deliveredLookupBatch,
 		}, dispatch.Deps{
-			Routes: routes, Receivers: []dispatch.Receiver{r}, Delivered: &dispatch.KVDelivered{KV: a.kv, Parallel: deliveredMarks}, DeadJS: a.js,
+			Routes: routes, Receivers: []dispatch.Receiver{r}, Delivered: &dispatch.KVDelivered{KV: a.kv, Async: a.records, Parallel: deliveredMarks, Log: rt.Log}, DeadJS: a.js,
 			Core: a.nc, Metrics: a.metrics, Log: rt.Log, RateLog: rateLog,
 		})
 		dispatchers[r.Name] = d
@@ -349,15 +354,26 @@ func (a *active) replay(ctx context.Context, dispatchers map[string]*dispatch.Di
 	}()
 }
 
-// deliveredLookups bounds each dispatcher's delivered-record lookups in
-// flight: one KV read per message, pipelined so that a burst is taken in at
-// the speed of the consumer rather than of one round trip per message.
-const deliveredLookups = 64
+// deliveredLookups bounds each dispatcher's messages queued for or in a
+// delivered-record lookup, deliveredLookupBatch the messages one read takes
+// (one batched direct get): up to 4 reads in flight, so a burst is taken in
+// at the speed of the consumer rather than of one round trip per message,
+// and a lone message is looked up at once.
+const (
+	deliveredLookups     = 1024
+	deliveredLookupBatch = 256
+)
 
-// deliveredMarks bounds the delivered-record writes in flight after a card
-// was accepted: a 10,000-event card is recorded in a few hundred round trips'
-// time instead of thousands (the window in which a crash could repeat it).
-const deliveredMarks = 128
+// deliveredAsyncMarks bounds the delivered-record writes in flight after a
+// card was accepted (asynchronous publishes, acknowledged as the server
+// stores them): a 10,000-event card is recorded in about the time the server
+// takes to store 10,000 small messages, the window in which a crash could
+// repeat it. deliveredMarks bounds the puts that rewrite a record whose
+// asynchronous write failed.
+const (
+	deliveredAsyncMarks = 4096
+	deliveredMarks      = 128
+)
 
 // ConsumerName is the durable consumer of one receiver.
 func ConsumerName(cluster, receiver string) string {

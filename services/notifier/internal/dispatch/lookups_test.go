@@ -1,0 +1,100 @@
+package dispatch_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opswire/opswire/services/notifier/internal/dispatch"
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/events"
+)
+
+// slowRecords is the real record store with every read taking 20 ms, the
+// first one held until release; it counts the keys each read asked for.
+type slowRecords struct {
+	*dispatch.KVDelivered
+	release chan struct{}
+	mu      sync.Mutex
+	reads   []int
+}
+
+func (s *slowRecords) wait(keys int) {
+	s.mu.Lock()
+	first := len(s.reads) == 0
+	s.reads = append(s.reads, keys)
+	s.mu.Unlock()
+	if first {
+		<-s.release
+	}
+	time.Sleep(20 * time.Millisecond)
+}
+
+func (s *slowRecords) State(ctx context.Context, key string) (dispatch.Record, error) {
+	s.wait(1)
+	return s.KVDelivered.State(ctx, key)
+}
+
+func (s *slowRecords) States(ctx context.Context, keys []string) ([]dispatch.Record, error) {
+	s.wait(len(keys))
+	return s.KVDelivered.States(ctx, keys)
+}
+
+func (s *slowRecords) keysRead() (keys, reads, most int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.reads {
+		keys += n
+		most = max(most, n)
+	}
+	return keys, len(s.reads), most
+}
+
+// TestLookupsBatchedInArrivalOrder: a burst's delivered records are read in
+// batches of at most LookupBatch messages, with Lookups/LookupBatch reads
+// under way, and the messages join their group in the order they arrived: a
+// slow read of the first message holds back the others already looked up
+// (nothing is admitted, no group wait starts), and once it is answered
+// every message goes out in one card, the one already delivered skipped.
+func TestLookupsBatchedInArrivalOrder(t *testing.T) {
+	e := newEnv(t, notifierConfig()) // Lookups 8, LookupBatch 4: two reads at a time
+	slow := &slowRecords{KVDelivered: e.delivered(), release: make(chan struct{})}
+	e.store = slow
+	const burst = 30
+	var ps []published
+	for i := range burst {
+		ps = append(ps, e.publishCleanup(i, events.SeverityWarning))
+	}
+	done := ps[burst-1] // delivered before: its record is read in a batch and it is skipped
+	if err := e.delivered().Mark(context.Background(), []string{dispatch.DeliveredKey(cluster, "ops", "hook", done.id)}, dispatch.RecordDelivered); err != nil {
+		t.Fatal(err)
+	}
+	h := newHook(t)
+	route := config.Route{Name: "ops", Receivers: []string{"hook"}, GroupWait: config.D(100 * time.Millisecond), GroupInterval: config.D(time.Second)}
+	eng := e.start([]config.Route{route}, []dispatch.Receiver{webhookReceiver(t, "hook", h.URL)}, nil)
+
+	eventually(t, 10*time.Second, "every message but the first looked up while the first's read is held", func() bool {
+		keys, _, _ := slow.keysRead()
+		return keys == burst
+	})
+	if v := value(eng.metrics.Pending); v != 0 {
+		t.Fatalf("%v messages joined their group before the first one did", v)
+	}
+	if n, _ := h.got(); n != 0 {
+		t.Fatalf("%d cards sent before the first message was looked up", n)
+	}
+	close(slow.release)
+	e.waitSettled("every message acked")
+	n, ids := h.got()
+	if n != 1 || len(ids) != burst-1 || ids[done.id] != 0 {
+		t.Errorf("%d requests with %d events (the delivered one %d times); want one card of %d", n, len(ids), ids[done.id], burst-1)
+	}
+	if d := e.outcomesOf("hook", dispatch.OutcomeDropped); len(d) != 1 || d[0].IDs[0] != done.id || d[0].Reason != "already_delivered" {
+		t.Errorf("dropped outcomes %+v, want %s already_delivered", d, done.id)
+	}
+	keys, reads, most := slow.keysRead()
+	if most > 4 || reads >= burst || keys != burst {
+		t.Errorf("%d reads for %d keys (at most %d in one); want reads of up to 4 messages, fewer reads than messages", reads, keys, most)
+	}
+}
