@@ -143,6 +143,17 @@ func (l *Lease) hold(ctx context.Context, rev uint64, lead func(ctx context.Cont
 				continue
 			}
 			taken := errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+			if taken {
+				// An earlier renewal whose answer came too late (after
+				// RetryPeriod) may have been stored all the same: the key
+				// then holds this replica's id at a newer revision, and
+				// only its holder writes its id. Renew on that revision;
+				// lastRenew stays the last confirmed one (the late write
+				// was sent after it), so the deadline is not stretched.
+				if newer, ok := l.ownRevision(ctx); ok {
+					rev, taken = newer, false
+				}
+			}
 			if taken || time.Since(lastRenew) >= l.RenewDeadline {
 				l.Log.Error().Err(err).Str("lease", l.Key).Msg("cannot renew the lease; stopping delivery")
 				lost = true
@@ -150,6 +161,17 @@ func (l *Lease) hold(ctx context.Context, rev uint64, lead func(ctx context.Cont
 			}
 		}
 	}
+}
+
+// ownRevision reads the lease key: its revision if it holds this replica's id.
+func (l *Lease) ownRevision(ctx context.Context) (uint64, bool) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.RetryPeriod)
+	defer cancel()
+	e, err := l.KV.Get(rctx, l.Key)
+	if err != nil || string(e.Value()) != l.ID {
+		return 0, false
+	}
+	return e.Revision(), true
 }
 
 // release deletes the key (only if it is still ours), so a standby takes

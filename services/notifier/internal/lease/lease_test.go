@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/opswire/opswire/shared/natstest"
@@ -107,4 +108,61 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// lateAnswers is the lease bucket with one renewal's answer lost: the write
+// is stored, but the holder hears a timeout (an answer slower than
+// RetryPeriod on a loaded machine).
+type lateAnswers struct {
+	jetstream.KeyValue
+	updates atomic.Int32
+}
+
+func (k *lateAnswers) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	rev, err := k.KeyValue.Update(ctx, key, value, last)
+	if k.updates.Add(1) == 2 && err == nil {
+		return 0, context.DeadlineExceeded
+	}
+	return rev, err
+}
+
+// TestLateRenewalKeepsTheLease: a renewal stored after its timeout makes
+// the next one fail with a revision mismatch; the key still holds this
+// replica's id, so it renews on that revision and keeps leading, instead of
+// stopping and handing a burst over mid-way.
+func TestLateRenewalKeepsTheLease(t *testing.T) {
+	_, js := natstest.Connect(t)
+	kv, err := EnsureBucket(context.Background(), js, 2*time.Second, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := &lateAnswers{KeyValue: kv}
+	l := &Lease{KV: late, Key: "prod", ID: "a", Duration: 2 * time.Second, RenewDeadline: 1200 * time.Millisecond,
+		RetryPeriod: 100 * time.Millisecond, Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	lost := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = l.Run(ctx, func(lctx context.Context) error {
+			<-lctx.Done()
+			if ctx.Err() == nil {
+				close(lost)
+			}
+			return nil
+		})
+	}()
+	waitFor(t, 5*time.Second, "renewals after the late one", func() bool { return late.updates.Load() >= 8 })
+	select {
+	case <-lost:
+		t.Fatal("the holder stopped leading after its own late renewal")
+	default:
+	}
+	e, err := kv.Get(context.Background(), "prod")
+	if err != nil || string(e.Value()) != "a" {
+		t.Fatalf("lease key: %v %v", e, err)
+	}
+	stop()
+	<-done
 }
