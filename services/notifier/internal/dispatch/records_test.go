@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,6 +178,53 @@ func TestStatesWithoutBatchPermission(t *testing.T) {
 		}
 		if took := time.Since(start); took > limit {
 			t.Errorf("read %d took %v", i, took)
+		}
+	}
+}
+
+// TestMarkEachReportsStoredRecords: MarkEach reports every key once, in
+// chunks, and only once its record can be read back, whether written
+// asynchronously, rewritten after a lost acknowledgement, or put; the
+// dispatcher acks each message when its record is reported.
+func TestMarkEachReportsStoredRecords(t *testing.T) {
+	e := newEnv(t, notifierConfig())
+	ctx := context.Background()
+	impatient, err := dispatch.NewAsyncRecorder(e.nc, 64, time.Nanosecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, d := range map[string]*dispatch.KVDelivered{
+		"async":     e.delivered(),
+		"lost acks": {KV: e.kv, Async: impatient},
+		"puts":      {KV: e.kv, Parallel: 8},
+	} {
+		keys := make([]string, 1234)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("bot.%s-%d", strings.ReplaceAll(name, " ", "-"), i)
+		}
+		seen := make([]int, len(keys))
+		reads := &dispatch.KVDelivered{KV: e.kv}
+		err := d.MarkEach(ctx, keys, dispatch.RecordDelivered, func(idx []int) {
+			if len(idx) > 500 {
+				t.Errorf("%s: %d keys reported at once", name, len(idx))
+			}
+			// Each reported key is readable at once: the next reads see
+			// a sample of them.
+			got, err := reads.States(ctx, []string{keys[idx[0]], keys[idx[len(idx)-1]]})
+			if err != nil || got[0] != dispatch.RecordDelivered || got[1] != dispatch.RecordDelivered {
+				t.Errorf("%s: reported before stored: %v %v", name, got, err)
+			}
+			for _, i := range idx {
+				seen[i]++
+			}
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for i, n := range seen {
+			if n != 1 {
+				t.Fatalf("%s: key %d reported %d times", name, i, n)
+			}
 		}
 	}
 }

@@ -244,37 +244,97 @@ func (d *KVDelivered) Seen(ctx context.Context, key string) (bool, error) {
 // is stored: a record whose asynchronous write failed or timed out is
 // written again with a put.
 func (d *KVDelivered) Mark(ctx context.Context, keys []string, r Record) error {
+	return d.MarkEach(ctx, keys, r, nil)
+}
+
+// markChunk is how many confirmed records MarkEach reports at a time.
+const markChunk = 500
+
+// MarkEach is Mark, telling stored (from one goroutine at a time) the
+// indexes of keys whose records are stored, as the server confirms them,
+// markChunk at a time: their messages can be acknowledged while the rest
+// are still being written. A key it never reports was not confirmed stored
+// (the error says so).
+func (d *KVDelivered) MarkEach(ctx context.Context, keys []string, r Record, stored func(idx []int)) error {
 	if d.Async == nil || len(keys) < 2 {
-		return d.put(ctx, keys, r)
+		err := d.put(ctx, keys, r)
+		if err == nil {
+			report(stored, indexes(len(keys)))
+		}
+		return err
 	}
+	type write struct {
+		i int
+		f jetstream.PubAckFuture // nil: not sent
+	}
+	writes := make(chan write, len(keys))
+	failedCh := make(chan []int, 1)
+	go func() { // confirmations in order, while the rest are sent
+		var failed, chunk []int
+		for w := range writes {
+			ok := false
+			if w.f != nil {
+				select {
+				case <-w.f.Ok():
+					ok = true
+				case <-w.f.Err():
+				case <-ctx.Done():
+				}
+			}
+			if !ok {
+				failed = append(failed, w.i)
+				continue
+			}
+			if chunk = append(chunk, w.i); len(chunk) >= markChunk && stored != nil {
+				stored(chunk)
+				chunk = nil
+			}
+		}
+		if len(chunk) > 0 && stored != nil {
+			stored(chunk)
+		}
+		failedCh <- failed
+	}()
 	prefix := "$KV." + d.KV.Bucket() + "."
 	val := []byte(r)
-	futures := make([]jetstream.PubAckFuture, len(keys))
-	var again []string
 	for i, k := range keys {
 		f, err := d.Async.PublishAsync(prefix+k, val, jetstream.WithStallWait(5*time.Second))
 		if err != nil {
-			again = append(again, k)
-			continue
+			f = nil
 		}
-		futures[i] = f
+		writes <- write{i, f}
 	}
-	for i, f := range futures {
-		if f == nil {
-			continue
-		}
-		select {
-		case <-f.Ok():
-		case <-f.Err():
-			again = append(again, keys[i])
-		case <-ctx.Done():
-			again = append(again, keys[i])
-		}
+	close(writes)
+	failed := <-failedCh
+	if len(failed) == 0 {
+		return nil
 	}
-	if len(again) > 0 {
-		return d.put(ctx, again, r)
+	again := make([]string, len(failed))
+	for j, i := range failed {
+		again[j] = keys[i]
 	}
+	if err := d.put(ctx, again, r); err != nil {
+		return err
+	}
+	report(stored, failed)
 	return nil
+}
+
+// report tells stored idx, markChunk at a time.
+func report(stored func(idx []int), idx []int) {
+	for stored != nil && len(idx) > 0 {
+		n := min(len(idx), markChunk)
+		stored(idx[:n:n])
+		idx = idx[n:]
+	}
+}
+
+func indexes(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // put records keys with KV puts, Parallel at a time.

@@ -160,6 +160,14 @@ func (w *worker) keys(b *batch) ([]string, []string) {
 	return keys, ids
 }
 
+// eachMarker is a Delivered that reports records as they are stored
+// (KVDelivered.MarkEach), so a large card's messages are acked while the
+// rest of its records are written: each message still only after its own
+// record.
+type eachMarker interface {
+	MarkEach(ctx context.Context, keys []string, r Record, stored func(idx []int)) error
+}
+
 func (w *worker) succeeded(ctx context.Context, b *batch, attempts int) {
 	x := w.x
 	keys, ids := w.keys(b)
@@ -167,7 +175,20 @@ func (w *worker) succeeded(ctx context.Context, b *batch, attempts int) {
 	// that are then skipped for this receiver.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	t0 := time.Now()
-	if err := x.d.Delivered.Mark(mctx, keys, RecordDelivered); err != nil {
+	acked := make([]bool, len(b.entries))
+	var err error
+	if em, ok := x.d.Delivered.(eachMarker); ok {
+		err = em.MarkEach(mctx, keys, RecordDelivered, func(idx []int) {
+			entries := make([]*pending, len(idx))
+			for j, i := range idx {
+				entries[j], acked[i] = b.entries[i], true
+			}
+			x.settle(entries)
+		})
+	} else {
+		err = x.d.Delivered.Mark(mctx, keys, RecordDelivered)
+	}
+	if err != nil {
 		x.d.Log.Warn().Err(err).Str("receiver", w.r.Name).Msg("cannot record delivered ids; a redelivery could repeat this card")
 	}
 	marked := time.Since(t0)
@@ -177,9 +198,15 @@ func (w *worker) succeeded(ctx context.Context, b *batch, attempts int) {
 	_ = publishOutcome(x.d.Core, subject.Notify(b.cluster, w.r.Name, OutcomeDelivered), Outcome{Receiver: w.r.Name, Route: b.route, Cluster: b.cluster,
 		Outcome: OutcomeDelivered, Title: b.n.Title, Attempts: attempts, Events: len(ids), IDs: ids, Time: x.now()})
 	t1 := time.Now()
-	x.settle(b.entries)
+	var rest []*pending // not acked with their records (none were confirmed stored)
+	for i, p := range b.entries {
+		if !acked[i] {
+			rest = append(rest, p)
+		}
+	}
+	x.settle(rest)
 	x.d.Log.Debug().Str("receiver", w.r.Name).Str("route", b.route).Int("events", len(ids)).Int("attempts", attempts).
-		Dur("recordMs", marked).Dur("ackMs", time.Since(t1)).Msg("delivered")
+		Int("ackedWithRecords", len(b.entries)-len(rest)).Dur("recordMs", marked).Dur("ackMs", time.Since(t1)).Msg("delivered")
 }
 
 func (w *worker) failed(ctx context.Context, b *batch, reason string, cause error, attempts int) {
