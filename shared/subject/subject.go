@@ -100,35 +100,52 @@ func (r Ref) Subject() string {
 // ParseKube parses a kube.* subject into the object it names.
 func ParseKube(subj string) (Ref, error) {
 	// Every KUBE message is parsed (155,000 when a leader loads the
-	// state): the tokens go to an array, not a slice of strings.Split.
-	var buf [6]string
-	t := buf[:0]
-	for rest := subj; ; {
-		tok, after, more := strings.Cut(rest, ".")
-		if len(t) == len(buf) { // too many tokens for any kind: only the count matters now
-			t = append(t, tok)
-			break
+	// state): one pass over the bytes finds the dots (a kind has 5 tokens
+	// at most, so 5 dots say "too many") and the tokens holding '_', the
+	// only ones Decode has work for.
+	var dot [5]int
+	n, under := 0, uint(0) // dots found; bit i: token i holds '_'
+	for i := 0; i < len(subj) && n < len(dot); i++ {
+		switch subj[i] {
+		case '.':
+			dot[n] = i
+			n++
+		case '_':
+			under |= 1 << n
 		}
-		t = append(t, tok)
-		if !more {
-			break
-		}
-		rest = after
 	}
-	if len(t) < 4 || t[0] != "kube" {
+	if n < 3 || subj[:dot[0]] != "kube" {
 		return Ref{}, fmt.Errorf("subject %q: not a kube.<cluster>.<kind>... subject", subj)
 	}
-	ref := Ref{Cluster: Decode(t[1]), Kind: Kind(t[2])}
+	tokens := n + 1 // 6 when there are more
+	end := len(subj)
+	if tokens > 5 {
+		end = dot[5-1]
+	}
+	// tok is token i (1 ≤ i < tokens, i ≤ 4).
+	tok := func(i int) string {
+		if i < n {
+			return subj[dot[i-1]+1 : dot[i]]
+		}
+		return subj[dot[i-1]+1 : end]
+	}
+	decode := func(i int) string {
+		if under&(1<<i) == 0 {
+			return tok(i)
+		}
+		return Decode(tok(i))
+	}
+	ref := Ref{Cluster: decode(1), Kind: Kind(tok(2))}
 	switch {
-	case ref.Kind == KindNode && len(t) == 4:
-		ref.Name = Decode(t[3])
-	case ref.Kind == KindPod && len(t) == 5:
-		ref.Namespace, ref.Name = Decode(t[3]), Decode(t[4])
+	case ref.Kind == KindNode && tokens == 4:
+		ref.Name = decode(3)
+	case ref.Kind == KindPod && tokens == 5:
+		ref.Namespace, ref.Name = decode(3), decode(4)
 	default:
 		return Ref{}, fmt.Errorf("subject %q: unknown kind or wrong number of tokens", subj)
 	}
-	for _, tok := range t[1:] {
-		if tok == "" {
+	for i := 1; i < tokens; i++ {
+		if tok(i) == "" {
 			return Ref{}, fmt.Errorf("subject %q: empty token", subj)
 		}
 	}
