@@ -151,11 +151,17 @@ func DecodeNode(data []byte, in *Interner) (*NodeState, error) {
 	return n, json.Unmarshal(data, n)
 }
 
-// podBlock is a pod and room for two containers in one allocation (most
-// pods have one or two); a pod with more grows its own slice.
+// podBlock is a pod, room for two containers (most pods have one or two; a
+// pod with more grows its own slice) and room for the pod's own strings
+// (ownStrings), in one allocation. own fills the block up to its size class
+// (392 bytes of pod and containers round up to 416 anyway): 480 bytes
+// instead of 416 plus the 64 or 80 of a separate allocation for the usual
+// uid, name and resourceVersion, one allocation less per message, and no
+// pointers past the containers for the collector to look for.
 type podBlock struct {
-	p PodState
-	c [2]Container
+	p   PodState
+	c   [2]Container
+	own [88]byte
 }
 
 // podState decodes a pod on the fast path. Its own strings (uid, name,
@@ -165,6 +171,7 @@ func (d *decoder) podState() (*PodState, bool) {
 	p := &blk.p
 	p.Containers = blk.c[:0:2]
 	d.nown = 0
+	d.ownBuf = blk.own[:]
 	if !d.pod(p) || !d.end() {
 		return nil, false
 	}
@@ -190,7 +197,10 @@ func (d *decoder) ownStrings() {
 	if n == 0 {
 		return
 	}
-	buf := make([]byte, n)
+	buf := d.ownBuf
+	if n > len(buf) {
+		buf = make([]byte, n)
+	}
 	off := 0
 	for _, o := range d.own[:d.nown] {
 		if len(o.raw) == 0 {
@@ -225,8 +235,10 @@ type decoder struct {
 	in *Interner
 	// own collects the pod's own strings (see ownStrings): uid, name,
 	// resourceVersion and message at most (a repeated key gives up).
-	own           [4]owned
-	nown          int
+	own  [4]owned
+	nown int
+	// ownBuf is where ownStrings copies them when they fit (podBlock.own).
+	ownBuf        []byte
 	sawContainers bool
 }
 
