@@ -228,7 +228,9 @@ type decoded struct {
 // decode reads one message; in shares repeated strings across messages.
 func decode(msg jetstream.Msg, in *events.Interner) decoded {
 	var d decoded
-	if md, err := msg.Metadata(); err == nil {
+	if seq, pending, ns, ok := ackMeta(msg); ok {
+		d.seq, d.pending, d.stamp = seq, pending, time.Unix(0, ns)
+	} else if md, err := msg.Metadata(); err == nil {
 		d.seq, d.pending, d.stamp = md.Sequence.Stream, md.NumPending, md.Timestamp
 	}
 	d.ref, d.err = subject.ParseKube(msg.Subject())
