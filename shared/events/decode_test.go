@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -147,6 +148,13 @@ func FuzzDecodeState(f *testing.F) {
 		if (errF == nil) != (errS == nil) || !reflect.DeepEqual(*fp, sp) {
 			t.Fatalf("pod %q: fast %+v (%v), encoding/json %+v (%v)", data, fp, errF, sp, errS)
 		}
+		// Keyed, the same pod and the key back, whether the name shares it or not.
+		for _, key := range []string{"kube.c.pod.ns." + sp.Name, "kube.c.pod.ns.other", strings.Repeat("k", 100)} {
+			kp, k, errK := DecodePodKeyed(data, key, fuzzInterner)
+			if (errK == nil) != (errS == nil) || !reflect.DeepEqual(*kp, sp) || k != key {
+				t.Fatalf("pod %q under %q: keyed %+v %q (%v), encoding/json %+v (%v)", data, key, kp, k, errK, sp, errS)
+			}
+		}
 		var sn NodeState
 		fn, errF := DecodeNode(data, fuzzInterner)
 		errS = json.Unmarshal(data, &sn)
@@ -157,6 +165,35 @@ func FuzzDecodeState(f *testing.F) {
 }
 
 func unsafeData(s string) *byte { return unsafe.StringData(s) }
+
+// TestDecodePodKeyed: the key and the pod's own strings go into the pod's
+// block when they fit (the name sharing the key's last token), and are
+// allocated as DecodePod does when they do not.
+func TestDecodePodKeyed(t *testing.T) {
+	in := &Interner{}
+	p := fullPod()
+	p.Message = ""
+	data := marshal(t, p)
+	inBlock := func(got *PodState, s string) bool {
+		start := uintptr(unsafe.Pointer(got))
+		at := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		return at >= start && at < start+unsafe.Sizeof(podBlock{})
+	}
+	key := "kube.c.pod.shop." + p.Name
+	got, k, err := DecodePodKeyed(data, key, in)
+	if err != nil || !reflect.DeepEqual(*got, p) || k != key {
+		t.Fatalf("DecodePodKeyed = %+v %q %v", got, k, err)
+	}
+	if !inBlock(got, k) || !inBlock(got, got.UID) || unsafe.StringData(got.Name) != unsafe.StringData(k[len(k)-len(p.Name):]) {
+		t.Fatal("key, uid and name are not in the pod's block, the name not in the key")
+	}
+	// A key too long for the block stays the caller's string; the rest as DecodePod.
+	long := "kube.c.pod.shop." + strings.Repeat("x", 100)
+	got, k, err = DecodePodKeyed(data, long, in)
+	if err != nil || !reflect.DeepEqual(*got, p) || unsafe.StringData(k) != unsafe.StringData(long) || !inBlock(got, got.UID) {
+		t.Fatalf("DecodePodKeyed with a long key = %+v %q %v", got, k, err)
+	}
+}
 
 // benchPod is a pod as figure 3's KUBE holds it.
 func benchPod(b *testing.B) []byte {

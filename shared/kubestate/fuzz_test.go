@@ -78,6 +78,9 @@ func FuzzDecode(f *testing.F) {
 		if (d.pod != nil && d.node != nil) || (d.pod == nil && d.node == nil && !d.gone) {
 			t.Fatalf("decode(%q) = pod %v node %v gone %v", subj, d.pod != nil, d.node != nil, d.gone)
 		}
+		if d.pod != nil && d.key != subj {
+			t.Fatalf("decode(%q) keys the pod as %q", subj, d.key)
+		}
 		if d.pod != nil && d.ref.Kind != "pod" || d.node != nil && d.ref.Kind != "node" {
 			t.Fatalf("decode(%q) gave an object of another kind than its subject", subj)
 		}

@@ -46,8 +46,8 @@ type Mirror struct {
 	h       Handlers
 
 	mu sync.RWMutex
-	// pods are keyed by their KUBE subject: the string each message
-	// arrives with, so storing a pod builds no key.
+	// pods are keyed by their KUBE subject, copied into the pod's own
+	// allocation by the decoder (events.DecodePodKeyed).
 	pods  map[string]*events.PodState
 	nodes map[string]*events.NodeState
 
@@ -219,6 +219,7 @@ type decoded struct {
 	err     error
 	gone    bool // tombstone or server delete marker
 	pod     *events.PodState
+	key     string // the pod's map key: its subject, sharing its allocation
 	node    *events.NodeState
 	seq     uint64 // stream sequence; 0 if unknown
 	pending uint64
@@ -244,9 +245,10 @@ func decode(msg jetstream.Msg, in *events.Interner) decoded {
 	switch d.ref.Kind {
 	case subject.KindPod:
 		var p *events.PodState
-		unmarshal := func(b []byte) (err error) { p, err = events.DecodePod(b, in); return err }
+		key := msg.Subject()
+		unmarshal := func(b []byte) (err error) { p, key, err = events.DecodePodKeyed(b, key, in); return err }
 		if _, d.err = envelope.DecodeFunc(msg.Headers(), msg.Data(), events.TypePod, unmarshal); d.err == nil {
-			d.pod, d.gone = p, p.Op == events.OpDelete
+			d.pod, d.gone, d.key = p, p.Op == events.OpDelete, key
 		}
 	case subject.KindNode:
 		var n *events.NodeState
@@ -296,9 +298,12 @@ func (m *Mirror) apply(msg jetstream.Msg, d decoded) {
 		m.mu.Lock()
 		var old *events.PodState
 		if m.h.OnPod != nil { // a lookup in a map of 150,000 is a cache miss: only when asked for
-			old = m.pods[msg.Subject()]
+			old = m.pods[d.key]
 		}
-		m.pods[msg.Subject()] = d.pod
+		// Assigning to a string key stores the new key too (the runtime
+		// updates string keys in place), so a replaced pod's block, which
+		// holds the old key, is freed with it.
+		m.pods[d.key] = d.pod
 		m.mu.Unlock()
 		if m.h.OnPod != nil {
 			m.h.OnPod(old, d.pod)

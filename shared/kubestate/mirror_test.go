@@ -3,6 +3,7 @@ package kubestate
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -124,5 +125,44 @@ func TestCatchUpSeesEverythingStored(t *testing.T) {
 		if _, ok := m.Pod("ns", name); !ok {
 			t.Fatalf("round %d: pod stored before CatchUp is missing after it", round)
 		}
+	}
+}
+
+// TestReplacedPodIsFreed: the map's key lies in the pod's own block
+// (events.DecodePodKeyed), so a pod replaced under the same subject must
+// not stay alive through the key.
+func TestReplacedPodIsFreed(t *testing.T) {
+	m := New(nil, "c", zerolog.Nop(), nil, Handlers{})
+	in := &events.Interner{}
+	msg := func(rv string) fuzzMsg {
+		ev, err := envelope.New("pod/u/"+rv, "opswire/c/watcher", events.TypePod, "", events.PodState{Op: events.OpUpsert, UID: "u", Namespace: "ns", Name: "p", ResourceVersion: rv}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		nm := ev.Msg(subject.Pod("c", "ns", "p"))
+		return fuzzMsg{subj: nm.Subject, h: nm.Header, data: nm.Data}
+	}
+	first := msg("1")
+	d := decode(first, in)
+	freed := make(chan struct{})
+	runtime.AddCleanup(d.pod, func(ch chan struct{}) { close(ch) }, freed)
+	m.apply(first, d)
+	second := msg("2")
+	m.apply(second, decode(second, in))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-freed:
+			if p, ok := m.Pod("ns", "p"); !ok || p.ResourceVersion != "2" {
+				t.Fatalf("mirror holds %+v", p)
+			}
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replaced pod is still alive")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
