@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
@@ -245,5 +246,99 @@ func TestActuatorNodeReadNamesTheMirrorVersion(t *testing.T) {
 	}
 	if !h.node(t, "a").Spec.Unschedulable {
 		t.Fatal("not cordoned from the newer live version")
+	}
+}
+
+// TestActuatorListedItemGuards: the three rules that make the cap's LIST as
+// safe a re-read as the GET it replaces, each broken on its own would go
+// unseen by the tests above.
+func TestActuatorListedItemGuards(t *testing.T) {
+	// A mirror state without a resourceVersion (an older watcher) gives the
+	// LIST no version to be at least as new as: the LIST may then be any
+	// version the watch cache holds, so the node is read with a GET naming
+	// none (a consistent read), and the patch's preconditions come from it,
+	// not from the listed item.
+	t.Run("mirror state without a version: the GET, not the listed item", func(t *testing.T) {
+		node := apiNode("a")
+		h := newHarness(t, seedPolicy("cordon"), false, Fleet{}, append([]runtime.Object{node}, pods("a", 100)...)...)
+		state := mirrorOf(node, 100)
+		state.ResourceVersion = ""
+		h.withAPIFleet(staticNodes{state})
+		old := node.DeepCopy()
+		old.ResourceVersion = "35" // what an old cache snapshot holds
+		h.client.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, &corev1.NodeList{ListMeta: metav1.ListMeta{ResourceVersion: "41"}, Items: []corev1.Node{*old}}, nil
+		})
+		if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err != nil {
+			t.Fatal(err)
+		}
+		gets, lists, patches := nodeReads(h)
+		if len(gets) != 1 || gets[0].ResourceVersion != "" {
+			t.Fatalf("node GETs %+v, want one consistent read (no resourceVersion)", gets)
+		}
+		if len(lists) != 1 {
+			t.Fatalf("node LISTs %+v, want the cap's count once", lists)
+		}
+		if len(patches) != 1 || !strings.Contains(patches[0], `"resourceVersion":"41"`) {
+			t.Fatalf("patches %v, want one with the GET's version 41, not the listed 35", patches)
+		}
+	})
+	// The LIST is at least as new as opswire's newest write, not only as
+	// the mirror's version: a cap count that missed the replica's own last
+	// cordon could let the cap be exceeded.
+	t.Run("the LIST is at least as new as opswire's newest write", func(t *testing.T) {
+		node := apiNode("a")
+		h := newHarness(t, seedPolicy("cordon"), false, Fleet{}, append([]runtime.Object{node}, pods("a", 100)...)...)
+		state := mirrorOf(node, 100)
+		state.ResourceVersion = "39"
+		h.withAPIFleet(staticNodes{state})
+		h.act.lastWrite = "50"
+		if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err != nil {
+			t.Fatal(err)
+		}
+		if _, lists, _ := nodeReads(h); len(lists) != 1 || lists[0].ResourceVersion != "50" ||
+			lists[0].ResourceVersionMatch != metav1.ResourceVersionMatchNotOlderThan {
+			t.Fatalf("node LISTs %+v, want one not older than the last write's 50", lists)
+		}
+	})
+	// The listed item is what the API says now, and the ledger learns it
+	// whether marked or not: a mirror state older than it that still shows a
+	// mark (the mark removed since, the mirror lagging) must not count
+	// toward the cap as a phantom mark.
+	t.Run("an unmarked listed item is learnt", func(t *testing.T) {
+		node := apiNode("a") // unmarked at 41, and below maxPods: no write
+		h := newHarness(t, seedPolicy("cordon"), false, Fleet{}, append([]runtime.Object{node}, pods("a", 95)...)...)
+		state := mirrorOf(node, 100)
+		state.ResourceVersion = "39"
+		h.withAPIFleet(staticNodes{state})
+		if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, patches := nodeReads(h); len(patches) != 0 {
+			t.Fatalf("patches %v: the live state no longer qualifies", patches)
+		}
+		lagging := stateFromNode(apiNode("a", ours(EffectCordon)), 100)
+		lagging.ResourceVersion = "40" // marked at 40, unmarked at 41
+		if h.ledger.Marked(lagging) {
+			t.Fatal("a mirror state older than the listed item counts a mark the API no longer carries")
+		}
+	})
+}
+
+// TestActuatorCountTakenAgainAtTheNewestWrite: a count taken beside a GET
+// and served older than the node is taken again, at least as new as the
+// node and opswire's newest write, whichever is newer.
+func TestActuatorCountTakenAgainAtTheNewestWrite(t *testing.T) {
+	node := apiNode("a")
+	h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, append([]runtime.Object{node}, pods("a", 100)...)...)
+	fleet := &countingFleet{f: Fleet{Managed: 10}, asOf: "40"}
+	h.act.fleet = fleet
+	h.act.lastWrite = "50"
+	state := mirrorOf(node, 100)
+	if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"50", "50"}; strings.Join(fleet.live, ",") != strings.Join(want, ",") {
+		t.Fatalf("fleet counted not older than %v, want %v", fleet.live, want)
 	}
 }
