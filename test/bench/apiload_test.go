@@ -40,6 +40,15 @@ type apiCounter struct {
 	counts map[request]int
 	cached map[request]int           // the GETs and LISTs among counts served from the watch cache
 	spent  map[request]time.Duration // time to the end of the response, WATCH excluded
+	// accepted counts the requests the API server answered with a 2xx (a
+	// patch refused by its precondition is a 409: counted, not accepted).
+	accepted map[request]int
+	// answered counts the requests the API server has answered (any status):
+	// counts less answered are the requests in flight.
+	answered map[request]int
+	// continued counts the LISTs that carry a continue token (a later page):
+	// the LISTs less these are the first pages, one per list read.
+	continued map[request]int
 }
 
 func startAPICounter(b testing.TB, cp *harness.ControlPlane) *apiCounter {
@@ -51,20 +60,23 @@ func startAPICounter(b testing.TB, cp *harness.ControlPlane) *apiCounter {
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.FlushInterval = -1 // watches stream
 	proxy.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64}
-	c := &apiCounter{counts: map[request]int{}, cached: map[request]int{}, spent: map[request]time.Duration{}}
+	c := &apiCounter{counts: map[request]int{}, cached: map[request]int{}, spent: map[request]time.Duration{},
+		accepted: map[request]int{}, answered: map[request]int{}, continued: map[request]int{}}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := classify(r)
-		c.count(req, cacheRead(req, r))
+		c.count(req, cacheRead(req, r), req.Verb == "LIST" && r.URL.Query().Get("continue") != "")
 		// client-go does not send a bearer token to a plain-HTTP server, so
 		// the proxy authenticates every request as the admin.
 		r.Header.Set("Authorization", "Bearer "+cp.Token)
 		start := time.Now()
-		proxy.ServeHTTP(w, r)
+		sw := &statusWriter{ResponseWriter: w}
+		proxy.ServeHTTP(sw, r)
 		c.spend(req, time.Since(start))
+		c.answer(req, sw.status())
 	})}
 	go func() { _ = srv.Serve(l) }()
 	b.Cleanup(func() { _ = srv.Close() })
@@ -87,14 +99,77 @@ func (c *apiCounter) Kubeconfig(b testing.TB, cp *harness.ControlPlane) string {
 	return path
 }
 
-func (c *apiCounter) count(r request, cached bool) {
+func (c *apiCounter) count(r request, cached, continued bool) {
 	c.mu.Lock()
 	c.counts[r]++
 	if cached {
 		c.cached[r]++
 	}
+	if continued {
+		c.continued[r]++
+	}
 	c.mu.Unlock()
 }
+
+// answered notes the status code the API server gave a request.
+func (c *apiCounter) answer(r request, code int) {
+	c.mu.Lock()
+	c.answered[r]++
+	if code >= 200 && code <= 299 {
+		c.accepted[r]++
+	}
+	c.mu.Unlock()
+}
+
+// statusWriter records the status code of a response; Unwrap lets the
+// reverse proxy flush a watch stream through it.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// snapshotOf copies one of the counter's maps so far.
+func (c *apiCounter) snapshotOf(m map[request]int) map[request]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[request]int, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// snapshotAccepted copies the 2xx counts so far.
+func (c *apiCounter) snapshotAccepted() map[request]int { return c.snapshotOf(c.accepted) }
+
+// snapshotAnswered copies the answered counts so far.
+func (c *apiCounter) snapshotAnswered() map[request]int { return c.snapshotOf(c.answered) }
+
+// snapshotContinued copies the later-page LIST counts so far.
+func (c *apiCounter) snapshotContinued() map[request]int { return c.snapshotOf(c.continued) }
 
 // cacheRead reports whether a GET or LIST is served from the API server's
 // watch cache: it names a resourceVersion ("0": any; otherwise at least that

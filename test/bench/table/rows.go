@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -89,6 +90,16 @@ func count(b, u string) metric {
 func perAction(b, u string) metric {
 	return metric{b, u, 1, func(v float64) string { return fmt.Sprintf("%.2f", v) }}
 }
+
+// exactDecimals prints a value with two decimals when that is exact, and
+// otherwise with as many as it takes (up to six), so a value judged above a
+// limit never prints as the limit (4.0025 is not "4.00").
+func exactDecimals(v float64) string {
+	if r := math.Round(v*100) / 100; math.Abs(r-v) < 1e-9 {
+		return fmt.Sprintf("%.2f", r)
+	}
+	return strconv.FormatFloat(math.Round(v*1e6)/1e6, 'f', -1, 64)
+}
 func bytesPerPod(b string) metric {
 	return metric{b, "heap-B/pod", 1, func(v float64) string { return thousands(v) + " B/pod" }}
 }
@@ -103,14 +114,6 @@ func percent(b, u string) metric {
 }
 
 func p(m metric) *metric { return &m }
-
-// atPrintedPrecision judges a per-action figure as the row prints it (two
-// decimals): a re-look that writes nothing (a re-verification that drops the
-// action) adds its reads to the 400 actions' requests, 0.005 per action
-// each, and is the safety rule at work, not a cost of every action.
-func atPrintedPrecision(limit float64) func(v, _ float64) bool {
-	return func(v, _ float64) bool { return math.Round(v*100)/100 <= limit }
-}
 
 // latencyTarget is figure 1's target: p99 ≤ 500 ms and ≤ 5× the floor.
 func latencyTarget(v, r float64) bool { return v <= 500 && r <= 5 }
@@ -162,8 +165,13 @@ var specs = []spec{
 		target: "≤ 1.3× floor", ok: func(_, r float64) bool { return r <= 1.3 }},
 	{figure: "3 Actor rebuild: CPU time per round (this process and the nats-server process)", value: ms(rebuild, "mirror-cpu-ms"),
 		floor: p(ms(rebuild, "floor-cpu-ms"))},
-	{figure: "4 API requests per cordon action (cordon or uncordon, its Event included; floor = the write alone)", value: perAction(reaction, "cordon-req/action"), floorNum: 1,
-		target: "≤ 4 requests per action", ok: atPrintedPrecision(4)},
+	{figure: "4 API requests per cordon action (cordon or uncordon, its Event included; re-looks apart, next rows; floor = the write alone)",
+		value: metric{reaction, "cordon-req/action", 1, exactDecimals}, floorNum: 1,
+		target: "≤ 4 requests per action", ok: func(v, _ float64) bool { return v <= 4 }},
+	{figure: "4 Cordon re-looks (decisions that re-read the node and its pods and wrote nothing: the re-verification dropped the action, or its patch met a changed node)",
+		value: count(reaction, "cordon-relooks"), floorText: "—"},
+	{figure: "4 API requests of the cordon re-looks (their reads, and a refused patch each when the node had changed)",
+		value: count(reaction, "cordon-relook-req"), floorText: "—"},
 	{figure: "4 Reads per cordon action (cordon: the cap's node LIST, also the node's re-read, + pod recount; uncordon: node GET + pod recount; the API server's watch cache serves each, see next row)",
 		value: perAction(reaction, "cordon-reads/action"), floorText: "—"},
 	{figure: "4 Reads by opswire-cordon not served from the watch cache (cordon phase)", value: count(reaction, "cordon-uncached-reads"), floorText: "—",
