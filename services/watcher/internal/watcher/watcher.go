@@ -817,7 +817,11 @@ func hashNode(s events.NodeState) uint64 {
 // so that hashing allocates nothing of its own (every pod change is hashed).
 func hashJSON(v any) uint64 {
 	s := hashPool.Get().(*hashScratch)
-	defer hashPool.Put(s)
+	defer func() {
+		if s.buf.Cap() <= 64<<10 { // a rare huge node state is not kept by the pool
+			hashPool.Put(s)
+		}
+	}()
 	s.buf.Reset()
 	_ = s.enc.Encode(v)
 	// Encode ends with a newline json.Marshal does not write: the hash is of
