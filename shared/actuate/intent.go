@@ -142,6 +142,12 @@ type LiveAction struct {
 	// as a duplicate, and one already in OPS is recognised.
 	Subject string
 	Outcome envelope.Event
+	// Pending marks an action the API shows only as intended: a write-ahead
+	// record the actor stored there (e.g. cleanup's CleanupIntent Event,
+	// written when OPS could not store the intent) while the live object
+	// does not show that the write happened. Like an intent in OPS, it
+	// counts in the window at its time, and nothing is published for it.
+	Pending bool
 }
 
 // SeedAndRecover is SeedFromOPS for an actor that journals its writes. Before
@@ -154,7 +160,8 @@ type LiveAction struct {
 // unjournaled write, during a NATS outage) plus, with r.Live, each action the
 // Kubernetes API shows that OPS knows nothing of (a write during a NATS
 // outage by a leader that died with its audits queued: its outcome is
-// rebuilt from the API and published with the original's id). Nothing is
+// rebuilt from the API and published with the original's id; a Pending one
+// only counts). Nothing is
 // published until every open intent was verified and the API was read, so a
 // retry never publishes an outcome twice.
 func SeedAndRecover(ctx context.Context, js jetstream.JetStream, w *Window, r Recovery, m *Metrics, log zerolog.Logger, now func() time.Time) error {
@@ -266,7 +273,7 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 	// outcome): done during a NATS outage by a leader that died with their
 	// audits queued. Their outcome is rebuilt with the original's id.
 	var rebuilt []LiveAction
-	seen := map[string]bool{}
+	seen, livePending := map[string]bool{}, 0
 	for _, la := range live {
 		id := la.Outcome.ID
 		if id == "" || seen[id] {
@@ -280,11 +287,16 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 			continue
 		}
 		rebuilt = append(rebuilt, la)
+		if la.Pending {
+			livePending++
+			continue
+		}
 		r.Audit.Publish(la.Subject, la.Outcome)
 		log.Info().Str("id", id).Str("subject", la.Subject).Time("at", la.Time).
 			Msg("action shown by the API has neither intent nor outcome in OPS (done during a NATS outage): outcome audit rebuilt and published")
 	}
-	m.Intents.WithLabelValues("rebuilt").Add(float64(len(rebuilt)))
+	m.Intents.WithLabelValues("rebuilt").Add(float64(len(rebuilt) - livePending))
+	pending += livePending
 	m.Intents.WithLabelValues("completed").Add(float64(len(complete)))
 	m.Intents.WithLabelValues("done").Add(float64(done))
 	m.Intents.WithLabelValues("pending").Add(float64(pending))

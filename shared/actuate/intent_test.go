@@ -188,7 +188,8 @@ func TestSeedAndRecoverVerifyError(t *testing.T) {
 // unknown to OPS (done during an outage by a leader that died with their
 // audits queued; g twice in the list, and outside the window but inside the
 // span). The new leader publishes b's carried outcome and f's and g's rebuilt
-// ones once each, and its window counts a, b and f once each; a failed API
+// ones once each, and its window counts a, b and f once each; h, Pending
+// (intended, the write not shown), counts and is not published; a failed API
 // read publishes nothing and is retried.
 func TestSeedAndRecoverLive(t *testing.T) {
 	_, js := natstest.Connect(t)
@@ -205,6 +206,7 @@ func TestSeedAndRecoverLive(t *testing.T) {
 	bs, be := journal(t, j, "uid-b", "b")
 	fs, fe := outcome(t, "uid-f", "f")
 	gs, ge := outcome(t, "uid-g", "g")
+	hs, he := outcome(t, "uid-h", "h")
 	now := time.Now()
 	calls := 0
 	var since time.Time
@@ -219,7 +221,7 @@ func TestSeedAndRecoverLive(t *testing.T) {
 			}
 			return []LiveAction{{Time: now, Subject: as, Outcome: ae}, {Time: now, Subject: bs, Outcome: be},
 				{Time: now.Add(-time.Second), Subject: fs, Outcome: fe}, {Time: now.Add(-2 * time.Minute), Subject: gs, Outcome: ge},
-				{Time: now.Add(-2 * time.Minute), Subject: gs, Outcome: ge}}, nil
+				{Time: now.Add(-2 * time.Minute), Subject: gs, Outcome: ge}, {Time: now, Subject: hs, Outcome: he, Pending: true}}, nil
 		}}
 	m := NewMetrics(nil)
 	w := NewWindow(10, time.Minute)
@@ -237,11 +239,14 @@ func TestSeedAndRecoverLive(t *testing.T) {
 	if len(ids) != len(want) || ids[0] != want[0] || ids[1] != want[1] || ids[2] != want[2] {
 		t.Fatalf("published %v, want %v", ids, want)
 	}
-	if got := w.Len(time.Now()); got != 3 {
-		t.Fatalf("window holds %d actions, want 3 (a, b, f)", got)
+	if got := w.Len(time.Now()); got != 4 {
+		t.Fatalf("window holds %d actions, want 4 (a, b, f, h)", got)
 	}
 	if got := testutil.ToFloat64(m.Intents.WithLabelValues("rebuilt")); got != 2 {
 		t.Fatalf("rebuilt = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.Intents.WithLabelValues("pending")); got != 1 {
+		t.Fatalf("pending = %v, want 1 (h)", got)
 	}
 }
 

@@ -62,7 +62,7 @@ func cleanupKubeconfig(t *testing.T, cp *harness.ControlPlane) string {
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "delete", "patch"}},
 			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
-			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "list", "patch"}},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 		},
 	}

@@ -137,7 +137,7 @@ func productionValues(t *testing.T) string {
 
 // wantRBAC is the RBAC TestDeployManifests expects of the overlays.
 func wantRBAC(removeFinalizers bool) (cluster, roles map[string][]rule) {
-	events := rule{"", "events", "create,patch", ""}
+	events := rule{"", "events", "create,list,patch", ""}
 	cleanup := []rule{events, {"", "nodes", "get", ""}, {"", "pods", "get,delete", ""}}
 	if removeFinalizers {
 		cleanup = append(cleanup, rule{"", "pods", "patch", ""})

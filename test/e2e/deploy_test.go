@@ -53,7 +53,7 @@ func TestDeployManifests(t *testing.T) {
 		}
 		return []rule{{"coordination.k8s.io", "leases", "create", ""}, {"coordination.k8s.io", "leases", "get,update", names}}
 	}
-	events := rule{"", "events", "create,patch", ""}
+	events := rule{"", "events", "create,list,patch", ""}
 	cleanupRules := []rule{events, {"", "nodes", "get", ""}, {"", "pods", "get,delete", ""}}
 	overlays := []struct {
 		name         string

@@ -63,8 +63,12 @@ type ActuatorConfig struct {
 	// (ServerClock.Now; time.Now when nil).
 	Now func() time.Time
 	// Intents stores a write-ahead intent before each write (an
-	// actuate.Journal); nil: no journal (unit tests).
+	// actuate.Journal); nil: no journal (unit tests). An intent it cannot
+	// store is journaled as a CleanupIntent Event instead (journal.go).
 	Intents actuate.Intents
+	// Replica is this replica's identity, the source host of the Events it
+	// writes itself.
+	Replica string
 	// WindowNow is the clock of the rate window (time.Now when nil). It must
 	// be monotonic: the API server's clock is a lower bound that steps by up
 	// to a second as samples come in, which would open window slots early.
@@ -169,7 +173,7 @@ func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision,
 		a.reportOnce(state, ld, VerbDryRun, "")
 		return Outcome{}, nil
 	}
-	return a.write(ctx, live, state, ld, release)
+	return a.write(ctx, live, state, ld, now, release)
 }
 
 // reread GETs the pod (and, for the partition rule, its node: only for a
@@ -213,7 +217,8 @@ func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Po
 }
 
 // write performs the deletion the live pod qualifies for.
-func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.PodState, d Decision, release func()) (Outcome, error) {
+// at is when its deletion slot was taken (the window's clock).
+func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.PodState, d Decision, at time.Time, release func()) (Outcome, error) {
 	pods := a.client.CoreV1().Pods(live.Namespace)
 	uid, rv := live.UID, live.ResourceVersion
 	verb := VerbDeleted
@@ -227,21 +232,37 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 	// intent: a leader killed after the write but before the Auditor stored
 	// the outcome leaves the intent, and the next leader publishes this very
 	// message (same id) once it sees the pod gone (actuate.SeedAndRecover
-	// with Happened).
+	// with Happened). When OPS cannot store the intent in time (NATS down),
+	// the intent is written synchronously as a CleanupIntent Event through
+	// the API, which does not depend on NATS; when that fails too, the
+	// removal is held back: no removal without a journal a new leader reads.
+	// The outcome Event carries the intent too (annotations), so a new
+	// leader rebuilds the exact outcome message from either Event.
 	outSubj, outEv, encErr := a.decisionEvent(state, d, verb, "")
-	if encErr == nil && a.cfg.Intents != nil {
-		isubj, iev, err := actuate.NewIntent(a.cfg.Cluster, events.Intent{Actor: Service, Action: verb, Kind: "Pod",
-			Namespace: live.Namespace, Name: live.Name, UID: string(uid)}, outSubj, outEv)
+	var ann map[string]string
+	if encErr == nil {
+		in := events.Intent{Actor: Service, Action: verb, Kind: "Pod", Namespace: live.Namespace, Name: live.Name, UID: string(uid)}
+		isubj, iev, err := actuate.NewIntent(a.cfg.Cluster, in, outSubj, outEv)
 		if err == nil {
-			a.cfg.Intents.Record(ctx, isubj, iev)
-		} else {
+			ann = journalAnnotations(iev, at)
+		}
+		switch {
+		case err != nil:
 			a.log.Error().Err(err).Str("pod", live.Namespace+"/"+live.Name).Msg("intent cannot be encoded: writing unjournaled")
+		case a.cfg.Intents != nil && !a.cfg.Intents.Record(ctx, isubj, iev):
+			if err := a.journalEvent(ctx, live, verb, ann); err != nil {
+				release()
+				a.metrics.APIErrors.WithLabelValues("journal_event").Inc()
+				return Outcome{Retry: true}, fmt.Errorf("journal the removal of pod %s/%s as an Event (OPS did not store its intent): %w",
+					live.Namespace, live.Name, err)
+			}
+			a.metrics.JournalEvents.Inc()
 		}
 	}
 	done := func(how string) (Outcome, error) {
 		a.log.Info().Str("pod", live.Namespace+"/"+live.Name).Str("uid", string(uid)).Str("verb", verb).
 			Str("reason", d.Reason).Str("how", how).Msg(d.Message)
-		a.emit(state, d, verb, "", outSubj, outEv, encErr)
+		a.emitAnnotated(state, d, verb, "", outSubj, outEv, encErr, ann)
 		return Outcome{}, nil
 	}
 	clearedFinalizers := false
@@ -336,8 +357,14 @@ func (a *Actuator) report(pod *events.PodState, d Decision, verb, errMsg string)
 // emit emits the Kubernetes Event, counts the decision and queues its OPS
 // message (built by decisionEvent; encErr when it could not be encoded).
 func (a *Actuator) emit(pod *events.PodState, d Decision, verb, errMsg, subj string, ev envelope.Event, encErr error) {
+	a.emitAnnotated(pod, d, verb, errMsg, subj, ev, encErr, nil)
+}
+
+// emitAnnotated is emit with annotations on the Kubernetes Event (a
+// removal's journal, journal.go).
+func (a *Actuator) emitAnnotated(pod *events.PodState, d Decision, verb, errMsg, subj string, ev envelope.Event, encErr error, ann map[string]string) {
 	if !a.cfg.DryRun {
-		a.event(pod, verb, d, errMsg)
+		a.event(pod, verb, d, errMsg, ann)
 	}
 	a.metrics.Decisions.WithLabelValues(verb, d.Reason).Inc()
 	if encErr != nil {
@@ -391,21 +418,25 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 	return in.Action == VerbDeletionRequested && live.DeletionTimestamp != nil, nil
 }
 
-func (a *Actuator) event(pod *events.PodState, verb string, d Decision, errMsg string) {
+func (a *Actuator) event(pod *events.PodState, verb string, d Decision, errMsg string, ann map[string]string) {
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
 	typ, reason, msg := corev1.EventTypeWarning, "", d.Reason+": "+d.Message
 	switch verb {
 	case VerbDeleted:
-		typ, reason = corev1.EventTypeNormal, "CleanupDeleted"
+		typ, reason = corev1.EventTypeNormal, EventDeleted
 	case VerbDeletionRequested:
-		typ, reason = corev1.EventTypeNormal, "CleanupDeletionRequested"
+		typ, reason = corev1.EventTypeNormal, EventDeletionRequested
 	case VerbForceDeleted:
-		reason = "CleanupForceDeleted"
+		reason = EventForceDeleted
 	case VerbSkipped:
 		reason = "CleanupSkipped"
 	case VerbFailed:
 		reason, msg = "CleanupFailed", msg+"; "+errMsg
 	default:
+		return
+	}
+	if ann != nil {
+		a.recorder.AnnotatedEventf(ref, ann, typ, reason, "%s", msg)
 		return
 	}
 	a.recorder.Event(ref, typ, reason, msg)

@@ -18,6 +18,9 @@ type Metrics struct {
 	NodesNotReady prometheus.Gauge
 	// ClockSkew is the local clock minus the API server's, in seconds.
 	ClockSkew prometheus.Gauge
+	// JournalEvents counts removals journaled as a CleanupIntent Event
+	// because OPS did not store their intent in time.
+	JournalEvents prometheus.Counter
 }
 
 // NewMetrics registers the metrics on reg (nil: unregistered, for tests).
@@ -51,9 +54,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "opswire_cleanup_clock_skew_seconds",
 			Help: "Local clock minus the API server's (from response Date headers); decisions use the API server's time.",
 		}),
+		JournalEvents: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_cleanup_journal_events_total",
+			Help: "Removals whose intent OPS did not store in time, journaled instead as a CleanupIntent Event through the API before the write.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Decisions, m.Deferred, m.Rechecks, m.APIErrors, m.Brake, m.NodesNotReady, m.ClockSkew)
+		reg.MustRegister(m.Decisions, m.Deferred, m.Rechecks, m.APIErrors, m.Brake, m.NodesNotReady, m.ClockSkew, m.JournalEvents)
 	}
 	return m
 }

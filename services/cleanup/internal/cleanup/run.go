@@ -102,6 +102,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		window := actuate.NewWindow(cfg.MaxDeletionsPerMinute, cfg.RateWindow.Duration)
 		act := NewActuator(client, audit, recorder, metrics, log, ActuatorConfig{
 			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Limiter: window, Now: clock.Now, Intents: journal,
+			Replica: rt.Options.ID,
 		})
 		ctl := NewController(policy, act, metrics, cfg.Interval.Duration, workers, clock.Now, log)
 		var mirror *kubestate.Mirror
@@ -119,10 +120,12 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		}
 		// The previous leaders' removals count against this leader's window,
 		// and their journaled removals whose audit never reached OPS are
-		// audited now; nothing is deleted before both are done.
+		// audited now; nothing is deleted before both are done. Besides OPS,
+		// cleanup's own Events are read (LiveActions): a leader SIGKILLed
+		// during a NATS outage left its removals only there.
 		if !dryRun {
 			rec := actuate.Recovery{Intents: IntentSubjects(rt.Cluster), Outcomes: ActionSubjects(rt.Cluster),
-				Happened: act.Happened, Audit: audit}
+				Happened: act.Happened, Audit: audit, Live: act.LiveActions}
 			if err := actuate.SeedAndRecover(lctx, js, window, rec, wm, log, time.Now); err != nil {
 				return nil
 			}
