@@ -98,7 +98,9 @@ func churnDuration(b *testing.B) time.Duration {
 //   - stall-max-ms: the floor of the lag, the longest this process could
 //     not run at all (a 5 ms sleep that overslept: the machine's other
 //     processes, or the GC), and send-late-max-ms: how late the sender ran
-//     behind its schedule (lags count from the actual send);
+//     behind its schedule (lags count from the actual send); ping-max-ms:
+//     the floor with the nats-server process in it, the longest PING → PONG
+//     round trip to it (one every 10 ms);
 //   - cpu-us/update, alloc-B/update, gc-cycles: this process's CPU (kernel
 //     accounting) and allocation per update during the churn, watcher,
 //     synthetic source and KUBE consumer together.
@@ -231,6 +233,28 @@ func BenchmarkWatcherChurn150k(b *testing.B) {
 			}
 		}
 	}()
+	// And the floor with the nats-server in it (a process apart, starved on
+	// a loaded machine as much): the longest PING → PONG round trip to it,
+	// one every 10 ms on a connection of its own.
+	var pingMax atomic.Int64
+	pingDone := make(chan struct{})
+	go func() {
+		defer close(pingDone)
+		pc, err := nats.Connect(nc.ConnectedUrl())
+		if err != nil {
+			return
+		}
+		defer pc.Close()
+		for ctx.Err() == nil {
+			t0 := time.Now()
+			if err := pc.Flush(); err == nil {
+				if d := int64(time.Since(t0)); d > pingMax.Load() {
+					pingMax.Store(d)
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
 	base := realisticPod(0, "1")
 	stopCPUProfile := startChurnCPUProfile(b)
 	usageStart := readChurnUsage()
@@ -264,11 +288,12 @@ func BenchmarkWatcherChurn150k(b *testing.B) {
 	b.StopTimer()
 	usage := readChurnUsage().since(usageStart)
 	stopCPUProfile()
-	stall := time.Duration(stallMax.Load())
+	stall, ping := time.Duration(stallMax.Load()), time.Duration(pingMax.Load())
 	heapEnd := heapAlloc()
 	writeChurnHeapProfile(b, "end")
 	cancel()
 	<-sampleDone
+	<-pingDone
 
 	var counted int64
 	quantile := func(q float64) float64 {
@@ -305,17 +330,18 @@ func BenchmarkWatcherChurn150k(b *testing.B) {
 	b.ReportMetric(float64(int64(total)-stored.Load()), "missing")
 	b.ReportMetric(lateMax.Seconds()*1000, "send-late-max-ms")
 	b.ReportMetric(stall.Seconds()*1000, "stall-max-ms")
+	b.ReportMetric(ping.Seconds()*1000, "ping-max-ms")
 	b.ReportMetric(usage.cpu.Seconds()*1e6/float64(total), "cpu-us/update")
 	b.ReportMetric(float64(usage.allocs)/float64(total), "alloc-B/update")
 	b.ReportMetric(float64(usage.gcs), "gc-cycles")
 	b.Logf("churn: %d pod updates in %v (%.0f/s) at %d pods; lag p50 %.1f ms, p99 %.1f ms, max %.1f ms; heap %.0f MiB at the start, %.0f MiB at the end, "+
 		"live heap each minute (MiB): [%s]; queue + unacked publishes at most %d, %d in the last sample; "+
 		"this process (watcher, source and KUBE consumer) used %.1f µs CPU and allocated %.0f B per update, %d GC cycles; "+
-		"the sender ran at most %v late; the process could not run for up to %v (%d times over 100 ms)",
+		"the sender ran at most %v late; the process could not run for up to %v (%d times over 100 ms); a PING to the nats-server took up to %v",
 		total, sending.Round(time.Millisecond), float64(total)/sending.Seconds(), scalePods, quantile(0.5), quantile(0.99), maxLag,
 		float64(heapStart)/(1<<20), float64(heapEnd)/(1<<20), strings.Join(heapSeries, " "), depthMax.Load(), depthLast.Load(),
 		usage.cpu.Seconds()*1e6/float64(total), float64(usage.allocs)/float64(total), usage.gcs,
-		lateMax.Round(time.Millisecond), stall.Round(time.Millisecond), stalls.Load())
+		lateMax.Round(time.Millisecond), stall.Round(time.Millisecond), stalls.Load(), ping.Round(time.Millisecond))
 }
 
 // churnUsage is what this process has used so far: CPU (user + system, from
