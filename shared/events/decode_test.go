@@ -3,6 +3,7 @@ package events
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -229,3 +230,33 @@ func BenchmarkDecodePodEncodingJSON(b *testing.B) {
 // fuzzInterner is shared by the fuzz inputs of one process: interning must
 // give equal strings whatever it saw before.
 var fuzzInterner = &Interner{}
+
+// TestInternerShares: whatever the cache holds, equal strings come back as
+// one copy, through both ways of a slot pair and the map behind them.
+func TestInternerShares(t *testing.T) {
+	in := &Interner{}
+	first := map[string]*byte{}
+	for round := range 3 {
+		for i := range 6000 {
+			s := fmt.Sprintf("node-%04d", i)
+			var got string
+			if i%2 == 0 {
+				got = in.intern([]byte(s))
+			} else {
+				got = in.String(s)
+			}
+			if got != s {
+				t.Fatalf("interned %q as %q", s, got)
+			}
+			if round == 0 {
+				first[s] = unsafe.StringData(got)
+			} else if unsafe.StringData(got) != first[s] {
+				t.Fatalf("round %d: %q is another copy", round, s)
+			}
+			o := Owner{Kind: "Deployment", Name: s}
+			if p := in.Owner(o); *p != o || in.Owner(o) != p {
+				t.Fatalf("owner %+v not shared", o)
+			}
+		}
+	}
+}
