@@ -181,7 +181,10 @@ func (d *KVDelivered) batch(ctx context.Context, keys []string, out []Record) er
 	}
 	nc := d.Async.Conn()
 	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	// Room for every answer (at most one per key, then the status): a
+	// SubscribeSync would allocate (and zero) its 64k-message channel per read.
+	answers := make(chan *nats.Msg, len(keys)+2)
+	sub, err := nc.ChanSubscribe(inbox, answers)
 	if err != nil {
 		return err
 	}
@@ -192,9 +195,11 @@ func (d *KVDelivered) batch(ctx context.Context, keys []string, out []Record) er
 	rctx, cancel := context.WithTimeout(ctx, batchTimeout)
 	defer cancel()
 	for {
-		m, err := sub.NextMsgWithContext(rctx)
-		if err != nil {
-			return fmt.Errorf("batched read of %d delivered records: %w", len(keys), err)
+		var m *nats.Msg
+		select {
+		case m = <-answers:
+		case <-rctx.Done():
+			return fmt.Errorf("batched read of %d delivered records: %w", len(keys), rctx.Err())
 		}
 		if len(m.Data) == 0 && m.Header.Get("Status") != "" {
 			switch m.Header.Get("Status") {
