@@ -353,9 +353,7 @@ func TestCordonRecountsCrowdedNode(t *testing.T) {
 // test ends.
 func sigstop(t *testing.T, p *harness.Process) {
 	t.Helper()
-	if err := syscall.Kill(p.Pid(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	p.Freeze(t)
 	// Cleanups run last-in first-out: this one before the harness stops it.
 	t.Cleanup(func() { _ = syscall.Kill(p.Pid(), syscall.SIGCONT) })
 }
