@@ -3,7 +3,9 @@ package cleanup
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +15,7 @@ import (
 	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/subject"
 )
 
 // EventSource is the component of the Kubernetes Events cleanup records.
@@ -68,6 +71,142 @@ func (a *Actuator) journalEvent(ctx context.Context, live *corev1.Pod, verb stri
 	return err
 }
 
+// Bounds of a removal Event's action time (LiveActions). The time is the
+// writer's clock when the slot was taken, a little before the Event was
+// created (creationTimestamp, the API server's clock): one after
+// now+recoverySkew is refused; one after creation+recoverySkew or more than
+// recoveryLag before creation is not believed and counts at the creation.
+const (
+	recoverySkew = time.Minute
+	recoveryLag  = 5 * time.Minute
+)
+
+// maxText bounds the free-text fields of a rebuilt decision.
+const maxText = 1024
+
+// removalVerb is the verb of a removal Event's reason ("" for any other
+// reason; the CleanupIntent Event carries any removal verb: "*").
+func removalVerb(reason string) string {
+	switch reason {
+	case EventDeleted:
+		return VerbDeleted
+	case EventForceDeleted:
+		return VerbForceDeleted
+	case EventDeletionRequested:
+		return VerbDeletionRequested
+	case EventIntent:
+		return "*"
+	}
+	return ""
+}
+
+// errForged and errInvalid classify a refused removal Event (the reject
+// metric's why).
+var (
+	errForged  = errors.New("forged")
+	errInvalid = errors.New("invalid")
+)
+
+// liveAction is one removal Event read and checked by LiveActions.
+type liveAction struct {
+	at       time.Time
+	in       events.Intent // rebuilt from the Event's own fields
+	subject  string
+	outcome  envelope.Event
+	happened bool
+}
+
+// readRemovalEvent checks a removal Event and rebuilds its outcome audit
+// from what it can trust. Anyone allowed to create Events in a namespace
+// (every kubelet, many controllers, a tenant's editors) can write an Event
+// claiming opswire-cleanup's source with any annotations, so nothing of the
+// annotations is published as is: the id, subject, type and source are this
+// actor's, derived from the Event's namespace and involvedObject (name and
+// uid) and the verb of its reason; the journaled intent must name that very
+// pod and verb, and its decision (events.CleanupDecision) that pod, or the
+// Event is refused as forged; of the decision only the descriptive fields
+// are kept, bounded. The action time must not be in the future
+// (now+recoverySkew) and is believed only within
+// [creation-recoveryLag, creation+recoverySkew], otherwise it counts at the
+// Event's creation (which the API server sets).
+func (a *Actuator) readRemovalEvent(ev *corev1.Event, now time.Time) (*liveAction, error) {
+	verb := removalVerb(ev.Reason)
+	obj := ev.InvolvedObject
+	if verb == "" || ev.Source.Component != EventSource || obj.Kind != "Pod" || obj.UID == "" || obj.Name == "" ||
+		obj.Namespace != ev.Namespace {
+		return nil, fmt.Errorf("%w: not a removal Event of a pod in its own namespace", errForged)
+	}
+	at, err := time.Parse(time.RFC3339Nano, ev.Annotations[AnnotationActionTime])
+	if err != nil {
+		return nil, fmt.Errorf("%w: action time: %v", errInvalid, err)
+	}
+	if at.After(now.Add(recoverySkew)) {
+		return nil, fmt.Errorf("%w: action time %s is in the future", errInvalid, at.Format(time.RFC3339Nano))
+	}
+	if created := ev.CreationTimestamp.Time; created.IsZero() {
+		return nil, fmt.Errorf("%w: no creationTimestamp", errInvalid)
+	} else if at.After(created.Add(recoverySkew)) || at.Before(created.Add(-recoveryLag)) {
+		at = created
+	}
+	var in events.Intent
+	if err := json.Unmarshal([]byte(ev.Annotations[AnnotationIntent]), &in); err != nil {
+		return nil, fmt.Errorf("%w: intent: %v", errInvalid, err)
+	}
+	if verb == "*" {
+		verb = in.Action
+	}
+	switch verb {
+	case VerbDeleted, VerbForceDeleted, VerbDeletionRequested:
+	default:
+		return nil, fmt.Errorf("%w: verb %q is not a removal", errForged, in.Action)
+	}
+	ns, name, uid := ev.Namespace, obj.Name, string(obj.UID)
+	if in.Actor != Service || in.Action != verb || in.Kind != "Pod" || in.Namespace != ns || in.Name != name || in.UID != uid {
+		return nil, fmt.Errorf("%w: the intent names %s %s/%s (%s, %s), not the Event's pod", errForged, in.Kind, in.Namespace, in.Name,
+			in.UID, in.Action)
+	}
+	id, subj, src := "cleanup/"+uid+"/"+verb, subject.Ops(a.cfg.Cluster, Service, verb, ns, name), envelope.Source(a.cfg.Cluster, Service)
+	o := in.Outcome
+	if o.ID != id || o.Subject != subj || o.Type != events.TypeCleanup || o.Source != src {
+		return nil, fmt.Errorf("%w: the outcome %s on %s (%s from %s) is not this pod's removal", errForged, o.ID, o.Subject, o.Type, o.Source)
+	}
+	var d events.CleanupDecision
+	if err := json.Unmarshal(o.Data, &d); err != nil {
+		return nil, fmt.Errorf("%w: decision: %v", errInvalid, err)
+	}
+	if d.Verb != verb || d.Namespace != ns || d.Pod != name || d.PodUID != uid {
+		return nil, fmt.Errorf("%w: the decision names %s/%s (%s, %s), not the Event's pod", errForged, d.Namespace, d.Pod, d.PodUID, d.Verb)
+	}
+	want := d.Action
+	if want != Delete.String() && want != ForceDelete.String() || verb == VerbForceDeleted {
+		want = Delete.String()
+		if verb == VerbForceDeleted {
+			want = ForceDelete.String()
+		}
+	}
+	payload := events.CleanupDecision{
+		Verb: verb, Action: want, Namespace: ns, Pod: name, PodUID: uid,
+		Node: bound(d.Node), Phase: bound(d.Phase), PodReason: bound(d.PodReason), Reason: bound(d.Reason), Message: bound(d.Message),
+		AgeSeconds: max(d.AgeSeconds, 0), Severity: severity(verb), Time: at,
+	}
+	if d.Owner != nil {
+		payload.Owner = &events.Owner{Kind: bound(d.Owner.Kind), Name: bound(d.Owner.Name)}
+	}
+	out, err := envelope.New(id, src, events.TypeCleanup, ns+"/"+name, payload, at)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errInvalid, err)
+	}
+	return &liveAction{at: at, subject: subj, outcome: out, happened: ev.Reason != EventIntent,
+		in: events.Intent{Actor: Service, Action: verb, Kind: "Pod", Namespace: ns, Name: name, UID: uid}}, nil
+}
+
+func bound(s string) string {
+	if len(s) > maxText {
+		return strings.ToValidUTF8(s[:maxText], "")
+	}
+	return s
+}
+
 // LiveActions is the API's record of this actor's recent removals
 // (actuate.Recovery.Live), which does not depend on NATS: a leader that
 // removed pods during a NATS outage and was SIGKILLed with their audits
@@ -83,10 +222,13 @@ func (a *Actuator) journalEvent(ctx context.Context, live *corev1.Pod, verb stri
 //     otherwise it is Pending (it counts, nothing is published).
 //
 // An intent and an outcome Event of the same removal (pod UID and verb: the
-// outcome id cleanup/<uid>/<verb>) are one action, at the time the slot was
-// taken. Each comes with its outcome message, exactly as journaled (the
-// annotation), so its id is the lost original's. An Event without the
-// annotations (written by an older version) is left out.
+// outcome id cleanup/<uid>/<verb>) are one action, at the latest slot time
+// (a retried removal counts at the attempt that went through). Events are
+// not authenticated (anyone who may create Events in a namespace can write
+// one under opswire-cleanup's name): each is checked and its outcome
+// rebuilt by readRemovalEvent, never replayed from its annotations; a
+// refused one is logged and counted (opswire_cleanup_recovery_events_rejected_total).
+// An Event without the annotations (written by an older version) is left out.
 func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.LiveAction, error) {
 	sel := fields.AndSelectors(fields.OneTermEqualSelector("source", EventSource),
 		fields.OneTermEqualSelector("involvedObject.kind", "Pod")).String()
@@ -97,43 +239,40 @@ func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.
 		a.metrics.APIErrors.WithLabelValues("list_events").Inc()
 		return nil, fmt.Errorf("list opswire-cleanup's Events on pods: %w", err)
 	}
-	type action struct {
-		at       time.Time
-		in       events.Intent
-		happened bool
-	}
-	byID := map[string]*action{}
+	now := a.cfg.WindowNow()
+	byID := map[string]*liveAction{}
 	var order []string
 	for i := range list.Items {
 		ev := &list.Items[i]
-		switch ev.Reason {
-		case EventDeleted, EventForceDeleted, EventDeletionRequested, EventIntent:
-		default:
+		if removalVerb(ev.Reason) == "" || ev.Annotations[AnnotationIntent] == "" && ev.Annotations[AnnotationActionTime] == "" {
 			continue
 		}
-		if ev.Source.Component != EventSource {
+		la, err := a.readRemovalEvent(ev, now)
+		if err != nil {
+			why := "invalid"
+			if errors.Is(err, errForged) {
+				why = "forged"
+			}
+			a.metrics.RecoveryRejected.WithLabelValues(why).Inc()
+			a.log.Warn().Err(err).Str("event", ev.Namespace+"/"+ev.Name).Str("reason", ev.Reason).
+				Str("reportingController", ev.ReportingController).Str("host", ev.Source.Host).
+				Msg("removal Event refused by the recovery (not counted, nothing published)")
 			continue
 		}
-		at, err := time.Parse(time.RFC3339Nano, ev.Annotations[AnnotationActionTime])
-		if err != nil || at.Before(since) {
+		if la.at.Before(since) {
 			continue
 		}
-		var in events.Intent
-		if err := json.Unmarshal([]byte(ev.Annotations[AnnotationIntent]), &in); err != nil || in.Outcome.ID == "" ||
-			in.UID != string(ev.InvolvedObject.UID) {
-			a.log.Warn().Err(err).Str("event", ev.Namespace+"/"+ev.Name).Msg("removal Event without a readable intent: ignored")
-			continue
-		}
-		act, ok := byID[in.Outcome.ID]
+		id := la.outcome.ID
+		act, ok := byID[id]
 		if !ok {
-			act = &action{at: at, in: in}
-			byID[in.Outcome.ID] = act
-			order = append(order, in.Outcome.ID)
+			byID[id] = la
+			order = append(order, id)
+			continue
 		}
-		if at.Before(act.at) {
-			act.at = at
+		if la.at.After(act.at) {
+			act.at = la.at
 		}
-		act.happened = act.happened || ev.Reason != EventIntent
+		act.happened = act.happened || la.happened
 	}
 	var out []actuate.LiveAction
 	for _, id := range order {
@@ -145,9 +284,7 @@ func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.
 			}
 			act.happened = ok
 		}
-		o := act.in.Outcome
-		out = append(out, actuate.LiveAction{Time: act.at, Subject: o.Subject, Pending: !act.happened,
-			Outcome: envelope.Event{ID: o.ID, Source: o.Source, Type: o.Type, Time: o.Time, Subject: o.Object, Data: o.Data}})
+		out = append(out, actuate.LiveAction{Time: act.at, Subject: act.subject, Pending: !act.happened, Outcome: act.outcome})
 	}
 	return out, nil
 }

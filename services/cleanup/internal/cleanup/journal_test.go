@@ -128,7 +128,8 @@ func journalEv(t *testing.T, reason, name, uid string, at time.Time) *corev1.Eve
 		t.Fatal(err)
 	}
 	return &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Namespace: "apps", Name: name + "." + reason, Annotations: journalAnnotations(iev, at)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name + "." + reason, Annotations: journalAnnotations(iev, at),
+			CreationTimestamp: metav1.NewTime(at.Add(time.Second))},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "apps", Name: name, UID: types.UID(uid)},
 		Reason:         reason, Source: corev1.EventSource{Component: EventSource},
 	}
@@ -176,7 +177,7 @@ func TestLiveActions(t *testing.T) {
 			summary[d.Pod] += " pending"
 		}
 	}
-	want := map[string]string{"a": "-1m0s", "b": "0s", "c": "0s pending", "d": "0s"}
+	want := map[string]string{"a": "-58s", "b": "0s", "c": "0s pending", "d": "0s"} // a: the later of its two times
 	if len(summary) != len(want) {
 		t.Fatalf("live actions %v, want %v", summary, want)
 	}
@@ -197,5 +198,143 @@ func TestLiveActions(t *testing.T) {
 	})
 	if _, err := r.act.LiveActions(context.Background(), since); err == nil {
 		t.Fatal("a failed LIST must fail (the recovery retries: fail closed)")
+	}
+}
+
+// reforge rewrites the journaled intent of a removal Event, as anyone
+// allowed to create Events in its namespace can.
+func reforge(t *testing.T, ev *corev1.Event, edit func(in *events.Intent, d *events.CleanupDecision)) *corev1.Event {
+	t.Helper()
+	var in events.Intent
+	if err := json.Unmarshal([]byte(ev.Annotations[AnnotationIntent]), &in); err != nil {
+		t.Fatal(err)
+	}
+	var d events.CleanupDecision
+	if err := json.Unmarshal(in.Outcome.Data, &d); err != nil {
+		t.Fatal(err)
+	}
+	edit(&in, &d)
+	raw, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Outcome.Data = raw
+	ij, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.Annotations[AnnotationIntent] = string(ij)
+	return ev
+}
+
+// TestLiveActionsForged: removal Events are not authenticated. Each forged
+// form the review found is refused (counted as forged or invalid, nothing
+// counted or published): an intent naming another namespace's pod, an
+// attacker-chosen outcome id, subject (cleanup's own intent subject among
+// them) or type, a decision naming another pod, an Event whose namespace is
+// not its pod's, an action time in the future. What passes is rebuilt from
+// the Event's own fields: a self-consistent forgery about a pod in the
+// forger's namespace (the documented residual) becomes at most this actor's
+// own audit of that pod (id cleanup/<uid>/<verb>, its subject, type and
+// source), without the forged severity, error or dry-run flag, and an
+// action time after the Event's creation counts at the creation.
+func TestLiveActionsForged(t *testing.T) {
+	since := t0.Add(-10 * time.Minute)
+	ev := func(name string, edit func(in *events.Intent, d *events.CleanupDecision)) *corev1.Event {
+		return reforge(t, journalEv(t, EventDeleted, name, "uid-"+name, t0.Add(-time.Second)), edit)
+	}
+	refused := map[string]*corev1.Event{
+		"other namespace": ev("f1", func(in *events.Intent, d *events.CleanupDecision) {
+			in.Namespace, in.Name, d.Namespace, d.Pod = "kube-system", "coredns", "kube-system", "coredns"
+			in.Outcome.Subject, in.Outcome.ID, in.Outcome.Type = "ops.c1.cleanup.deleted.kube-system.coredns", "attacker-chosen-id", "io.example.forged"
+		}),
+		"intent subject": ev("f2", func(in *events.Intent, _ *events.CleanupDecision) {
+			in.Outcome.Subject, in.Outcome.ID, in.Outcome.Type = "ops.c1.cleanup.intent.apps.f2", "cleanup/uid-f2/deleted/intent", events.TypeIntent
+		}),
+		"outcome subject": ev("f3", func(in *events.Intent, _ *events.CleanupDecision) {
+			in.Outcome.Subject = "ops.c1.cleanup.deleted.kube-system.coredns"
+		}),
+		"outcome id":     ev("f4", func(in *events.Intent, _ *events.CleanupDecision) { in.Outcome.ID = "id-1" }),
+		"outcome type":   ev("f5", func(in *events.Intent, _ *events.CleanupDecision) { in.Outcome.Type = "io.example.forged" }),
+		"outcome source": ev("f6", func(in *events.Intent, _ *events.CleanupDecision) { in.Outcome.Source = "opswire/c2/cordon" }),
+		"decision pod":   ev("f7", func(_ *events.Intent, d *events.CleanupDecision) { d.Namespace, d.Pod = "kube-system", "coredns" }),
+		"decision uid":   ev("f8", func(_ *events.Intent, d *events.CleanupDecision) { d.PodUID = "uid-victim" }),
+		"verb": ev("f9", func(in *events.Intent, d *events.CleanupDecision) {
+			in.Action, d.Verb = VerbForceDeleted, VerbForceDeleted
+		}),
+		"intent verb": reforge(t, journalEv(t, EventIntent, "f10", "uid-f10", t0), func(in *events.Intent, d *events.CleanupDecision) {
+			in.Action, d.Verb = actuate.VerbIntent, actuate.VerbIntent
+			in.Outcome.Subject, in.Outcome.ID = "ops.c1.cleanup.intent.apps.f10", "cleanup/uid-f10/intent"
+		}),
+		"future time": journalEv(t, EventDeleted, "f11", "uid-f11", t0.Add(50*365*24*time.Hour)),
+	}
+	refused["event namespace"] = journalEv(t, EventDeleted, "f12", "uid-f12", t0)
+	refused["event namespace"].Namespace = "tenant"
+	refused["future time"].CreationTimestamp = metav1.NewTime(t0)
+
+	residual := ev("r1", func(_ *events.Intent, d *events.CleanupDecision) {
+		d.Severity, d.Error, d.DryRun, d.Message = events.SeverityCritical, "forged error", true, strings.Repeat("x", 5000)
+	})
+	late := journalEv(t, EventDeleted, "r2", "uid-r2", t0)
+	late.CreationTimestamp = metav1.NewTime(t0.Add(-8 * time.Minute)) // the action time claims 8 min after the Event existed
+	objs := []runtime.Object{residual, late}
+	for _, e := range refused {
+		objs = append(objs, e)
+	}
+	r := newRig(t, testPolicy(), false, nil, objs...)
+	got, err := r.act.LiveActions(context.Background(), since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if forged, invalid := testutil.ToFloat64(r.metrics.RecoveryRejected.WithLabelValues("forged")),
+		testutil.ToFloat64(r.metrics.RecoveryRejected.WithLabelValues("invalid")); forged != float64(len(refused)-1) || invalid != 1 {
+		t.Fatalf("refused: forged %v, invalid %v; want %d and 1", forged, invalid, len(refused)-1)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d live actions %+v, want the two self-consistent ones (r1, r2)", len(got), got)
+	}
+	for _, la := range got {
+		var d events.CleanupDecision
+		if err := json.Unmarshal(la.Outcome.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		if la.Outcome.ID != "cleanup/uid-"+d.Pod+"/deleted" || la.Subject != "ops.c1.cleanup.deleted.apps."+d.Pod ||
+			la.Outcome.Type != events.TypeCleanup || la.Outcome.Source != envelope.Source("c1", Service) || la.Outcome.Subject != "apps/"+d.Pod {
+			t.Fatalf("%s: outcome %+v on %s", d.Pod, la.Outcome, la.Subject)
+		}
+		if d.Severity != events.SeverityInfo || d.Error != "" || d.DryRun || len(d.Message) > maxText {
+			t.Fatalf("%s: rebuilt decision keeps forged fields: %+v", d.Pod, d)
+		}
+		switch d.Pod {
+		case "r1":
+			if !la.Time.Equal(t0.Add(-time.Second)) {
+				t.Fatalf("r1 counted at %v", la.Time)
+			}
+		case "r2":
+			if !la.Time.Equal(late.CreationTimestamp.Time) {
+				t.Fatalf("r2 counted at t0%v, want its Event's creation (t0-8m)", la.Time.Sub(t0))
+			}
+		}
+	}
+}
+
+// TestLiveActionsRetry: a removal whose first DELETE failed (slot given
+// back, its CleanupIntent Event left) and whose retry went through 45 s
+// later counts at the retry's slot, the one the window held.
+func TestLiveActionsRetry(t *testing.T) {
+	a := journalEv(t, EventIntent, "p", "uid-p", t0.Add(-50*time.Second))
+	a.Name = "p.1"
+	b := journalEv(t, EventIntent, "p", "uid-p", t0.Add(-5*time.Second))
+	b.Name = "p.2"
+	c := journalEv(t, EventDeleted, "p", "uid-p", t0.Add(-5*time.Second))
+	for _, order := range [][]runtime.Object{{a, b, c}, {c, b, a}} {
+		r := newRig(t, testPolicy(), false, nil, order...)
+		las, err := r.act.LiveActions(context.Background(), t0.Add(-10*time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(las) != 1 || !las[0].Time.Equal(t0.Add(-5*time.Second)) || las[0].Pending {
+			t.Fatalf("live actions %+v, want one at t0-5s, happened", las)
+		}
 	}
 }

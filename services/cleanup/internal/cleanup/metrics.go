@@ -21,6 +21,12 @@ type Metrics struct {
 	// JournalEvents counts removals journaled as a CleanupIntent Event
 	// because OPS did not store their intent in time.
 	JournalEvents prometheus.Counter
+	// RecoveryRejected counts removal Events a new leader refused to read
+	// (LiveActions), by why: forged (the decision names another pod than
+	// the Event's involvedObject, or a verb the Event's reason does not
+	// carry) or invalid (unreadable annotations, an action time in the
+	// future or after the Event was created).
+	RecoveryRejected *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics on reg (nil: unregistered, for tests).
@@ -58,9 +64,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "opswire_cleanup_journal_events_total",
 			Help: "Removals whose intent OPS did not store in time, journaled instead as a CleanupIntent Event through the API before the write.",
 		}),
+		RecoveryRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_cleanup_recovery_events_rejected_total",
+			Help: "Removal Events refused by a new leader's recovery (not counted, nothing published), by why (forged, invalid).",
+		}, []string{"why"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Decisions, m.Deferred, m.Rechecks, m.APIErrors, m.Brake, m.NodesNotReady, m.ClockSkew, m.JournalEvents)
+		reg.MustRegister(m.Decisions, m.Deferred, m.Rechecks, m.APIErrors, m.Brake, m.NodesNotReady, m.ClockSkew, m.JournalEvents,
+			m.RecoveryRejected)
 	}
 	return m
 }
