@@ -14,8 +14,11 @@ type Metrics struct {
 	SendDuration     *prometheus.HistogramVec // receiver
 	// RateLimitWait is the time deliveries spent waiting for the receiver's rate limit.
 	RateLimitWait *prometheus.CounterVec // receiver
-	Pending       prometheus.Gauge
-	Groups        prometheus.Gauge
+	// ConsumerStalls counts the times a receiver's consumer heard nothing
+	// from the server for two heartbeats and pulled again (docs/notifier.md#consumer-stalls).
+	ConsumerStalls *prometheus.CounterVec // receiver
+	Pending        prometheus.Gauge
+	Groups         prometheus.Gauge
 }
 
 // NewMetrics registers the series on reg.
@@ -37,12 +40,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Duration of one send attempt.", Buckets: prometheus.DefBuckets}, []string{"receiver"}),
 		RateLimitWait: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opswire_notifier_rate_limit_wait_seconds_total",
 			Help: "Seconds deliveries waited for the receiver's rate limit (per-type windows shared by receivers with one URL)."}, []string{"receiver"}),
+		ConsumerStalls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opswire_notifier_consumer_stalls_total",
+			Help: "Times a receiver's consumer received nothing (no message, no heartbeat) for two heartbeats and pulled again: a pull request lost (the client's refill race) or the server unreachable."}, []string{"receiver"}),
 		Pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "opswire_notifier_pending_messages",
 			Help: "OPS messages held (grouping or retrying), not yet acknowledged."}),
 		Groups: prometheus.NewGauge(prometheus.GaugeOpts{Name: "opswire_notifier_groups",
 			Help: "Active groups (route and kind) waiting to be flushed."}),
 	}
-	reg.MustRegister(m.Messages, m.Attempts, m.Deliveries, m.Events, m.DeadLetters, m.DeadLetterErrors, m.SendDuration, m.RateLimitWait, m.Pending, m.Groups)
+	reg.MustRegister(m.Messages, m.Attempts, m.Deliveries, m.Events, m.DeadLetters, m.DeadLetterErrors, m.SendDuration, m.RateLimitWait, m.ConsumerStalls, m.Pending, m.Groups)
 	return m
 }
 
@@ -59,5 +64,6 @@ func (m *Metrics) InitReceiver(name string) {
 	m.DeadLetters.WithLabelValues(name, "max_deliver")
 	m.DeadLetterErrors.WithLabelValues(name)
 	m.RateLimitWait.WithLabelValues(name)
+	m.ConsumerStalls.WithLabelValues(name)
 	m.SendDuration.WithLabelValues(name)
 }

@@ -229,10 +229,18 @@ func (a *active) run(ctx context.Context) error {
 			}
 			d.Handle(dctx, m)
 		},
-			jetstream.PullMaxMessages(min(500, max(1, n.MaxAckPending))),
-			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			consumeOpts(n, func(err error) {
+				if errors.Is(err, jetstream.ErrNoHeartbeat) {
+					// Nothing from the server for two heartbeats: a lost
+					// refill (docs/notifier.md#consumer-stalls) or an
+					// unreachable server; nats.go has pulled again.
+					a.metrics.ConsumerStalls.WithLabelValues(name).Inc()
+					rt.Log.Warn().Err(err).Str("receiver", name).Dur("after", 2*consumeHeartbeat).
+						Msg("consumer received nothing for two heartbeats; pulled again")
+					return
+				}
 				rt.Log.Warn().Err(err).Str("receiver", name).Msg("consumer")
-			}))
+			})...)
 		if err != nil {
 			stop()
 			return fmt.Errorf("consume for receiver %s: %w", r.Name, err)
@@ -352,6 +360,33 @@ func (a *active) replay(ctx context.Context, dispatchers map[string]*dispatch.Di
 		b, _ := json.Marshal(out)
 		_ = m.Respond(b)
 	}()
+}
+
+// consumeExpiry bounds each pull request of a receiver's consumer and
+// consumeHeartbeat is the server's idle heartbeat on it. nats.go's Consume
+// can miss a refill: it skips the refill check while its previous pull
+// request is still being published, and retries it only on the next
+// message, so when the messages answering that request are all handled
+// before the puller marks its publish done (a goroutine waiting for a CPU
+// on a loaded machine) no request is left on the server, which then sends
+// nothing, not even heartbeats, and the client pulls again only after two
+// missed heartbeats (30 s with the default 30 s expiry). A short expiry
+// bounds that stall to 2*consumeHeartbeat (docs/notifier.md#consumer-stalls);
+// an idle consumer costs one pull request per expiry.
+const (
+	consumeExpiry    = 4 * time.Second
+	consumeHeartbeat = 1 * time.Second
+)
+
+// consumeOpts are the Consume options of a receiver's consumer; onErr gets
+// the consumer's errors.
+func consumeOpts(n config.Notifier, onErr func(error)) []jetstream.PullConsumeOpt {
+	return []jetstream.PullConsumeOpt{
+		jetstream.PullMaxMessages(min(500, max(1, n.MaxAckPending))),
+		jetstream.PullExpiry(consumeExpiry),
+		jetstream.PullHeartbeat(consumeHeartbeat),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { onErr(err) }),
+	}
 }
 
 // deliveredLookups bounds each dispatcher's messages queued for or in a
