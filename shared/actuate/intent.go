@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
@@ -175,14 +177,24 @@ func SeedAndRecover(ctx context.Context, js jetstream.JetStream, w *Window, r Re
 		return ErrIncompleteRecovery
 	}
 	backoff := 200 * time.Millisecond
-	for {
-		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	m.Recovering.Set(1)
+	defer m.Recovering.Set(0)
+	for attempt := 1; ; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, recoveryAttemptTimeout)
 		err := recoverOnce(rctx, js, w, r, m, log, now())
 		cancel()
 		if err == nil {
 			return nil
 		}
-		log.Warn().Err(err).Msg("cannot read intents and the rate window from OPS; not acting until they are known")
+		m.RecoveryFailures.Inc()
+		if apierrors.IsForbidden(err) {
+			// Retrying does not help until the RBAC is fixed (e.g. a
+			// ClusterRole not upgraded with the list the recovery needs).
+			log.Error().Err(err).Int("attempt", attempt).
+				Msg("recovery refused by the API (403): grant the permission (see the deploy RBAC); this leader does not act until it can read it")
+		} else {
+			log.Warn().Err(err).Int("attempt", attempt).Msg("cannot read intents and the rate window; not acting until they are known")
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -191,6 +203,14 @@ func SeedAndRecover(ctx context.Context, js jetstream.JetStream, w *Window, r Re
 		backoff = min(2*backoff, 5*time.Second)
 	}
 }
+
+// recoveryAttemptTimeout bounds one recovery attempt (OPS reads, the
+// actor's LIST of the API, the re-reads).
+const recoveryAttemptTimeout = 2 * time.Minute
+
+// liveSkew is how far in the future (the recovering leader's clock) a live
+// action's time may be; a later one is refused.
+const liveSkew = time.Minute
 
 type openIntent struct {
 	at time.Time
@@ -277,6 +297,15 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 	for _, la := range live {
 		id := la.Outcome.ID
 		if id == "" || seen[id] {
+			continue
+		}
+		// A live action is rebuilt from the API, not from OPS: it never
+		// stands for an intent, and a time in the future would hold the
+		// window for the whole term.
+		if intentPrefix := strings.TrimSuffix(r.Intents, ">"); intentPrefix != "" && strings.HasPrefix(la.Subject, intentPrefix) ||
+			la.Time.After(start.Add(liveSkew)) {
+			log.Warn().Str("id", id).Str("subject", la.Subject).Time("at", la.Time).
+				Msg("action shown by the API on the intent subject or in the future: refused")
 			continue
 		}
 		seen[id] = true

@@ -189,8 +189,9 @@ func TestSeedAndRecoverVerifyError(t *testing.T) {
 // audits queued; g twice in the list, and outside the window but inside the
 // span). The new leader publishes b's carried outcome and f's and g's rebuilt
 // ones once each, and its window counts a, b and f once each; h, Pending
-// (intended, the write not shown), counts and is not published; a failed API
-// read publishes nothing and is retried.
+// (intended, the write not shown), counts and is not published; x, on the
+// intent subject, and y, in the future, are refused (neither counted nor
+// published); a failed API read publishes nothing, is retried and counted.
 func TestSeedAndRecoverLive(t *testing.T) {
 	_, js := natstest.Connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -207,6 +208,8 @@ func TestSeedAndRecoverLive(t *testing.T) {
 	fs, fe := outcome(t, "uid-f", "f")
 	gs, ge := outcome(t, "uid-g", "g")
 	hs, he := outcome(t, "uid-h", "h")
+	_, xe := outcome(t, "uid-x", "x")
+	ys, ye := outcome(t, "uid-y", "y")
 	now := time.Now()
 	calls := 0
 	var since time.Time
@@ -221,7 +224,8 @@ func TestSeedAndRecoverLive(t *testing.T) {
 			}
 			return []LiveAction{{Time: now, Subject: as, Outcome: ae}, {Time: now, Subject: bs, Outcome: be},
 				{Time: now.Add(-time.Second), Subject: fs, Outcome: fe}, {Time: now.Add(-2 * time.Minute), Subject: gs, Outcome: ge},
-				{Time: now.Add(-2 * time.Minute), Subject: gs, Outcome: ge}, {Time: now, Subject: hs, Outcome: he, Pending: true}}, nil
+				{Time: now.Add(-2 * time.Minute), Subject: gs, Outcome: ge}, {Time: now, Subject: hs, Outcome: he, Pending: true},
+				{Time: now, Subject: "ops.c.cleanup.intent.ns.x", Outcome: xe}, {Time: now.Add(50 * 365 * 24 * time.Hour), Subject: ys, Outcome: ye}}, nil
 		}}
 	m := NewMetrics(nil)
 	w := NewWindow(10, time.Minute)
@@ -247,6 +251,9 @@ func TestSeedAndRecoverLive(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.Intents.WithLabelValues("pending")); got != 1 {
 		t.Fatalf("pending = %v, want 1 (h)", got)
+	}
+	if f, r := testutil.ToFloat64(m.RecoveryFailures), testutil.ToFloat64(m.Recovering); f != 1 || r != 0 {
+		t.Fatalf("recovery failures %v, recovering %v; want 1 and 0 once done", f, r)
 	}
 }
 

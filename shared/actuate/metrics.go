@@ -26,6 +26,13 @@ type Metrics struct {
 	// (the outcome is in OPS), pending (the object is unchanged: no write),
 	// rebuilt (shown by the API, unknown to OPS: outcome rebuilt, published).
 	Intents *prometheus.CounterVec
+	// Recovering is 1 while a new leader reads OPS and the API before its
+	// first action (SeedAndRecover) and 0 once it acts; a value stuck at 1
+	// means the leader is not acting (see RecoveryFailures and the log).
+	Recovering prometheus.Gauge
+	// RecoveryFailures counts failed recovery attempts (each is retried):
+	// OPS unreadable, a LIST that times out, a permission missing (403).
+	RecoveryFailures prometheus.Counter
 }
 
 // NewMetrics registers the metrics on reg (nil: unregistered, for tests).
@@ -49,9 +56,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Intents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opswire_intents_total", Help: "Write-ahead intents by result (journaled, unjournaled; at leadership start: completed, done, pending, rebuilt).",
 		}, []string{"result"}),
+		Recovering: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "opswire_recovering", Help: "1 while a new leader recovers its rate window and missing audits (no action until done).",
+		}),
+		RecoveryFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_recovery_failures_total", Help: "Failed recovery attempts of a new leader (retried; no action until one succeeds).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.AuditBacklog, m.AuditStored, m.AuditRetries, m.AuditDropped, m.WindowSeeded, m.Intents)
+		reg.MustRegister(m.AuditBacklog, m.AuditStored, m.AuditRetries, m.AuditDropped, m.WindowSeeded, m.Intents, m.Recovering,
+			m.RecoveryFailures)
 	}
 	return m
 }

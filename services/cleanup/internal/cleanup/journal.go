@@ -81,6 +81,12 @@ const (
 	recoveryLag  = 5 * time.Minute
 )
 
+// The recovery's LIST of Events: page size and the least timeout of a page.
+const (
+	listEventsPage    = 500
+	listEventsTimeout = 30 * time.Second
+)
+
 // maxText bounds the free-text fields of a rebuilt decision.
 const maxText = 1024
 
@@ -232,18 +238,28 @@ func bound(s string) string {
 func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.LiveAction, error) {
 	sel := fields.AndSelectors(fields.OneTermEqualSelector("source", EventSource),
 		fields.OneTermEqualSelector("involvedObject.kind", "Pod")).String()
-	list, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.EventList, error) {
-		return a.client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: sel})
-	})
-	if err != nil {
-		a.metrics.APIErrors.WithLabelValues("list_events").Inc()
-		return nil, fmt.Errorf("list opswire-cleanup's Events on pods: %w", err)
+	// Events have no watch cache: the LIST is read from etcd. Pages bound
+	// each call's work; each gets at least listEventsTimeout.
+	var items []corev1.Event
+	opts := metav1.ListOptions{FieldSelector: sel, Limit: listEventsPage}
+	for {
+		list, err := actuate.Call(ctx, max(a.cfg.APITimeout, listEventsTimeout), func(ctx context.Context) (*corev1.EventList, error) {
+			return a.client.CoreV1().Events(metav1.NamespaceAll).List(ctx, opts)
+		})
+		if err != nil {
+			a.metrics.APIErrors.WithLabelValues("list_events").Inc()
+			return nil, fmt.Errorf("list opswire-cleanup's Events on pods: %w", err)
+		}
+		items = append(items, list.Items...)
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			break
+		}
 	}
 	now := a.cfg.WindowNow()
 	byID := map[string]*liveAction{}
 	var order []string
-	for i := range list.Items {
-		ev := &list.Items[i]
+	for i := range items {
+		ev := &items[i]
 		if removalVerb(ev.Reason) == "" || ev.Annotations[AnnotationIntent] == "" && ev.Annotations[AnnotationActionTime] == "" {
 			continue
 		}

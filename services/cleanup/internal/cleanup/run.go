@@ -55,6 +55,10 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		Dur("rateWindow", cfg.RateWindow.Duration).Bool("removeFinalizers", cfg.RemoveFinalizers).
 		Bool("allowStatefulSetOnReadyNode", cfg.AllowStatefulSetOnReadyNode).Dur("statefulNotReadyTimeout", policy.StatefulNotReadyTimeout).
 		Float64("brakeNotReadyShare", policy.BrakeNotReadyShare).Msg("cleanup policy")
+	if cfg.RateWindow.Duration > time.Hour {
+		log.Warn().Dur("rateWindow", cfg.RateWindow.Duration).
+			Msg("delException.rateWindow is longer than the API server's default Event TTL (--event-ttl, 1h): removals journaled only as Kubernetes Events (during a NATS outage) expire before the window and a new leader under-counts them; raise --event-ttl above rateWindow or shorten it")
+	}
 	if unknown := UnknownReasons(cfg.Reasons); len(unknown) > 0 {
 		log.Warn().Strs("reasons", unknown).
 			Msg("delException.reasons: not a status.reason Kubernetes writes on Failed pods; these match no pod unless another component writes them (reasons match case-insensitively)")
