@@ -180,6 +180,32 @@ func TestStatesWithoutBatchPermission(t *testing.T) {
 			t.Errorf("read %d took %v", i, took)
 		}
 	}
+
+	// Batching is tried again after BatchRetry (a batched read that timed
+	// out on a loaded server must not turn it off for good): a read waits
+	// for the refused batch again.
+	kd = &dispatch.KVDelivered{KV: kv, Async: records, BatchRetry: 500 * time.Millisecond}
+	retried := func() time.Duration {
+		start := time.Now()
+		got, err := kd.States(ctx, keys)
+		if err != nil || got[0] != dispatch.RecordDelivered || got[1] != dispatch.RecordNone || got[2] != dispatch.RecordDelivered {
+			t.Fatalf("%v %v", got, err)
+		}
+		return time.Since(start)
+	}
+	if took := retried(); took < time.Second {
+		t.Fatalf("the first read took %v: no batched read was tried", took)
+	}
+	if took := retried(); took >= time.Second {
+		t.Fatalf("a read right after the refused batch took %v: batched again", took)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for retried() < time.Second {
+		if time.Now().After(deadline) {
+			t.Fatal("batched reads never tried again after BatchRetry")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // TestMarkEachReportsStoredRecords: MarkEach reports every key once, in

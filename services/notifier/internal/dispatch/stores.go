@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -63,10 +64,31 @@ type KVDelivered struct {
 	// StatesBatch is the most keys per batched read (default and at most
 	// 1,000: the server answers at most 1,024 subjects per request).
 	StatesBatch int
-	// Log says once that batched reads failed and are off.
+	// BatchRetry is how long reads go key by key after a batched read
+	// failed (default batchRetry), before batching is tried again: a
+	// refused subject costs one unanswered read per BatchRetry, and a read
+	// that timed out on a loaded server does not turn batching off for good.
+	BatchRetry time.Duration
+	// Log says when batched reads failed and are off.
 	Log zerolog.Logger
 
-	batchOff atomic.Bool // a batched read failed: key by key from then on
+	batchOffUntil atomic.Int64 // Unix ns: a batched read failed, key by key until then
+}
+
+// batchRetry is KVDelivered.BatchRetry's default.
+const batchRetry = time.Minute
+
+func (d *KVDelivered) batchOff() bool { return time.Now().UnixNano() < d.batchOffUntil.Load() }
+
+// turnBatchOff stops batched reads for BatchRetry; it reports whether they
+// were on.
+func (d *KVDelivered) turnBatchOff() bool {
+	retry := d.BatchRetry
+	if retry <= 0 {
+		retry = batchRetry
+	}
+	now := time.Now().UnixNano()
+	return d.batchOffUntil.Swap(now+int64(retry)) < now
 }
 
 // NewAsyncRecorder is the JetStream context of KVDelivered.Async: up to
@@ -112,12 +134,12 @@ func (d *KVDelivered) State(ctx context.Context, key string) (Record, error) {
 // one direct get of the last message of each key's subject (the
 // "multi_last" batch of nats-server 2.11+, on
 // $JS.API.DIRECT.GET.KV_<bucket>), read under the stream's read lock so the
-// answer is one consistent view; without Async, or once a batched read
-// failed (an older server, no permission for that subject, no answer within
-// batchTimeout), one KV get per key.
+// answer is one consistent view; without Async, or for BatchRetry after a
+// batched read failed (an older server, no permission for that subject, no
+// answer within batchTimeout), one KV get per key.
 func (d *KVDelivered) States(ctx context.Context, keys []string) ([]Record, error) {
 	out := make([]Record, len(keys))
-	if d.Async == nil || len(keys) < 2 || d.batchOff.Load() {
+	if d.Async == nil || len(keys) < 2 || d.batchOff() {
 		return out, d.each(ctx, keys, out)
 	}
 	size := d.StatesBatch
@@ -127,16 +149,16 @@ func (d *KVDelivered) States(ctx context.Context, keys []string) ([]Record, erro
 	var firstErr error
 	for i := 0; i < len(keys); i += size {
 		j := min(i+size, len(keys))
-		if d.batchOff.Load() {
+		if d.batchOff() {
 			if err := d.each(ctx, keys[i:j], out[i:j]); err != nil && firstErr == nil {
 				firstErr = err
 			}
 			continue
 		}
 		if err := d.batch(ctx, keys[i:j], out[i:j]); err != nil {
-			if ctx.Err() == nil && !d.batchOff.Swap(true) {
-				d.Log.Warn().Err(err).Str("bucket", d.KV.Bucket()).
-					Msg("batched reads of delivered records failed; reading them key by key from now on (they need nats-server 2.11+ and permission to publish $JS.API.DIRECT.GET.KV_<bucket>)")
+			if ctx.Err() == nil && d.turnBatchOff() {
+				d.Log.Warn().Err(err).Str("bucket", d.KV.Bucket()).Dur("retryIn", cmp.Or(d.BatchRetry, batchRetry)).
+					Msg("batched reads of delivered records failed; reading them key by key for a while (they need nats-server 2.11+ and permission to publish $JS.API.DIRECT.GET.KV_<bucket>)")
 			}
 			if err := d.each(ctx, keys[i:j], out[i:j]); err != nil && firstErr == nil {
 				firstErr = err
