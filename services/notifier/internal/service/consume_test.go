@@ -65,6 +65,11 @@ func TestConsumeRecoversLostRefill(t *testing.T) {
 	// Two heartbeats, plus room for a loaded machine; far below the 30 s
 	// of nats.go's default expiry.
 	deadline := start.Add(2*consumeHeartbeat + 8*time.Second)
+	// No ack before the server stopped at MaxAckPending: the refill (sent
+	// at message 251) must reach it while the first request still waits.
+	for got.Load() < 300 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	for got.Load() < n && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
 		mu.Lock()
