@@ -150,6 +150,12 @@ type LiveAction struct {
 	// does not show that the write happened. Like an intent in OPS, it
 	// counts in the window at its time, and nothing is published for it.
 	Pending bool
+	// Check, when set, is verified like an OPS intent (Recovery.Happened)
+	// before an action OPS does not know is published: a write the API
+	// record claims but the live object does not show (a forged or stale
+	// record) makes it Pending. The actor sets it when its record is not
+	// authenticated (cleanup's outcome Events).
+	Check *events.Intent
 }
 
 // SeedAndRecover is SeedFromOPS for an actor that journals its writes. Before
@@ -283,12 +289,6 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 			pending++
 		}
 	}
-	for _, in := range complete {
-		o := in.Outcome
-		r.Audit.Publish(o.Subject, envelope.Event{ID: o.ID, Source: o.Source, Type: o.Type, Time: o.Time, Subject: o.Object, Data: o.Data})
-		log.Info().Str("id", o.ID).Str("subject", o.Subject).Str("uid", in.UID).
-			Msg("intent without its outcome in OPS and the write happened (object gone or replaced): outcome audit published")
-	}
 	// Actions the API shows but OPS does not know at all (no intent, no
 	// outcome): done during a NATS outage by a leader that died with their
 	// audits queued. Their outcome is rebuilt with the original's id.
@@ -315,11 +315,32 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 		if _, ok := intents[id]; ok {
 			continue
 		}
+		if !la.Pending && la.Check != nil {
+			happened, err := r.Happened(ctx, *la.Check)
+			if err != nil {
+				return fmt.Errorf("verify action %s shown by the API: %w", id, err)
+			}
+			if !happened {
+				log.Warn().Str("id", id).Str("subject", la.Subject).
+					Msg("action shown by the API but not by the live object (forged or stale record): counted as pending, not published")
+				la.Pending = true
+			}
+		}
 		rebuilt = append(rebuilt, la)
+	}
+	// Publish only now: every open intent and live action was verified.
+	for _, in := range complete {
+		o := in.Outcome
+		r.Audit.Publish(o.Subject, envelope.Event{ID: o.ID, Source: o.Source, Type: o.Type, Time: o.Time, Subject: o.Object, Data: o.Data})
+		log.Info().Str("id", o.ID).Str("subject", o.Subject).Str("uid", in.UID).
+			Msg("intent without its outcome in OPS and the write happened (object gone or replaced): outcome audit published")
+	}
+	for _, la := range rebuilt {
 		if la.Pending {
 			livePending++
 			continue
 		}
+		id := la.Outcome.ID
 		r.Audit.Publish(la.Subject, la.Outcome)
 		log.Info().Str("id", id).Str("subject", la.Subject).Time("at", la.Time).
 			Msg("action shown by the API has neither intent nor outcome in OPS (done during a NATS outage): outcome audit rebuilt and published")

@@ -191,7 +191,9 @@ func TestSeedAndRecoverVerifyError(t *testing.T) {
 // ones once each, and its window counts a, b and f once each; h, Pending
 // (intended, the write not shown), counts and is not published; x, on the
 // intent subject, and y, in the future, are refused (neither counted nor
-// published); a failed API read publishes nothing, is retried and counted.
+// published); k, with a Check the live object denies (a forged record),
+// counts as pending and is not published; a failed API read publishes
+// nothing, is retried and counted.
 func TestSeedAndRecoverLive(t *testing.T) {
 	_, js := natstest.Connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -210,12 +212,14 @@ func TestSeedAndRecoverLive(t *testing.T) {
 	hs, he := outcome(t, "uid-h", "h")
 	_, xe := outcome(t, "uid-x", "x")
 	ys, ye := outcome(t, "uid-y", "y")
+	ks, ke := outcome(t, "uid-k", "k")
+	fcheck, kcheck := events.Intent{UID: "uid-f"}, events.Intent{UID: "uid-k"}
 	now := time.Now()
 	calls := 0
 	var since time.Time
 	audit := &recorder{}
 	rec := Recovery{Intents: "ops.c.cleanup.intent.>", Outcomes: []string{"ops.c.cleanup.deleted.>"}, Audit: audit,
-		Happened: func(context.Context, events.Intent) (bool, error) { return true, nil },
+		Happened: func(_ context.Context, in events.Intent) (bool, error) { return in.UID != "uid-k", nil },
 		Live: func(_ context.Context, s time.Time) ([]LiveAction, error) {
 			calls++
 			since = s
@@ -223,9 +227,10 @@ func TestSeedAndRecoverLive(t *testing.T) {
 				return nil, errors.New("API down")
 			}
 			return []LiveAction{{Time: now, Subject: as, Outcome: ae}, {Time: now, Subject: bs, Outcome: be},
-				{Time: now.Add(-time.Second), Subject: fs, Outcome: fe}, {Time: now.Add(-2 * time.Minute), Subject: gs, Outcome: ge},
+				{Time: now.Add(-time.Second), Subject: fs, Outcome: fe, Check: &fcheck}, {Time: now.Add(-2 * time.Minute), Subject: gs, Outcome: ge},
 				{Time: now.Add(-2 * time.Minute), Subject: gs, Outcome: ge}, {Time: now, Subject: hs, Outcome: he, Pending: true},
-				{Time: now, Subject: "ops.c.cleanup.intent.ns.x", Outcome: xe}, {Time: now.Add(50 * 365 * 24 * time.Hour), Subject: ys, Outcome: ye}}, nil
+				{Time: now, Subject: "ops.c.cleanup.intent.ns.x", Outcome: xe}, {Time: now.Add(50 * 365 * 24 * time.Hour), Subject: ys, Outcome: ye},
+				{Time: now, Subject: ks, Outcome: ke, Check: &kcheck}}, nil
 		}}
 	m := NewMetrics(nil)
 	w := NewWindow(10, time.Minute)
@@ -243,14 +248,14 @@ func TestSeedAndRecoverLive(t *testing.T) {
 	if len(ids) != len(want) || ids[0] != want[0] || ids[1] != want[1] || ids[2] != want[2] {
 		t.Fatalf("published %v, want %v", ids, want)
 	}
-	if got := w.Len(time.Now()); got != 4 {
-		t.Fatalf("window holds %d actions, want 4 (a, b, f, h)", got)
+	if got := w.Len(time.Now()); got != 5 {
+		t.Fatalf("window holds %d actions, want 5 (a, b, f, h, k)", got)
 	}
 	if got := testutil.ToFloat64(m.Intents.WithLabelValues("rebuilt")); got != 2 {
 		t.Fatalf("rebuilt = %v, want 2", got)
 	}
-	if got := testutil.ToFloat64(m.Intents.WithLabelValues("pending")); got != 1 {
-		t.Fatalf("pending = %v, want 1 (h)", got)
+	if got := testutil.ToFloat64(m.Intents.WithLabelValues("pending")); got != 2 {
+		t.Fatalf("pending = %v, want 2 (h, k)", got)
 	}
 	if f, r := testutil.ToFloat64(m.RecoveryFailures), testutil.ToFloat64(m.Recovering); f != 1 || r != 0 {
 		t.Fatalf("recovery failures %v, recovering %v; want 1 and 0 once done", f, r)

@@ -234,6 +234,9 @@ func bound(s string) string {
 // one under opswire-cleanup's name): each is checked and its outcome
 // rebuilt by readRemovalEvent, never replayed from its annotations; a
 // refused one is logged and counted (opswire_cleanup_recovery_events_rejected_total).
+// An outcome Event's action carries its intent as Check: SeedAndRecover
+// re-reads the pod (Happened) before publishing one OPS does not know, so a
+// forged "deleted" of a pod still there is only counted, never published.
 // An Event without the annotations (written by an older version) is left out.
 func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.LiveAction, error) {
 	sel := fields.AndSelectors(fields.OneTermEqualSelector("source", EventSource),
@@ -293,14 +296,21 @@ func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.
 	var out []actuate.LiveAction
 	for _, id := range order {
 		act := byID[id]
-		if !act.happened {
+		la := actuate.LiveAction{Time: act.at, Subject: act.subject, Outcome: act.outcome}
+		if act.happened {
+			// An outcome Event is a claim anyone could have written: the
+			// live pod is checked before its outcome is published, only
+			// for a removal OPS does not know (SeedAndRecover).
+			in := act.in
+			la.Check = &in
+		} else {
 			ok, err := a.Happened(ctx, act.in)
 			if err != nil {
 				return nil, err
 			}
-			act.happened = ok
+			la.Pending = !ok
 		}
-		out = append(out, actuate.LiveAction{Time: act.at, Subject: act.subject, Pending: !act.happened, Outcome: act.outcome})
+		out = append(out, la)
 	}
 	return out, nil
 }

@@ -302,6 +302,9 @@ func TestLiveActionsForged(t *testing.T) {
 			la.Outcome.Type != events.TypeCleanup || la.Outcome.Source != envelope.Source("c1", Service) || la.Outcome.Subject != "apps/"+d.Pod {
 			t.Fatalf("%s: outcome %+v on %s", d.Pod, la.Outcome, la.Subject)
 		}
+		if la.Check == nil || la.Check.UID != "uid-"+d.Pod || la.Check.Namespace != "apps" || la.Check.Name != d.Pod || la.Pending {
+			t.Fatalf("%s: an outcome Event's action must carry its pod to re-read before publishing, got %+v", d.Pod, la.Check)
+		}
 		if d.Severity != events.SeverityInfo || d.Error != "" || d.DryRun || len(d.Message) > maxText {
 			t.Fatalf("%s: rebuilt decision keeps forged fields: %+v", d.Pod, d)
 		}
