@@ -7,6 +7,7 @@ package compact
 import (
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,13 +47,42 @@ func PodTransform(messageLimit int) func(any) (any, error) {
 		if !ok {
 			return obj, nil
 		}
-		s := PodState(p, messageLimit)
+		var blk *podBlock
+		var out *Pod
+		if len(p.Status.InitContainerStatuses)+len(p.Status.ContainerStatuses) <= len(blk.c) {
+			blk = new(podBlock)
+			out = &blk.pod
+		} else {
+			out = new(Pod) // the block's container room would be wasted
+		}
+		s := &out.State
+		podState(s, p, messageLimit, blk)
 		mu.Lock()
-		intern(&s, in)
+		intern(s, in)
 		mu.Unlock()
-		ownStrings(&s)
-		return &Pod{State: s}, nil
+		var own []byte
+		if blk != nil {
+			own = blk.own[:0]
+		}
+		ownStrings(s, own)
+		return out, nil
 	}
+}
+
+// podBlock is a cached pod with room for what it owns besides: two
+// containers (most pods have one or two), their two last-finished times and
+// the pod's own strings (ownStrings), in one allocation of 512 bytes, a size
+// class of its own. The usual pod was five objects (288 + 128 + 2 × 24 + 64
+// bytes, their size classes), each placed among the garbage of the decoded
+// pod, whose spans it kept in use (heap in use after GC at 150,000 pods:
+// docs/watcher.md). A pod with more containers is allocated as before, and
+// so are own strings that do not fit. own, with no pointers, is last, where
+// the collector does not look.
+type podBlock struct {
+	pod Pod
+	c   [2]events.Container
+	t   [2]time.Time
+	own [72]byte
 }
 
 // intern replaces the strings of s that repeat across pods by shared copies.
@@ -72,11 +102,12 @@ func intern(s *events.PodState, in *events.Interner) {
 }
 
 // ownStrings copies the strings of s that are its own (uid, name,
-// resourceVersion, message) into one allocation. They were allocated by the
+// resourceVersion, message) into one allocation: buf when they fit in its
+// capacity, else a new one. They were allocated by the
 // decoding of the full pod, among its other strings, which the transform
 // drops: kept as they are, each pins a span otherwise freed, and at 150,000
 // pods the heap in use held spans of such garbage besides them.
-func ownStrings(s *events.PodState) {
+func ownStrings(s *events.PodState, buf []byte) {
 	fields := [...]*string{&s.UID, &s.Name, &s.ResourceVersion, &s.Message}
 	n := 0
 	for _, f := range fields {
@@ -85,7 +116,10 @@ func ownStrings(s *events.PodState) {
 	if n == 0 {
 		return
 	}
-	buf := make([]byte, 0, n)
+	if cap(buf) < n {
+		buf = make([]byte, 0, n)
+	}
+	buf = buf[:0]
 	for _, f := range fields {
 		buf = append(buf, *f...)
 	}
@@ -111,7 +145,15 @@ func NodeTransform(obj any) (any, error) {
 
 // PodState extracts the compact state of a pod.
 func PodState(p *corev1.Pod, messageLimit int) events.PodState {
-	s := events.PodState{
+	var s events.PodState
+	podState(&s, p, messageLimit, nil)
+	return s
+}
+
+// podState writes the compact state of p into the zero *s, its containers
+// and their times into blk when they fit (blk may be nil).
+func podState(s *events.PodState, p *corev1.Pod, messageLimit int, blk *podBlock) {
+	*s = events.PodState{
 		Op:                         events.OpUpsert,
 		UID:                        string(p.UID),
 		Namespace:                  p.Namespace,
@@ -149,25 +191,41 @@ func PodState(p *corev1.Pod, messageLimit int) events.PodState {
 	// kubectl's RESTARTS counts them too, and a pod stuck in
 	// Init:CrashLoopBackOff restarts nothing but an init container.
 	if n := len(p.Status.InitContainerStatuses) + len(p.Status.ContainerStatuses); n > 0 {
-		s.Containers = make([]events.Container, 0, n)
+		var times []time.Time
+		if blk != nil && n <= len(blk.c) {
+			// Full to its capacity once filled: an append to a copy of the
+			// state reallocates, never writes into the block.
+			s.Containers = blk.c[:0:n]
+			times = blk.t[:0:n]
+		} else {
+			s.Containers = make([]events.Container, 0, n)
+		}
 		sidecars := restartableInitContainers(p)
 		for i := range p.Status.InitContainerStatuses {
 			kind := events.ContainerInit
 			if sidecars[p.Status.InitContainerStatuses[i].Name] {
 				kind = events.ContainerSidecar
 			}
-			s.Containers = append(s.Containers, container(&p.Status.InitContainerStatuses[i], kind))
+			s.Containers = append(s.Containers, container(&p.Status.InitContainerStatuses[i], kind, slot(times, len(s.Containers))))
 		}
 		for i := range p.Status.ContainerStatuses {
-			s.Containers = append(s.Containers, container(&p.Status.ContainerStatuses[i], ""))
+			s.Containers = append(s.Containers, container(&p.Status.ContainerStatuses[i], "", slot(times, len(s.Containers))))
 		}
 	}
-	return s
+}
+
+// slot is &times[i] within its capacity, else nil.
+func slot(times []time.Time, i int) *time.Time {
+	if i < cap(times) {
+		return &times[:cap(times)][i]
+	}
+	return nil
 }
 
 // container is the compact state of one container status; kind is "" for
-// an app container, events.ContainerInit or events.ContainerSidecar.
-func container(cs *corev1.ContainerStatus, kind string) events.Container {
+// an app container, events.ContainerInit or events.ContainerSidecar. Its
+// last-finished time is written to at when at is not nil.
+func container(cs *corev1.ContainerStatus, kind string, at *time.Time) events.Container {
 	c := events.Container{Name: cs.Name, Kind: kind, Restarts: cs.RestartCount}
 	term := cs.LastTerminationState.Terminated
 	if term == nil {
@@ -176,8 +234,11 @@ func container(cs *corev1.ContainerStatus, kind string) events.Container {
 	if term != nil {
 		c.LastReason, c.LastExitCode = term.Reason, term.ExitCode
 		if !term.FinishedAt.IsZero() {
-			t := term.FinishedAt.UTC()
-			c.LastFinished = &t
+			if at == nil {
+				at = new(time.Time)
+			}
+			*at = term.FinishedAt.UTC()
+			c.LastFinished = at
 		}
 	}
 	return c

@@ -270,3 +270,54 @@ func TestPodTransformOwnStringsShareOneAllocation(t *testing.T) {
 		t.Fatal("the name still points into the decoded pod")
 	}
 }
+
+// The transform keeps a pod in one block when its containers and strings fit
+// (podBlock), and otherwise allocates the rest: either way its state is what
+// PodState gives, and a container slice in the block is full, so that an
+// append to a copy of the state never writes into the cached pod.
+func TestPodTransformBlockMatchesPodState(t *testing.T) {
+	finished := metav1.NewTime(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
+	status := func(name string) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: name, RestartCount: 2, LastTerminationState: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137, FinishedAt: finished}}}
+	}
+	for _, tc := range []struct {
+		name       string
+		containers int
+		message    string
+	}{
+		{"no containers", 0, ""},
+		{"one container", 1, "short"},
+		{"two containers", 2, ""},
+		{"three containers", 3, ""},
+		{"own strings past the block", 2, strings.Repeat("m", 200)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-1", UID: "0c1f3b9e-5a7d-4e2b-9c8a-1d2e3f4a5b6c", ResourceVersion: "123456"},
+				Spec:       corev1.PodSpec{NodeName: "node-1"},
+				Status:     corev1.PodStatus{Phase: corev1.PodRunning, Message: tc.message},
+			}
+			for i := range tc.containers {
+				p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, status("c"+string(rune('a'+i))))
+			}
+			want := PodState(p, 256)
+			out, err := PodTransform(256)(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := out.(*Pod).State
+			if !equalJSON(t, got, want) {
+				t.Fatalf("transform %+v, PodState %+v", got, want)
+			}
+			if len(got.Containers) != cap(got.Containers) {
+				t.Fatalf("containers len %d cap %d: an append would write into the cached pod", len(got.Containers), cap(got.Containers))
+			}
+			for i := range got.Containers {
+				if got.Containers[i].LastFinished == nil || !got.Containers[i].LastFinished.Equal(finished.Time) {
+					t.Fatalf("container %d finished at %v", i, got.Containers[i].LastFinished)
+				}
+			}
+		})
+	}
+}
