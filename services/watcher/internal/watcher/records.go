@@ -81,6 +81,19 @@ func (s *records) set(key string, r record) {
 	s.pods[key] = p
 }
 
+// refreshUID points the uid of pod key's record at uid, the same value read
+// from the cached pod now in the informer's store. A cached pod's uid lies in
+// its one-block allocation (compact.PodTransform): a record kept across an
+// update that changed nothing it hashes must not keep the uid of the version
+// it was published from, which would pin that version's whole block (512
+// bytes, its labels map besides) beside the block the cache holds.
+func (s *records) refreshUID(key, uid string) {
+	if p, ok := s.pods[key]; ok && p.uid == uid {
+		p.uid = uid
+		s.pods[key] = p
+	}
+}
+
 func (s *records) del(key string) {
 	if isPodKey(key) {
 		delete(s.pods, key)

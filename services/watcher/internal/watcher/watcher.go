@@ -305,11 +305,14 @@ func (w *Watcher) noteDeleted(key string, obj any) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// A copy: the note outlives the deleted pod's cached block, which its uid
+	// lies in (records.refreshUID).
+	uid := strings.Clone(p.State.UID)
 	if !tomb {
-		w.seenAtDelete[key] = p.State.UID
+		w.seenAtDelete[key] = uid
 	}
 	if p.State.EvictedByAPI() {
-		w.evictedAtDelete[key] = p.State.UID
+		w.evictedAtDelete[key] = uid
 	}
 }
 
@@ -327,7 +330,9 @@ func (w *Watcher) depart(uid, node string, how leftAs, exempt bool) {
 	if w.leaving[uid] {
 		return
 	}
-	w.leaving[uid] = true
+	// A copy: uid may lie in the block of a cached pod that is gone or
+	// replaced (records.refreshUID), and the entry lasts until the ack.
+	w.leaving[strings.Clone(uid)] = true
 	w.onNode[node]--
 	if exempt {
 		w.m.departed.WithLabelValues("exempt").Inc()
@@ -495,6 +500,9 @@ func (w *Watcher) syncPod(key string) error {
 			w.queue().Done(key)
 			return nil
 		}
+		// The record's uid lies in the deleted pod's block (records.refreshUID):
+		// what the tombstone's publish keeps (pending, doubt) holds a copy.
+		prev.uid = strings.Clone(prev.uid)
 		state := events.PodState{Op: events.OpDelete, UID: prev.uid, Namespace: ns, Name: name}
 		departed := ""
 		if prev.node != "" {
@@ -564,6 +572,9 @@ func (w *Watcher) syncPod(key string) error {
 	}
 	rec := record{hash: hashPodRV(&state), uid: state.UID, node: contrib, evicting: evicting, exempt: drainExempt(&state)}
 	if had && !prev.doubt && prev.hash == rec.hash && prev.uid == rec.uid {
+		w.mu.Lock()
+		w.published.refreshUID(key, state.UID)
+		w.mu.Unlock()
 		w.m.unchanged.WithLabelValues("pod").Inc()
 		w.queue().Forget(key)
 		w.queue().Done(key)

@@ -1,0 +1,77 @@
+package watcher
+
+import (
+	"runtime"
+	"testing"
+	"time"
+	"weak"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/opswire/opswire/services/watcher/internal/compact"
+	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/subject"
+)
+
+// cachedPod is a weak pointer to the cached pod of ns/name, the start of its
+// one-block allocation (compact.PodTransform), so it goes nil only when
+// nothing points into the block: not its uid either.
+func (f *fixture) cachedPod(key string) weak.Pointer[compact.Pod] {
+	f.t.Helper()
+	obj, ok, err := f.w.pods.GetIndexer().GetByKey(key)
+	if err != nil || !ok {
+		f.t.Fatalf("%s not cached: %v", key, err)
+	}
+	return weak.Make(obj.(*compact.Pod))
+}
+
+// collected polls, collecting garbage, until the block is freed: a moment
+// after the sync the informer's handlers may still hold it.
+func (f *fixture) collected(what string, p weak.Pointer[compact.Pod]) {
+	f.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		runtime.GC()
+		if p.Value() == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s: the block is still reachable", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRecordsDoNotPinOlderPodBlocks: a record kept across an update that
+// changes nothing published (an annotation, a readiness flip: the common
+// update) must not keep the uid of the version it was published from, which
+// lies in that version's block and would keep the whole block (512 bytes and
+// its labels) alive beside the one the cache holds. After a delete is
+// stored, nothing the watcher keeps may pin the deleted pod's block (what it
+// keeps while the tombstone's publish is unacknowledged or failed holds
+// copies of the uid; this test does not fail those publishes).
+func TestRecordsDoNotPinOlderPodBlocks(t *testing.T) {
+	f := setup(t, func(s *source) {
+		s.nodes = append(s.nodes, s.node("n1"))
+		s.pods = append(s.pods, s.pod("ns", "p1", "n1"))
+	})
+	f.eventually("initial state", func() bool { return f.nodePods("n1") == 1 })
+	older := f.cachedPod("ns/p1")
+
+	cur := f.src.pod("ns", "p1", "n1")
+	cur.Annotations = map[string]string{"edited": "yes"} // not published
+	f.src.podW.Modify(cur)
+	f.eventually("unchanged update counted", func() bool {
+		return testutil.ToFloat64(f.w.m.unchanged.WithLabelValues("pod")) >= 1
+	})
+	f.collected("the block of the version the record was published from", older)
+
+	newer := f.cachedPod("ns/p1")
+	f.src.podW.Delete(cur)
+	f.eventually("tombstone", func() bool {
+		var s events.PodState
+		return f.last(subject.Pod("c", "ns", "p1"), &s) && s.Op == events.OpDelete && s.UID == "uid-ns-p1"
+	})
+	f.eventually("departure recorded", func() bool { return f.nodePods("n1") == 0 })
+	f.collected("the deleted pod's block", newer)
+}
