@@ -317,6 +317,14 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 		}
 		if !la.Pending && la.Check != nil {
 			happened, err := r.Happened(ctx, *la.Check)
+			if errors.Is(err, ErrUnverifiable) {
+				// Permanent for this one record (a name the API cannot
+				// be asked about): refused, so one forged record cannot
+				// hold the recovery back for ever.
+				log.Warn().Err(err).Str("id", id).Str("subject", la.Subject).
+					Msg("action shown by the API cannot be checked against the live object: refused")
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("verify action %s shown by the API: %w", id, err)
 			}
@@ -377,6 +385,20 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 		Int("intentsCompleted", len(complete)).Int("intentsDone", done).Int("intentsPending", pending).Dur("span", span).
 		Msg("rate window seeded from OPS intents and outcomes; missing outcome audits completed")
 	return nil
+}
+
+// ErrUnverifiable wraps a Recovery.Happened error that is permanent for
+// that one record (the object's name or namespace is not one the API could
+// hold, or the API refused the read as a bad request): SeedAndRecover
+// refuses a live action (LiveAction.Check) whose check fails so instead of
+// retrying the whole recovery. Any other error (a timeout, a 5xx, a 403) is
+// transient and fails the recovery attempt, which is retried.
+var ErrUnverifiable = errors.New("actuate: the live object cannot be read for this record")
+
+// Unverifiable reports whether an API error is permanent for the one
+// request that got it (bad request, invalid), not for the API.
+func Unverifiable(err error) bool {
+	return apierrors.IsBadRequest(err) || apierrors.IsInvalid(err)
 }
 
 // ErrIncompleteRecovery: a Recovery needs Happened and Audit.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -298,5 +299,52 @@ func TestJournalNATSDown(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.Intents.WithLabelValues("unjournaled")); got != 1 {
 		t.Fatalf("unjournaled = %v, want 1", got)
+	}
+}
+
+// TestSeedAndRecoverUnverifiable: a live action whose check fails for good
+// (ErrUnverifiable: a name the API cannot be asked about, a bad request) is
+// refused, neither counted nor published, and the recovery completes; one
+// whose check fails otherwise (API down) fails the attempt, which is retried.
+func TestSeedAndRecoverUnverifiable(t *testing.T) {
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	fs, fe := outcome(t, "uid-f", "f")
+	us, ue := outcome(t, "uid-u", "u")
+	fcheck, ucheck := events.Intent{UID: "uid-f"}, events.Intent{UID: "uid-u"}
+	now := time.Now()
+	checks := 0
+	audit := &recorder{}
+	rec := Recovery{Intents: "ops.c.cleanup.intent.>", Outcomes: []string{"ops.c.cleanup.deleted.>"}, Audit: audit,
+		Happened: func(_ context.Context, in events.Intent) (bool, error) {
+			checks++
+			switch {
+			case in.UID == "uid-u":
+				return false, fmt.Errorf("re-read: %w: invalid resource name", ErrUnverifiable)
+			case checks == 1:
+				return false, errors.New("API down")
+			}
+			return true, nil
+		},
+		Live: func(context.Context, time.Time) ([]LiveAction, error) {
+			return []LiveAction{{Time: now, Subject: fs, Outcome: fe, Check: &fcheck}, {Time: now, Subject: us, Outcome: ue, Check: &ucheck}}, nil
+		}}
+	m := NewMetrics(nil)
+	w := NewWindow(10, time.Minute)
+	if err := SeedAndRecover(ctx, js, w, rec, m, zerolog.Nop(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(audit.msgs) != 1 || audit.msgs[0].Subject != fs {
+		t.Fatalf("published %d outcomes, want f's only", len(audit.msgs))
+	}
+	if got := w.Len(time.Now()); got != 1 {
+		t.Fatalf("window holds %d actions, want 1 (f)", got)
+	}
+	if f := testutil.ToFloat64(m.RecoveryFailures); f != 1 {
+		t.Fatalf("recovery failures %v, want 1 (the transient error)", f)
 	}
 }

@@ -3,6 +3,8 @@ package cleanup
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -10,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
@@ -93,7 +96,17 @@ type Actuator struct {
 	// reported holds, per pod UID, the verb/reason decisions already published,
 	// so a skip is published once per pod and reason rather than every tick.
 	reported *actuate.Announced
+
+	// refused holds the UIDs of the removal Events the recovery refused
+	// (LiveActions), so each is logged and counted once, not on every
+	// recovery attempt; bounded by maxRefused.
+	refusedMu sync.Mutex
+	refused   map[types.UID]struct{}
 }
+
+// maxRefused bounds Actuator.refused: past it the set starts over (a flood
+// of forged Events is counted again, never held without bound).
+const maxRefused = 4096
 
 // NewActuator builds the actuator. recorder receives the Kubernetes Events;
 // audit queues the OPS messages (an actuate.Auditor).
@@ -400,6 +413,11 @@ func IntentSubjects(cluster string) string {
 // processing of the pod takes it from there; except for a deletionrequested
 // intent, whose write leaves the pod Terminating (deletionTimestamp set).
 func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error) {
+	if err := podName(in.Namespace, in.Name); err != nil {
+		// client-go refuses such a name before any request: retrying
+		// cannot help.
+		return false, fmt.Errorf("%w: %v", actuate.ErrUnverifiable, err)
+	}
 	live, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Pod, error) {
 		return a.client.CoreV1().Pods(in.Namespace).Get(ctx, in.Name, metav1.GetOptions{})
 	})
@@ -408,6 +426,9 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 	}
 	if err != nil {
 		a.metrics.APIErrors.WithLabelValues("get_pod").Inc()
+		if actuate.Unverifiable(err) {
+			err = fmt.Errorf("%w: %w", actuate.ErrUnverifiable, err)
+		}
 		return false, fmt.Errorf("re-read pod %s/%s of an intent: %w", in.Namespace, in.Name, err)
 	}
 	if string(live.UID) != in.UID {
@@ -416,6 +437,19 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 	// A delete that finalizers hold leaves the same pod, now Terminating:
 	// that is the deletionrequested outcome.
 	return in.Action == VerbDeletionRequested && live.DeletionTimestamp != nil, nil
+}
+
+// podName checks that namespace/name can be a pod's: a namespace is a
+// DNS-1123 label, a pod name a DNS-1123 subdomain (what the API server
+// validates a pod against, and what client-go can put in a URL).
+func podName(namespace, name string) error {
+	if msgs := validation.IsDNS1123Label(namespace); len(msgs) > 0 {
+		return fmt.Errorf("namespace %q is not a namespace name: %s", namespace, strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return fmt.Errorf("%q is not a pod name: %s", name, strings.Join(msgs, "; "))
+	}
+	return nil
 }
 
 func (a *Actuator) event(pod *events.PodState, verb string, d Decision, errMsg string, ann map[string]string) {

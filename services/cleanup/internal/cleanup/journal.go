@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/envelope"
@@ -120,6 +121,7 @@ type liveAction struct {
 	subject  string
 	outcome  envelope.Event
 	happened bool
+	event    *corev1.Event // the Event whose time counts
 }
 
 // readRemovalEvent checks a removal Event and rebuilds its outcome audit
@@ -141,6 +143,11 @@ func (a *Actuator) readRemovalEvent(ev *corev1.Event, now time.Time) (*liveActio
 	if verb == "" || ev.Source.Component != EventSource || obj.Kind != "Pod" || obj.UID == "" || obj.Name == "" ||
 		obj.Namespace != ev.Namespace {
 		return nil, fmt.Errorf("%w: not a removal Event of a pod in its own namespace", errForged)
+	}
+	if err := podName(obj.Namespace, obj.Name); err != nil {
+		// The API server does not validate an Event's involvedObject; a
+		// name no pod can have would fail every re-read (Happened).
+		return nil, fmt.Errorf("%w: %v", errForged, err)
 	}
 	at, err := time.Parse(time.RFC3339Nano, ev.Annotations[AnnotationActionTime])
 	if err != nil {
@@ -206,6 +213,32 @@ func (a *Actuator) readRemovalEvent(ev *corev1.Event, now time.Time) (*liveActio
 		in: events.Intent{Actor: Service, Action: verb, Kind: "Pod", Namespace: ns, Name: name, UID: uid}}, nil
 }
 
+// refuse logs and counts (opswire_cleanup_recovery_events_rejected_total) a
+// removal Event the recovery refused, once per Event: a retried recovery
+// lists it again.
+func (a *Actuator) refuse(ev *corev1.Event, err error) {
+	a.refusedMu.Lock()
+	_, seen := a.refused[ev.UID]
+	if !seen && ev.UID != "" {
+		if a.refused == nil || len(a.refused) >= maxRefused {
+			a.refused = map[types.UID]struct{}{}
+		}
+		a.refused[ev.UID] = struct{}{}
+	}
+	a.refusedMu.Unlock()
+	if seen {
+		return
+	}
+	why := "invalid"
+	if errors.Is(err, errForged) {
+		why = "forged"
+	}
+	a.metrics.RecoveryRejected.WithLabelValues(why).Inc()
+	a.log.Warn().Err(err).Str("event", ev.Namespace+"/"+ev.Name).Str("reason", ev.Reason).
+		Str("reportingController", ev.ReportingController).Str("host", ev.Source.Host).
+		Msg("removal Event refused by the recovery (not counted, nothing published)")
+}
+
 func bound(s string) string {
 	if len(s) > maxText {
 		return strings.ToValidUTF8(s[:maxText], "")
@@ -233,10 +266,16 @@ func bound(s string) string {
 // not authenticated (anyone who may create Events in a namespace can write
 // one under opswire-cleanup's name): each is checked and its outcome
 // rebuilt by readRemovalEvent, never replayed from its annotations; a
-// refused one is logged and counted (opswire_cleanup_recovery_events_rejected_total).
+// refused one is logged and counted once (refuse,
+// opswire_cleanup_recovery_events_rejected_total), and so is one whose pod
+// re-read fails for good (actuate.ErrUnverifiable) rather than failing the
+// recovery; of several Events of one action, the latest supplies its time
+// and outcome.
 // An outcome Event's action carries its intent as Check: SeedAndRecover
 // re-reads the pod (Happened) before publishing one OPS does not know, so a
-// forged "deleted" of a pod still there is only counted, never published.
+// forged "deleted" of a pod still there with that UID is only counted, never
+// published (a made-up UID reads as the pod replaced: docs/cleanup.md's
+// residual).
 // An Event without the annotations (written by an older version) is left out.
 func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.LiveAction, error) {
 	sel := fields.AndSelectors(fields.OneTermEqualSelector("source", EventSource),
@@ -268,16 +307,10 @@ func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.
 		}
 		la, err := a.readRemovalEvent(ev, now)
 		if err != nil {
-			why := "invalid"
-			if errors.Is(err, errForged) {
-				why = "forged"
-			}
-			a.metrics.RecoveryRejected.WithLabelValues(why).Inc()
-			a.log.Warn().Err(err).Str("event", ev.Namespace+"/"+ev.Name).Str("reason", ev.Reason).
-				Str("reportingController", ev.ReportingController).Str("host", ev.Source.Host).
-				Msg("removal Event refused by the recovery (not counted, nothing published)")
+			a.refuse(ev, err)
 			continue
 		}
+		la.event = ev
 		if la.at.Before(since) {
 			continue
 		}
@@ -289,7 +322,8 @@ func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.
 			continue
 		}
 		if la.at.After(act.at) {
-			act.at = la.at
+			// The outcome is the one of the Event whose time counts.
+			act.at, act.outcome, act.event = la.at, la.outcome, la.event
 		}
 		act.happened = act.happened || la.happened
 	}
@@ -305,6 +339,10 @@ func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.
 			la.Check = &in
 		} else {
 			ok, err := a.Happened(ctx, act.in)
+			if errors.Is(err, actuate.ErrUnverifiable) {
+				a.refuse(act.event, fmt.Errorf("%w: %w", errInvalid, err))
+				continue
+			}
 			if err != nil {
 				return nil, err
 			}

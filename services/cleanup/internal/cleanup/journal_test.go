@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -271,6 +272,18 @@ func TestLiveActionsForged(t *testing.T) {
 	refused["event namespace"] = journalEv(t, EventDeleted, "f12", "uid-f12", t0)
 	refused["event namespace"].Namespace = "tenant"
 	refused["future time"].CreationTimestamp = metav1.NewTime(t0)
+	// Names no pod can have, which client-go refuses to put in a URL (the
+	// API server does not validate an Event's involvedObject): a re-read
+	// would fail on every attempt.
+	for i, name := range []string{"x/y", "a%b", ".", "..", "UPPER", strings.Repeat("n", 254)} {
+		refused["pod name "+name] = journalEv(t, EventIntent, name, "uid-n"+strconv.Itoa(i), t0)
+	}
+	badNS := journalEv(t, EventDeleted, "f13", "uid-f13", t0)
+	badNS.Namespace, badNS.InvolvedObject.Namespace = "a.b", "a.b"
+	refused["namespace a.b"] = badNS
+	for k, e := range refused {
+		e.UID = types.UID("event-" + k)
+	}
 
 	residual := ev("r1", func(_ *events.Intent, d *events.CleanupDecision) {
 		d.Severity, d.Error, d.DryRun, d.Message = events.SeverityCritical, "forged error", true, strings.Repeat("x", 5000)
@@ -292,6 +305,13 @@ func TestLiveActionsForged(t *testing.T) {
 	}
 	if len(got) != 2 {
 		t.Fatalf("%d live actions %+v, want the two self-consistent ones (r1, r2)", len(got), got)
+	}
+	// A retried recovery lists them again: each refused Event is counted once.
+	if _, err := r.act.LiveActions(context.Background(), since); err != nil {
+		t.Fatal(err)
+	}
+	if forged := testutil.ToFloat64(r.metrics.RecoveryRejected.WithLabelValues("forged")); forged != float64(len(refused)-1) {
+		t.Fatalf("refused Events counted again on a second listing: forged %v, want %d", forged, len(refused)-1)
 	}
 	for _, la := range got {
 		var d events.CleanupDecision
@@ -338,6 +358,13 @@ func TestLiveActionsRetry(t *testing.T) {
 		}
 		if len(las) != 1 || !las[0].Time.Equal(t0.Add(-5*time.Second)) || las[0].Pending {
 			t.Fatalf("live actions %+v, want one at t0-5s, happened", las)
+		}
+		var d events.CleanupDecision
+		if err := json.Unmarshal(las[0].Outcome.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		if !las[0].Outcome.Time.Equal(las[0].Time) || !d.Time.Equal(las[0].Time) {
+			t.Fatalf("outcome at %v (decision %v), want the counted Event's time %v", las[0].Outcome.Time, d.Time, las[0].Time)
 		}
 	}
 }

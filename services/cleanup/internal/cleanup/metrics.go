@@ -23,9 +23,10 @@ type Metrics struct {
 	JournalEvents prometheus.Counter
 	// RecoveryRejected counts removal Events a new leader refused to read
 	// (LiveActions), by why: forged (the decision names another pod than
-	// the Event's involvedObject, or a verb the Event's reason does not
-	// carry) or invalid (unreadable annotations, an action time in the
-	// future or after the Event was created).
+	// the Event's involvedObject, a verb the Event's reason does not carry,
+	// or a name no pod can have) or invalid (unreadable annotations, an
+	// action time in the future, a pod re-read the API refuses as a bad
+	// request); each Event once.
 	RecoveryRejected *prometheus.CounterVec
 }
 
