@@ -280,6 +280,15 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 			continue
 		}
 		happened, err := r.Happened(ctx, oi.in)
+		if errors.Is(err, ErrUnverifiable) {
+			// Only the actor can store its intents, but one that names an
+			// object the API cannot be asked about must not hold the
+			// recovery back for ever: it counts (its write may have
+			// happened) and is not published.
+			log.Warn().Err(err).Str("id", id).Msg("intent cannot be checked against the live object: counted as pending, not published")
+			pending++
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("verify intent %s: %w", id, err)
 		}

@@ -348,3 +348,37 @@ func TestSeedAndRecoverUnverifiable(t *testing.T) {
 		t.Fatalf("recovery failures %v, want 1 (the transient error)", f)
 	}
 }
+
+// TestSeedAndRecoverUnverifiableIntent: an OPS intent whose object the API
+// cannot be asked about (ErrUnverifiable) does not hold the recovery back:
+// it counts in the window as pending and nothing is published for it, while
+// the other intent is verified and audited as usual.
+func TestSeedAndRecoverUnverifiableIntent(t *testing.T) {
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	j := NewJournal(js, time.Second, nil, zerolog.Nop())
+	journal(t, j, "uid-a", "a")
+	journal(t, j, "uid-u", "u")
+	audit := &recorder{}
+	rec := Recovery{Intents: "ops.c.cleanup.intent.>", Outcomes: []string{"ops.c.cleanup.deleted.>"}, Audit: audit,
+		Happened: func(_ context.Context, in events.Intent) (bool, error) {
+			if in.UID == "uid-u" {
+				return false, fmt.Errorf("re-read: %w: invalid resource name", ErrUnverifiable)
+			}
+			return true, nil
+		}}
+	w := NewWindow(10, time.Minute)
+	if err := SeedAndRecover(ctx, js, w, rec, nil, zerolog.Nop(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(audit.msgs) != 1 || audit.msgs[0].Subject != "ops.c.cleanup.deleted.ns.a" {
+		t.Fatalf("published %d outcomes, want a's only", len(audit.msgs))
+	}
+	if got := w.Len(time.Now()); got != 2 {
+		t.Fatalf("window holds %d actions, want 2 (a, and u as pending)", got)
+	}
+}
