@@ -245,6 +245,10 @@ func TestNotifierDeadLetterStreamOutageAndReplay(t *testing.T) {
 	p2 := harness.StartService(t, "notifier", harness.ServiceOptions{Config: s.cfg, NATSURL: s.n.URL, ID: "notifier-fixed", Env: s.env})
 	p2.WaitReady(t, 30*time.Second)
 	harness.Eventually(t, 20*time.Second, "the fixed notifier active", func() bool { return p2.Metric("opswire_notifier_active") == 1 })
+	// "notifier running" is logged once the replay subjects are subscribed
+	// (the active gauge turns 1 when the lease is taken, before that: a
+	// request in between had no responders once in CI).
+	harness.Eventually(t, 20*time.Second, "the fixed notifier running", func() bool { return strings.Contains(p2.Logs(), `"message":"notifier running"`) })
 	replay := func() []map[string]any {
 		m, err := s.n.Conn.Request("ctl."+notifierCluster+".notifier.replay", []byte(`{"receiver":"ops-feishu"}`), 60*time.Second)
 		if err != nil {

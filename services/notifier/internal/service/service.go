@@ -269,6 +269,12 @@ func (a *active) run(ctx context.Context) error {
 		}
 		subs = append(subs, sub)
 	}
+	// "notifier running" means a replay request is answered: the
+	// subscriptions have reached the server (a NATS outage only delays it;
+	// the subscriptions are resent on reconnect).
+	if err := a.nc.FlushTimeout(5 * time.Second); err != nil {
+		rt.Log.Warn().Err(err).Msg("replay subscriptions not confirmed by the server yet")
+	}
 	ev := rt.Log.Info().Int("receivers", len(a.receivers)).Strs("replay", replaySubjects).Str("stream", n.Stream).
 		Strs("filter", OpsFilters(rt.Cluster, n))
 	if n.Fleet() {
