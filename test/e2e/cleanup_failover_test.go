@@ -27,6 +27,24 @@ func acceptedPodDeletes(px *harness.APIProxy) map[string][]time.Time {
 	return out
 }
 
+// deletedOnceEach fails unless each of total pods had exactly one accepted
+// DELETE at the proxy, and returns those DELETEs' times, earliest first.
+func deletedOnceEach(t *testing.T, px *harness.APIProxy, total int) []time.Time {
+	t.Helper()
+	var times []time.Time
+	for pod, ts := range acceptedPodDeletes(px) {
+		if len(ts) != 1 {
+			t.Fatalf("%s: %d successful DELETEs, want 1", pod, len(ts))
+		}
+		times = append(times, ts[0])
+	}
+	if len(times) != total {
+		t.Fatalf("%d pods deleted through the API, want %d", len(times), total)
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	return times
+}
+
 // acceptedPodDelete: DELETE /api/v1/namespaces/<ns>/pods/<name>, answered 2xx.
 func acceptedPodDelete(r harness.APIRequest) bool {
 	parts := strings.Split(strings.Trim(r.Path, "/"), "/")
@@ -145,17 +163,7 @@ func TestCleanupFailover(t *testing.T) {
 	// actor reserves its slot before its re-read GET, so a tolerance covers
 	// that GET's latency on a loaded machine; a window the new leader did not
 	// seed would put 20 DELETEs within seconds of the old leader's).
-	var times []time.Time
-	for pod, ts := range acceptedPodDeletes(proxy) {
-		if len(ts) != 1 {
-			t.Fatalf("%s: %d successful DELETEs, want 1", pod, len(ts))
-		}
-		times = append(times, ts[0])
-	}
-	if len(times) != total {
-		t.Fatalf("%d pods deleted through the API, want %d", len(times), total)
-	}
-	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	times := deletedOnceEach(t, proxy, total)
 	const slack = 500 * time.Millisecond
 	for i := 0; i+perWindow < len(times); i++ {
 		if gap := times[i+perWindow].Sub(times[i]); gap < window-slack {

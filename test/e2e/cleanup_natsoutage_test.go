@@ -185,17 +185,7 @@ func TestCleanupRateLimitNATSOutageFailover(t *testing.T) {
 	// deletion (its slot precedes its DELETE by the 1 s intent timeout and
 	// more; a generous 5 s, as a new leader that did not count the outage
 	// deletions deletes within about 5 s of them).
-	var times []time.Time
-	for pod, ts := range acceptedPodDeletes(proxy) {
-		if len(ts) != 1 {
-			t.Fatalf("%s: %d successful DELETEs, want 1", pod, len(ts))
-		}
-		times = append(times, ts[0])
-	}
-	if len(times) != total {
-		t.Fatalf("%d pods deleted through the API, want %d", len(times), total)
-	}
-	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	times := deletedOnceEach(t, proxy, total)
 	for i := 0; i+perWindow < len(times); i++ {
 		if gap := times[i+perWindow].Sub(times[i]); gap < window-5*time.Second {
 			t.Errorf("DELETEs %d and %d only %v apart: more than %d in a %v window across the failover", i, i+perWindow, gap, perWindow, window)
