@@ -126,7 +126,18 @@ func register[T prometheus.Collector](reg prometheus.Registerer, c T) T {
 	panic(err)
 }
 
-// Run consumes until ctx ends. It recreates the consumer if the server loses it.
+// orderedResetAttempts is how often nats.go's ordered consumer may try to
+// create its next consumer (after a reconnect, a gap or a lost consumer)
+// before the mirror is told. nats.go retries with the same consumer name for
+// ever by default, and a name the server cannot serve stays unservable: after
+// a NATS node is SIGKILLed, the meta leader may place that R1 consumer on the
+// dead node (not yet known offline), and every retry then waits for that node
+// to come back. One attempt, then Run builds a consumer of a new name, which
+// the server places on a live node.
+const orderedResetAttempts = 1
+
+// Run consumes until ctx ends. It recreates the consumer if the server loses
+// it, or nats.go cannot replace it, resuming after the last message applied.
 func (m *Mirror) Run(ctx context.Context) error {
 	filters := make([]string, len(m.kinds))
 	for i, k := range m.kinds {
@@ -147,10 +158,19 @@ func (m *Mirror) Run(ctx context.Context) error {
 }
 
 func (m *Mirror) consume(ctx context.Context, filters []string) error {
-	cons, err := m.js.OrderedConsumer(ctx, subject.KubeStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: filters,
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-	})
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects:   filters,
+		DeliverPolicy:    jetstream.DeliverLastPerSubjectPolicy,
+		MaxResetAttempts: orderedResetAttempts,
+	}
+	if seq := m.applied.Load(); seq > 0 {
+		// A replacement resumes where the last one stopped, as nats.go's
+		// own reset does: every message after the last applied one, in
+		// order (a superset of the last states, so nothing is missed), and
+		// no reload, which would keep pods whose tombstones expired meanwhile.
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
+	}
+	cons, err := m.js.OrderedConsumer(ctx, subject.KubeStream, cfg)
 	if err != nil {
 		return fmt.Errorf("ordered consumer on KUBE: %w", err)
 	}
@@ -168,7 +188,15 @@ func (m *Mirror) consume(ctx context.Context, filters []string) error {
 	if err != nil {
 		return fmt.Errorf("consume KUBE: %w", err)
 	}
-	go func() { <-ctx.Done(); it.Stop() }()
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-stopped:
+		}
+		it.Stop()
+	}()
 
 	// Two stages: this goroutine decodes and applies, in stream order (so
 	// handlers see every object's states in order), while another takes

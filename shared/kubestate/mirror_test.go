@@ -3,7 +3,9 @@ package kubestate
 import (
 	"context"
 	"fmt"
+	"maps"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -164,5 +166,64 @@ func TestReplacedPodIsFreed(t *testing.T) {
 			t.Fatal("the replaced pod is still alive")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestMirrorReplacesAConsumerNATSCannotRecreate holds the fault seen after a
+// NATS node was SIGKILLed: nats.go's ordered consumer retries its next
+// consumer under one name for ever, and the server cannot serve that name
+// (there, placed on the dead node). Here the name is taken by a consumer the
+// ordered one cannot be updated to. The mirror must notice, replace the
+// consumer under a new name and resume after the last message it applied,
+// without reloading the state.
+func TestMirrorReplacesAConsumerNATSCannotRecreate(t *testing.T) {
+	ctx, js := withStreams(t)
+	publish(t, js, subject.Pod("c", "ns", "p0"), "pod/u0/1", events.TypePod, events.PodState{UID: "u0", Namespace: "ns", Name: "p0", Phase: "Running"})
+	publish(t, js, subject.Pod("c", "ns", "p1"), "pod/u1/1", events.TypePod, events.PodState{UID: "u1", Namespace: "ns", Name: "p1", Phase: "Running"})
+
+	var mu sync.Mutex
+	seen := map[string]int{}
+	m := New(js, "c", zerolog.Nop(), nil, Handlers{OnPod: func(_, cur *events.PodState) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[cur.Name]++
+	}}, subject.KindPod)
+	go m.Run(ctx)
+	if err := m.WaitSynced(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, subject.KubeStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := st.ConsumerNames(ctx)
+	var first string
+	for n := range names.Name() {
+		first = n
+	}
+	if names.Err() != nil || !strings.HasSuffix(first, "_1") {
+		t.Fatalf("mirror's consumer %q (%v): want the ordered consumer's first", first, names.Err())
+	}
+	// The name nats.go's reset will ask for, taken by a consumer it cannot
+	// be updated to (another ack policy).
+	next := strings.TrimSuffix(first, "_1") + "_2"
+	if _, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Name: next, AckPolicy: jetstream.AckExplicitPolicy,
+		InactiveThreshold: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteConsumer(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, js, subject.Pod("c", "ns", "p1"), "pod/u1/2", events.TypePod, events.PodState{UID: "u1", Namespace: "ns", Name: "p1", Phase: "Succeeded"})
+	publish(t, js, subject.Pod("c", "ns", "p2"), "pod/u2/1", events.TypePod, events.PodState{UID: "u2", Namespace: "ns", Name: "p2", Phase: "Running"})
+	eventually(t, "the changes after the lost consumer", func() bool {
+		p1, _ := m.Pod("ns", "p1")
+		_, ok := m.Pod("ns", "p2")
+		return ok && p1.Phase == "Succeeded"
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if want := map[string]int{"p0": 1, "p1": 2, "p2": 1}; !maps.Equal(seen, want) {
+		t.Fatalf("handler calls per pod %v, want %v (resumed, not reloaded)", seen, want)
 	}
 }

@@ -95,8 +95,17 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	return rt.Elector(client).Run(ctx, func(ctx context.Context) error {
 		seedStart := time.Now()
 		seed, err := LoadSeed(ctx, js, rt.Cluster)
-		if err != nil {
-			return err
+		for backoff := time.Second; err != nil; backoff = min(2*backoff, 10*time.Second) {
+			// KUBE is unreachable for now (a NATS node lost, a stream
+			// electing its leader): this term publishes nothing until it
+			// knows what KUBE holds, and tries again with a new consumer.
+			rt.Log.Warn().Err(err).Dur("retryIn", backoff).Msg("cannot load the stored state from KUBE; retrying")
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			seed, err = LoadSeed(ctx, js, rt.Cluster)
 		}
 		rt.Log.Info().Int("objects", len(seed)).Dur("took", time.Since(seedStart)).Msg("loaded stored state from KUBE")
 		return w.Run(ctx, seed)

@@ -15,11 +15,16 @@ import (
 // LoadSeed reads the last stored state of every object of the cluster from
 // KUBE and returns what the watcher needs to compare against. Tombstones and
 // undecodable messages are left out (the object is then treated as unknown and
-// republished if it exists).
+// republished if it exists). It fails rather than wait when KUBE cannot be
+// read; the caller retries.
 func LoadSeed(ctx context.Context, js jetstream.JetStream, cluster string) (map[string]record, error) {
 	cons, err := js.OrderedConsumer(ctx, subject.KubeStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subject.Kube(cluster)},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		// One attempt at each replacement consumer, then an error: the caller
+		// retries with a new consumer name (kubestate.orderedResetAttempts
+		// says why nats.go's endless retry under one name can stall).
+		MaxResetAttempts: 1,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read KUBE: %w", err)
