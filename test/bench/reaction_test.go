@@ -112,11 +112,13 @@ func BenchmarkReaction5000(b *testing.B) {
 	obs.run(ctx, b, c)
 
 	actorKubeconfig := counter.Kubeconfig(b, cp)
-	var cordonProc *harness.Process
+	var cordonProc, cleanupProc *harness.Process
 	for _, s := range []string{"cordon", "cleanup"} {
 		p := harness.StartService(b, s, harness.ServiceOptions{Config: cfg, Kubeconfig: actorKubeconfig, NATSURL: n.URL, ID: s + "-a"})
 		if s == "cordon" {
 			cordonProc = p
+		} else {
+			cleanupProc = p
 		}
 		p.WaitReady(b, time.Minute)
 		harness.Eventually(b, time.Minute, s+" holds its Lease", func() bool { return leaseHolder(c, "opswire-"+s) == s+"-a" })
@@ -275,6 +277,17 @@ func BenchmarkReaction5000(b *testing.B) {
 		b.ReportMetric(float64(sum(all, func(r request) bool { return r.Agent == agent && (r.Verb == "LIST" || r.Verb == "WATCH") })), short+"-list+watch")
 		b.Logf("API requests of %s over the whole run: %s", agent, describe(all, agent))
 	}
+	// opswire-cleanup reads pods and nodes only from the KUBE mirror; its one
+	// LIST by design is the recovery's read of its own Events, once per
+	// leadership term (first pages: a large list is paged).
+	recoveryList := func(r request) bool {
+		return r.Agent == "opswire-cleanup" && r.Verb == "LIST" && r.Resource == "events"
+	}
+	b.ReportMetric(float64(sum(all, func(r request) bool {
+		return r.Agent == "opswire-cleanup" && (r.Verb == "LIST" || r.Verb == "WATCH") && !recoveryList(r)
+	})), "cleanup-other-list+watch")
+	b.ReportMetric(float64(sum(all, recoveryList)-sum(counter.snapshotContinued(), recoveryList)), "cleanup-events-lists")
+	b.ReportMetric(float64(strings.Count(cleanupProc.Logs(), `"message":"became leader"`)), "cleanup-terms")
 	b.Logf("cordon phase (%d cordons + %d uncordons): %s", reactionSamples, reactionSamples, describeCached(cordonPhase, cordonCached, "opswire-cordon"))
 	b.Logf("cleanup phase (%d deletions): %s", reactionSamples, describe(cleanupPhase, "opswire-cleanup"))
 	var lat []string

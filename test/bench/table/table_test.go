@@ -128,3 +128,42 @@ func TestCordonRequestsRow(t *testing.T) {
 		})
 	}
 }
+
+// TestCleanupAPIRows: cleanup's by-design LIST (the recovery's read of its
+// own Events, once per leadership term) is judged against the terms, and
+// every other LIST or WATCH against 0; its requests per deletion are judged
+// unrounded.
+func TestCleanupAPIRows(t *testing.T) {
+	const other, lists, perAction = "4 LIST + WATCH by opswire-cleanup beyond", "4 Events LISTs by opswire-cleanup's recovery", "4 API requests per cleanup action"
+	for _, tc := range []struct {
+		name, metrics                   string
+		other, lists, perAction         Verdict
+		listsValue, listsFloor, reqText string
+	}{
+		{"as designed", "3 cleanup-req/action	0 cleanup-other-list+watch	1 cleanup-events-lists	1 cleanup-terms", Met, Met, Met, "1", "1", "3.00"},
+		{"two terms", "3 cleanup-req/action	0 cleanup-other-list+watch	2 cleanup-events-lists	2 cleanup-terms", Met, Met, Met, "2", "2", "3.00"},
+		{"a recovery LISTed twice, a pod WATCH", "3.004 cleanup-req/action	1 cleanup-other-list+watch	2 cleanup-events-lists	1 cleanup-terms",
+			Missed, Missed, Missed, "2", "1", "3.004"},
+		{"terms unknown", "3 cleanup-req/action	0 cleanup-other-list+watch	1 cleanup-events-lists", Met, NotMeasured, Met, "1", "not measured", "3.00"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := map[string]Row{}
+			for _, r := range Rows(Parse(strings.NewReader("BenchmarkReaction5000-2   	       1	32366096065 ns/op	" + tc.metrics + "\n"))) {
+				for _, prefix := range []string{other, lists, perAction} {
+					if strings.HasPrefix(r.Figure, prefix) {
+						rows[prefix] = r
+					}
+				}
+			}
+			if r := rows[other]; r.Verdict != tc.other {
+				t.Errorf("other LIST+WATCH row %+v, want %v", r, tc.other)
+			}
+			if r := rows[lists]; r.Verdict != tc.lists || r.Value != tc.listsValue || r.Floor != tc.listsFloor {
+				t.Errorf("Events LIST row %+v, want %v, value %s, floor %s", r, tc.lists, tc.listsValue, tc.listsFloor)
+			}
+			if r := rows[perAction]; r.Verdict != tc.perAction || r.Value != tc.reqText {
+				t.Errorf("per-action row %+v, want %v, %s", r, tc.perAction, tc.reqText)
+			}
+		})
+	}
+}

@@ -97,6 +97,13 @@ type Actuator struct {
 	// so a skip is published once per pod and reason rather than every tick.
 	reported *actuate.Announced
 
+	// removed holds the UIDs of pods this leader saw leave the API server
+	// (its own removal, or a re-read that found the pod gone), so that the
+	// mirror's late messages about them (above all the API server's deletion
+	// update of the pod this very actuator just removed) are dropped without
+	// a re-read that could only answer 404.
+	removed *removedUIDs
+
 	// refused holds the UIDs of the removal Events the recovery refused
 	// (LiveActions), so each is logged and counted once, not on every
 	// recovery attempt; bounded by maxRefused.
@@ -121,16 +128,26 @@ func NewActuator(client kubernetes.Interface, audit actuate.Audit, recorder reco
 		cfg.APITimeout = actuate.DefaultAPITimeout
 	}
 	return &Actuator{client: client, audit: audit, recorder: recorder, metrics: m, log: log, cfg: cfg,
-		reported: actuate.NewAnnounced()}
+		reported: actuate.NewAnnounced(), removed: newRemovedUIDs(removedTTL)}
 }
 
 // Forget drops what was remembered about a pod that left the cluster.
-func (a *Actuator) Forget(uid string) { a.reported.Reset(uid) }
+func (a *Actuator) Forget(uid string) {
+	a.reported.Reset(uid)
+	a.removed.forget(uid)
+}
 
 // Handle carries out a Skip, Delete or ForceDelete decision on a mirrored
 // pod, made on the facts f; the live re-check decides again on the live pod
-// and node, with f's node count.
+// and node, with f's node count. A pod this leader already saw leave the API
+// server (removedUIDs) is not looked at again: the mirror is behind, and a
+// re-read could only answer 404.
 func (a *Actuator) Handle(ctx context.Context, pod *events.PodState, d Decision, f Facts) (Outcome, error) {
+	if a.removed.has(pod.UID, a.cfg.WindowNow()) {
+		a.log.Debug().Str("pod", pod.Namespace+"/"+pod.Name).Str("uid", pod.UID).Stringer("action", d.Action).
+			Msg("pod already gone from the API server; the mirror is behind")
+		return Outcome{}, nil
+	}
 	switch d.Action {
 	case Skip:
 		a.reportOnce(pod, d, VerbSkipped, "")
@@ -199,6 +216,7 @@ func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Po
 	})
 	if apierrors.IsNotFound(err) {
 		a.metrics.Rechecks.WithLabelValues("gone").Inc()
+		a.removed.add(pod.UID, a.cfg.WindowNow())
 		return nil, nil, nil
 	}
 	if err != nil {
@@ -207,6 +225,7 @@ func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Po
 	}
 	if string(live.UID) != pod.UID {
 		a.metrics.Rechecks.WithLabelValues("recreated").Inc()
+		a.removed.add(pod.UID, a.cfg.WindowNow())
 		a.log.Info().Str("pod", pod.Namespace+"/"+pod.Name).Str("uid", pod.UID).Str("liveUID", string(live.UID)).
 			Msg("pod was recreated under the same name; not touching it")
 		return nil, nil, nil
@@ -273,6 +292,11 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 		}
 	}
 	done := func(how string) (Outcome, error) {
+		if verb != VerbDeletionRequested {
+			// The pod is gone (a deletion requested leaves it Terminating,
+			// and its later states are decided on again).
+			a.removed.add(string(uid), a.cfg.WindowNow())
+		}
 		a.log.Info().Str("pod", live.Namespace+"/"+live.Name).Str("uid", string(uid)).Str("verb", verb).
 			Str("reason", d.Reason).Str("how", how).Msg(d.Message)
 		a.emitAnnotated(state, d, verb, "", outSubj, outEv, encErr, ann)
@@ -338,6 +362,7 @@ func (a *Actuator) writeFailed(state *events.PodState, d Decision, op string, er
 	case apierrors.IsNotFound(err):
 		release()
 		a.metrics.Rechecks.WithLabelValues("gone").Inc()
+		a.removed.add(state.UID, a.cfg.WindowNow())
 		return true, Outcome{}, nil
 	case apierrors.IsConflict(err):
 		release()
