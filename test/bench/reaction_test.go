@@ -170,20 +170,25 @@ func BenchmarkReaction5000(b *testing.B) {
 	// action's Event (it does so asynchronously): the counts are taken once
 	// every request of opswire-cordon has been answered and every accepted
 	// patch's Event has reached the proxy, so the window holds whole actions.
-	settled := func() (inFlight, events, accepted int) {
+	// settled is that state for one actor: its requests in flight, and its
+	// Event requests and accepted writes since a phase began.
+	settled := func(agent string, write request, since, acceptedSince map[request]int) (inFlight, events, accepted int) {
 		counts, answered, acc := counter.snapshot(), counter.snapshotAnswered(), counter.snapshotAccepted()
 		for k, v := range counts {
-			if k.Agent == "opswire-cordon" && k.Verb != "WATCH" && k.Resource != "leases" {
+			if k.Agent == agent && k.Verb != "WATCH" && k.Resource != "leases" {
 				inFlight += v - answered[k]
 			}
 		}
-		events = sum(delta(counts, before), func(r request) bool { return r.Agent == "opswire-cordon" && r.Resource == "events" })
-		return inFlight, events, delta(acc, acceptedBefore)[request{"opswire-cordon", "PATCH", "nodes"}]
+		events = sum(delta(counts, since), func(r request) bool { return r.Agent == agent && r.Resource == "events" })
+		return inFlight, events, delta(acc, acceptedSince)[write]
 	}
-	if !pollUntil(30*time.Second, func() bool { f, e, a := settled(); return f == 0 && e >= a }) {
-		f, e, a := settled()
-		b.Logf("the cordon phase did not settle within 30 s: %d requests in flight, %d Event requests for %d accepted patches", f, e, a)
+	settle := func(phase, agent string, write request, since, acceptedSince map[request]int) {
+		if !pollUntil(30*time.Second, func() bool { f, e, a := settled(agent, write, since, acceptedSince); return f == 0 && e >= a }) {
+			f, e, a := settled(agent, write, since, acceptedSince)
+			b.Logf("the %s phase did not settle within 30 s: %d requests in flight, %d Event requests for %d accepted writes", phase, f, e, a)
+		}
 	}
+	settle("cordon", "opswire-cordon", request{"opswire-cordon", "PATCH", "nodes"}, before, acceptedBefore)
 	afterCordon, cachedAfterCordon := counter.snapshot(), counter.snapshotCached()
 	acceptedAfterCordon, continuedAfterCordon := counter.snapshotAccepted(), counter.snapshotContinued()
 	logActorSteps(b, cordonProc.LogPath, traced)
@@ -212,6 +217,9 @@ func BenchmarkReaction5000(b *testing.B) {
 		}
 		cleanup = append(cleanup, d)
 	}
+	// The same for cleanup: each deletion's Event, sent asynchronously, is
+	// counted in the phase it belongs to.
+	settle("cleanup", "opswire-cleanup", request{"opswire-cleanup", "DELETE", "pods"}, afterCordon, acceptedAfterCordon)
 	afterCleanup := counter.snapshot()
 
 	// Figure 2 on the real API server: every remaining pod's container
