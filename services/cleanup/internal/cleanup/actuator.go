@@ -144,6 +144,7 @@ func (a *Actuator) Forget(uid string) {
 // re-read could only answer 404.
 func (a *Actuator) Handle(ctx context.Context, pod *events.PodState, d Decision, f Facts) (Outcome, error) {
 	if a.removed.has(pod.UID, a.cfg.WindowNow()) {
+		a.metrics.Rechecks.WithLabelValues("known_gone").Inc()
 		a.log.Debug().Str("pod", pod.Namespace+"/"+pod.Name).Str("uid", pod.UID).Stringer("action", d.Action).
 			Msg("pod already gone from the API server; the mirror is behind")
 		return Outcome{}, nil
@@ -291,8 +292,9 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 			a.metrics.JournalEvents.Inc()
 		}
 	}
+	finalizersKept := false // a PATCH that cleared them answered with finalizers (a mutating webhook)
 	done := func(how string) (Outcome, error) {
-		if verb != VerbDeletionRequested {
+		if verb != VerbDeletionRequested && !finalizersKept {
 			// The pod is gone (a deletion requested leaves it Terminating,
 			// and its later states are decided on again).
 			a.removed.add(string(uid), a.cfg.WindowNow())
@@ -313,6 +315,7 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 		if failed, out, err := a.writeFailed(state, d, "remove finalizers", err, release); failed {
 			return out, err
 		}
+		finalizersKept = len(patched.Finalizers) > 0
 		if deletedByUpdate(live) {
 			// The pod was already being deleted with grace 0 (or none): the
 			// API server removed it during this update, as soon as its last

@@ -677,14 +677,19 @@ func TestActuatorDoesNotReReadWhatItSawGo(t *testing.T) {
 		later []*events.PodState // the mirror's states after the first visit
 		gets  int                // pod GETs over all visits
 		dels  int
+		// deleteGone answers every DELETE 404 (removed by someone else
+		// between the re-read and the DELETE).
+		deleteGone bool
 	}{
 		{"own deletion", []runtime.Object{livePod()}, pod(failed("Evicted")),
-			[]*events.PodState{deletionUpdate, pod(failed("Evicted"))}, 1, 1},
-		{"found gone", nil, pod(failed("Evicted")), []*events.PodState{deletionUpdate, pod(failed("Evicted"))}, 1, 0},
+			[]*events.PodState{deletionUpdate, pod(failed("Evicted"))}, 1, 1, false},
+		{"found gone", nil, pod(failed("Evicted")), []*events.PodState{deletionUpdate, pod(failed("Evicted"))}, 1, 0, false},
 		{"recreated under the name", []runtime.Object{livePod(func(p *corev1.Pod) { p.UID = "uid-2" })}, pod(failed("Evicted")),
-			[]*events.PodState{pod(failed("Evicted"))}, 1, 0},
+			[]*events.PodState{pod(failed("Evicted"))}, 1, 0, false},
 		{"deletion requested: the pod stays", []runtime.Object{livePod(func(p *corev1.Pod) { p.Finalizers = []string{"example.com/keep"} })},
-			pod(failed("Evicted"), withFinalizers), []*events.PodState{pod(failed("Evicted"), withFinalizers)}, 2, 1},
+			pod(failed("Evicted"), withFinalizers), []*events.PodState{pod(failed("Evicted"), withFinalizers)}, 2, 1, false},
+		{"a DELETE answered 404", []runtime.Object{livePod()}, pod(failed("Evicted")),
+			[]*events.PodState{deletionUpdate, pod(failed("Evicted"))}, 1, 1, true},
 	}
 	count := func(r *actuatorRig, verb string) int {
 		n := 0
@@ -704,6 +709,11 @@ func TestActuatorDoesNotReReadWhatItSawGo(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, testPolicy(), false, nil, tc.live...)
+			if tc.deleteGone {
+				r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewNotFound(corev1.Resource("pods"), "web-1")
+				})
+			}
 			handle(t, r, tc.first)
 			published := len(r.pub.all())
 			for _, s := range tc.later {
@@ -740,4 +750,79 @@ func TestActuatorDoesNotReReadWhatItSawGo(t *testing.T) {
 			t.Fatalf("%d GETs after two ttl, want 3 (expired)", n)
 		}
 	})
+}
+
+// TestActuatorRereadsAPodAWebhookKeeps: a mutating admission webhook puts a
+// finalizer back on every pod update (the PATCH that clears them answers 200
+// with a finalizer still there); the DELETE with grace 0 then answers 200 and
+// leaves the pod Terminating. The pod is still there, so the actuator must not
+// remember its UID as gone: the mirror's next state of it is looked at again.
+func TestActuatorRereadsAPodAWebhookKeeps(t *testing.T) {
+	p := testPolicy()
+	p.RemoveFinalizers = true
+	live := livePod(liveDeleting, func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} })
+	r := newRig(t, p, false, nil, live)
+	tracker := r.client.Tracker()
+	gvr := corev1.SchemeGroupVersion.WithResource("pods")
+	r.client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		o, _ := tracker.Get(gvr, "apps", "web-1")
+		cur := o.(*corev1.Pod).DeepCopy()
+		cur.Finalizers = []string{"example.com/webhook"} // the webhook's mutation
+		cur.ResourceVersion = "8"
+		_ = tracker.Update(gvr, cur, "apps")
+		return true, cur, nil
+	})
+	r.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		o, _ := tracker.Get(gvr, "apps", "web-1")
+		cur := o.(*corev1.Pod).DeepCopy()
+		if len(cur.Finalizers) > 0 { // the API server keeps a pod with finalizers: 200, still there
+			zero := int64(0)
+			cur.DeletionGracePeriodSeconds = &zero
+			cur.ResourceVersion = "9"
+			_ = tracker.Update(gvr, cur, "apps")
+			return true, nil, nil
+		}
+		return false, nil, nil
+	})
+	state := pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) { s.Finalizers = 1 })
+	d := p.Decide(state, Facts{Now: t0})
+	if d.Action != ForceDelete || !d.RemoveFinalizers {
+		t.Fatalf("decision %+v", d)
+	}
+	if _, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tracker.Get(gvr, "apps", "web-1"); err != nil {
+		t.Fatalf("setup: the pod should still exist: %v", err)
+	}
+	n := len(r.client.Actions())
+	// The mirror's next state: the same pod, still Terminating with a finalizer, grace 0.
+	zero := int64(0)
+	next := pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) {
+		s.Finalizers = 1
+		s.DeletionGracePeriodSeconds = &zero
+		s.ResourceVersion = "9"
+	})
+	nd := p.Decide(next, Facts{Now: t0})
+	if nd.Action != ForceDelete {
+		t.Fatalf("next decision %+v", nd)
+	}
+	if _, err := r.act.Handle(context.Background(), next, nd, Facts{Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(r.client.Actions()) - n; got == 0 {
+		t.Fatalf("the pod still exists (Terminating, finalizer %v) but its next ForceDelete decision made no API call: UID remembered as removed", []string{"example.com/webhook"})
+	}
+}
+
+// TestRemovedUIDLifetime: however sparse the calls, a UID is remembered for
+// at most 2×ttl.
+func TestRemovedUIDLifetime(t *testing.T) {
+	r := newRemovedUIDs(removedTTL)
+	r.add("u", t0)
+	r.has("x", t0.Add(2*removedTTL-time.Second)) // one unrelated call: rotates
+	at := t0.Add(3*removedTTL - 2*time.Second)
+	if r.has("u", at) {
+		t.Fatalf("uid added at t0 still remembered %v later (> 2×ttl = %v)", at.Sub(t0), 2*removedTTL)
+	}
 }

@@ -33,8 +33,9 @@ func newRemovedUIDs(ttl time.Duration) *removedUIDs {
 	return &removedUIDs{ttl: ttl, cur: map[string]struct{}{}, prev: map[string]struct{}{}}
 }
 
-// rotate starts a new generation when cur is older than ttl; a UID lives
-// between ttl and 2×ttl. The caller holds mu.
+// rotate starts a new generation every ttl (generations start on the ttl
+// grid, however sparse the calls): a UID lives between ttl and 2×ttl. The
+// caller holds mu.
 func (r *removedUIDs) rotate(now time.Time) {
 	switch {
 	case r.since.IsZero():
@@ -42,7 +43,7 @@ func (r *removedUIDs) rotate(now time.Time) {
 	case now.Sub(r.since) >= 2*r.ttl:
 		r.prev, r.cur, r.since = map[string]struct{}{}, map[string]struct{}{}, now
 	case now.Sub(r.since) >= r.ttl:
-		r.prev, r.cur, r.since = r.cur, map[string]struct{}{}, now
+		r.prev, r.cur, r.since = r.cur, map[string]struct{}{}, r.since.Add(r.ttl)
 	}
 }
 
