@@ -136,6 +136,10 @@ func register[T prometheus.Collector](reg prometheus.Registerer, c T) T {
 // the server places on a live node.
 const orderedResetAttempts = 1
 
+// consumerCreateTimeout bounds the mirror's own consumer create (nats.go's
+// default is 5 s; a create answers in milliseconds when it can).
+const consumerCreateTimeout = 3 * time.Second
+
 // Run consumes until ctx ends. It recreates the consumer if the server loses
 // it, or nats.go cannot replace it, resuming after the last message applied.
 func (m *Mirror) Run(ctx context.Context) error {
@@ -166,11 +170,18 @@ func (m *Mirror) consume(ctx context.Context, filters []string) error {
 	if seq := m.applied.Load(); seq > 0 {
 		// A replacement resumes where the last one stopped, as nats.go's
 		// own reset does: every message after the last applied one, in
-		// order (a superset of the last states, so nothing is missed), and
-		// no reload, which would keep pods whose tombstones expired meanwhile.
+		// order (KUBE keeps one message per subject, so that is exactly
+		// what a load would still send), without handing every object to
+		// the handlers again. A tombstone that expired while no consumer
+		// ran is lost either way (docs/reliability.md).
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
 	}
-	cons, err := m.js.OrderedConsumer(ctx, subject.KubeStream, cfg)
+	// The create has a deadline of its own: right after a NATS node died a
+	// new consumer may still be placed on it, and its create then never
+	// answers; Run tries again a second later under a new name.
+	cctx, cancel := context.WithTimeout(ctx, consumerCreateTimeout)
+	cons, err := m.js.OrderedConsumer(cctx, subject.KubeStream, cfg)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("ordered consumer on KUBE: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -92,10 +93,25 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	rt.Log.Info().Int("pods", len(pods.GetStore().ListKeys())).Int("nodes", len(nodes.GetStore().ListKeys())).
 		Dur("took", time.Since(start)).Msg("caches synced")
 
-	return rt.Elector(client).Run(ctx, func(ctx context.Context) error {
+	elector := rt.Elector(client)
+	// A leader that cannot read KUBE publishes nothing: not ready, so a
+	// lasting cause (a permission, a missing stream) shows beside the logs.
+	var seeded atomic.Bool
+	rt.Server.AddReadiness("kube-seed", func() error {
+		if elector.IsLeader() && !seeded.Load() {
+			return errors.New("leader is loading the stored state from KUBE")
+		}
+		return nil
+	})
+	return elector.Run(ctx, func(ctx context.Context) error {
+		seeded.Store(false)
+		defer seeded.Store(false)
 		seedStart := time.Now()
 		seed, err := LoadSeed(ctx, js, rt.Cluster)
 		for backoff := time.Second; err != nil; backoff = min(2*backoff, 10*time.Second) {
+			if ctx.Err() != nil {
+				return nil // leadership or the process ended
+			}
 			// KUBE is unreachable for now (a NATS node lost, a stream
 			// electing its leader): this term publishes nothing until it
 			// knows what KUBE holds, and tries again with a new consumer.
@@ -107,6 +123,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 			}
 			seed, err = LoadSeed(ctx, js, rt.Cluster)
 		}
+		seeded.Store(true)
 		rt.Log.Info().Int("objects", len(seed)).Dur("took", time.Since(seedStart)).Msg("loaded stored state from KUBE")
 		return w.Run(ctx, seed)
 	})
