@@ -56,21 +56,10 @@ unit:
 		(cd services/$$s && GOWORK=off $(GO) build -o /dev/null ./...) || exit 1; \
 	done
 
-# Every fuzz target of every module, each for FUZZTIME (go test -fuzz takes one
-# target of one package at a time). The targets are found, not listed, so a new
-# one runs without editing this file.
+# Every fuzz target of every module, each for FUZZTIME (hack/fuzz.sh).
 FUZZTIME ?= 5s
 fuzz:
-	@for m in $(MODULES); do \
-		[ "$$m" = test ] && continue; \
-		for f in $$(cd $$m && grep -rl --include='*_test.go' '^func Fuzz' . ); do \
-			pkg=./$$(dirname $$f); \
-			for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$m/$$f); do \
-				echo ">> fuzz $$m $$pkg $$t ($(FUZZTIME))"; \
-				(cd $$m && $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg) || exit 1; \
-			done; \
-		done; \
-	done
+	@GO='$(GO)' MODULES='$(MODULES)' FUZZTIME='$(FUZZTIME)' ./hack/fuzz.sh
 
 e2e:
 	@echo ">> end-to-end tests (real kube-apiserver, etcd, nats-server, service processes)"
