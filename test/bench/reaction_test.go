@@ -284,12 +284,16 @@ func BenchmarkReaction5000(b *testing.B) {
 	reads, cachedReads := sum(cordonPhase, isRead), sum(cordonCached, isRead)
 	b.ReportMetric(cost.ReadsPerDecision(), "cordon-reads/action")
 	b.ReportMetric(float64(reads-cachedReads), "cordon-uncached-reads")
+	// Go keeps the first 10 lines a benchmark logs: the lines below are few
+	// and long.
 	all := counter.snapshot()
+	var whole []string
 	for _, agent := range []string{"opswire-cordon", "opswire-cleanup", "opswire-watcher"} {
 		short := strings.TrimPrefix(agent, "opswire-")
 		b.ReportMetric(float64(sum(all, func(r request) bool { return r.Agent == agent && (r.Verb == "LIST" || r.Verb == "WATCH") })), short+"-list+watch")
-		b.Logf("API requests of %s over the whole run: %s", agent, describe(all, agent))
+		whole = append(whole, agent+": "+describe(all, agent))
 	}
+	b.Logf("API requests over the whole run: %s", strings.Join(whole, "; "))
 	// opswire-cleanup reads pods and nodes only from the KUBE mirror; its one
 	// LIST by design is the recovery's read of its own Events, once per
 	// leadership term (first pages: a large list is paged).
@@ -301,17 +305,15 @@ func BenchmarkReaction5000(b *testing.B) {
 	})), "cleanup-other-list+watch")
 	b.ReportMetric(float64(sum(all, recoveryList)-sum(counter.snapshotContinued(), recoveryList)), "cleanup-events-lists")
 	b.ReportMetric(float64(strings.Count(cleanupProc.Logs(), `"message":"became leader"`)), "cleanup-terms")
-	b.Logf("cordon phase (%d cordons + %d uncordons): %s", reactionSamples, reactionSamples, describeCached(cordonPhase, cordonCached, "opswire-cordon"))
-	b.Logf("cleanup phase (%d deletions): %s", reactionSamples, describe(cleanupPhase, "opswire-cleanup"))
 	var lat []string
 	for _, r := range []request{{"opswire-cordon", "GET", "nodes"}, {"opswire-cordon", "LIST", "pods"}, {"opswire-cordon", "LIST", "nodes"}, {"opswire-cordon", "PATCH", "nodes"},
 		{"opswire-cleanup", "GET", "pods"}, {"opswire-cleanup", "DELETE", "pods"}} {
 		lat = append(lat, fmt.Sprintf("%s %s %s %.1f ms", strings.TrimPrefix(r.Agent, "opswire-"), r.Verb, r.Resource, float64(counter.meanLatency(r).Microseconds())/1000))
 	}
-	b.Logf("mean API latency per request (through the proxy): %s", strings.Join(lat, ", "))
-	if cordonPhase := sum(cleanupPhase, notLease("opswire-cordon")); cordonPhase > 0 {
-		b.Logf("cordon requests during the cleanup phase (re-evaluation of nodes losing pods): %d", cordonPhase)
-	}
+	b.Logf("cordon phase (%d cordons + %d uncordons): %s; cleanup phase (%d deletions): %s; cordon requests during the cleanup phase (re-evaluation of nodes losing pods): %d; "+
+		"mean API latency per request (through the proxy): %s", reactionSamples, reactionSamples, describeCached(cordonPhase, cordonCached, "opswire-cordon"),
+		reactionSamples, describe(cleanupPhase, "opswire-cleanup"), sum(cleanupPhase, notLease("opswire-cordon")), strings.Join(lat, ", "))
+	logBareRequests(b, actorKubeconfig, nodes, reactionSamples)
 }
 
 // pollUntil polls cond every 20 ms until it holds (true) or timeout passes (false).
@@ -364,7 +366,7 @@ func logActorSteps(b *testing.B, logPath string, samples []sampleTrace) {
 		if steps[verb] == nil {
 			steps[verb] = map[string]latencies{}
 		}
-		for _, k := range []string{"readMs", "intentMs", "patchMs", "tookMs"} {
+		for _, k := range []string{"readMs", "recountMs", "nodeReadMs", "intentMs", "patchMs", "tookMs"} {
 			if v, ok := raw[k].(float64); ok {
 				steps[verb][k] = append(steps[verb][k], time.Duration(v*float64(time.Millisecond)))
 			}
@@ -379,11 +381,16 @@ func logActorSteps(b *testing.B, logPath string, samples []sampleTrace) {
 	}
 	for _, verb := range []string{"cordoned", "uncordoned"} {
 		var parts []string
-		for _, k := range []string{"readMs", "intentMs", "patchMs", "tookMs"} {
+		for _, k := range []string{"readMs", "recountMs", "nodeReadMs", "intentMs", "patchMs", "tookMs"} {
 			l := steps[verb][k]
 			parts = append(parts, fmt.Sprintf("%s %.1f/%.1f", strings.TrimSuffix(k, "Ms"), l.quantile(0.5), l.quantile(0.99)))
 		}
 		b.Logf("opswire-cordon's own steps per %s node (%d writes; ms p50/p99): %s", verb, len(steps[verb]["tookMs"]), strings.Join(parts, ", "))
+		if verb == "cordoned" {
+			// The steps' rows, beside the floors of logBareRequests.
+			b.ReportMetric(steps[verb]["readMs"].quantile(0.99), "cordon-read-p99-ms")
+			b.ReportMetric(steps[verb]["patchMs"].quantile(0.99), "cordon-patch-p99-ms")
+		}
 		var in, actor, out, total latencies
 		k := 0
 		for _, s := range samples {
@@ -403,6 +410,9 @@ func logActorSteps(b *testing.B, logPath string, samples []sampleTrace) {
 		}
 		if len(total) == 0 {
 			continue
+		}
+		if verb == "cordoned" {
+			b.ReportMetric(in.quantile(0.99), "cordon-in-p99-ms")
 		}
 		worst := 0
 		for i := range total {

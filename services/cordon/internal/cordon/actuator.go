@@ -150,8 +150,9 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 		}
 		release = func() { a.cfg.Limiter.Release(at) }
 	}
-	node, live, liveMarked, f, err := a.reverify(ctx, n, marked, d)
-	tr := trace{start: start, read: time.Since(start)}
+	tr := trace{start: start}
+	node, live, liveMarked, f, err := a.reverify(ctx, n, marked, d, &tr)
+	tr.read = time.Since(start)
 	if err != nil || node == nil {
 		release()
 		return actuate.Outcome{}, err
@@ -219,8 +220,8 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 // never in a write to another version. The fleet count is returned for the
 // caller's cap check when it was taken (nil otherwise). A failed count falls
 // back to the GET: it is an error only where the cap needs it (below, the
-// caller counts again and fails closed).
-func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked bool, want Decision) (*corev1.Node, Decision, bool, *Fleet, error) {
+// caller counts again and fails closed). tr gets the time of each read.
+func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked bool, want Decision, tr *trace) (*corev1.Node, Decision, bool, *Fleet, error) {
 	var (
 		wg       sync.WaitGroup
 		c        podCount
@@ -229,7 +230,11 @@ func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked boo
 		node     *corev1.Node
 		err      error
 	)
-	wg.Go(func() { c, countErr = recountPods(ctx, a.client, a.cfg.APITimeout, n.Name, n.PodsResourceVersion) })
+	start := time.Now()
+	wg.Go(func() {
+		c, countErr = recountPods(ctx, a.client, a.cfg.APITimeout, n.Name, n.PodsResourceVersion)
+		tr.recount = time.Since(start)
+	})
 	if want.Action == ActionCordon && !marked {
 		if f, ferr := a.fleet.Live(ctx, newestRV(a.lastWrite, n.ResourceVersion), n.Name); ferr == nil {
 			fleet = &f
@@ -250,6 +255,7 @@ func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked boo
 			return a.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{ResourceVersion: n.ResourceVersion})
 		})
 	}
+	tr.node = time.Since(start)
 	wg.Wait()
 	if apierrors.IsNotFound(err) {
 		a.stale(n.Name, "node no longer exists")
@@ -304,11 +310,11 @@ func agree(p Policy, want, got Decision, live *events.NodeState) (Decision, bool
 }
 
 // trace times the steps of one action, for the log line of the write: the
-// re-reads (node, pod recount and cap count at once), the intent's publish,
-// and the patch.
+// re-reads (node, pod recount and cap count at once: read is the longer of
+// recount and node), the intent's publish, and the patch.
 type trace struct {
-	start               time.Time
-	read, intent, patch time.Duration
+	start                              time.Time
+	read, recount, node, intent, patch time.Duration
 }
 
 // write patches the node with a resourceVersion precondition, then records
@@ -385,7 +391,7 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, rel
 	a.rec.Eventf(node, corev1.EventTypeNormal, reason, "opswire %s (%s): %s", verb, a.cfg.Policy.Mode, d.Reason)
 	a.count(d.Action, false)
 	a.log.Info().Str("node", node.Name).Str("verb", verb).Int("pods", d.Pods).Int("maxPods", d.MaxPods).
-		Int("minPods", d.MinPods).Str("reason", d.Reason).Dur("readMs", tr.read).Dur("intentMs", tr.intent).
+		Int("minPods", d.MinPods).Str("reason", d.Reason).Dur("readMs", tr.read).Dur("recountMs", tr.recount).Dur("nodeReadMs", tr.node).Dur("intentMs", tr.intent).
 		Dur("patchMs", tr.patch).Dur("tookMs", time.Since(tr.start)).Msg("node " + verb)
 	if encErr != nil {
 		a.log.Error().Err(encErr).Str("id", id).Str("node", node.Name).Msg("audit message cannot be encoded")
