@@ -9,11 +9,22 @@ import "strings"
 // nodes) and its flags in one byte, 32 bytes in all; node records, a few
 // thousand, stay whole (they carry the departure totals).
 //
+// Pod records are kept by namespace, then by name, and the name a record is
+// filed under is the cached pod's own Name when the record was built from it
+// (setNamed, refresh): that string lies in the pod's one-block allocation
+// (compact.PodTransform), as the record's uid does, so a record costs no key
+// allocation of its own. Filed under its full queue key ("p/<ns>/<name>"), every
+// pod kept a 32- to 64-byte string for the map alone (~5 MB at 150,000 pods).
+// A record filed otherwise (seeded from KUBE, a doubt) keeps the bytes of the
+// key it was set with until the pod's next sync files it again.
+//
 // The node-name table only grows: one entry per node name pods ever counted
 // on, a few bytes each (a cluster replacing all of 5,000 nodes every day
 // adds ~0.5 MB a year, and a restart starts the table afresh).
 type records struct {
-	pods  map[string]podRecord
+	// pods[namespace][name]; a namespace without records has no map.
+	pods  map[string]map[string]podRecord
+	npods int
 	nodes map[string]record
 	// nodeNames[i] is the name of node id i; id 0 is "" (no node).
 	nodeNames []string
@@ -33,21 +44,29 @@ const (
 	recExempt
 )
 
-func newRecords(size int) *records {
+func newRecords() *records {
 	return &records{
-		pods: make(map[string]podRecord, size), nodes: map[string]record{},
+		pods: map[string]map[string]podRecord{}, nodes: map[string]record{},
 		nodeNames: []string{""}, nodeIDs: map[string]uint32{"": 0},
 	}
 }
 
 func isPodKey(key string) bool { return strings.HasPrefix(key, podPrefix) }
 
+// splitPodKey splits a pod key "p/<namespace>/<name>" (neither part holds a
+// slash).
+func splitPodKey(key string) (ns, name string) {
+	ns, name, _ = strings.Cut(key[len(podPrefix):], "/")
+	return ns, name
+}
+
 func (s *records) get(key string) (record, bool) {
 	if !isPodKey(key) {
 		r, ok := s.nodes[key]
 		return r, ok
 	}
-	p, ok := s.pods[key]
+	ns, name := splitPodKey(key)
+	p, ok := s.pods[ns][name]
 	if !ok {
 		return record{}, false
 	}
@@ -56,8 +75,15 @@ func (s *records) get(key string) (record, bool) {
 }
 
 // set stores r for key. A pod's record never carries departure totals
-// (record.left is for nodes), so packing drops nothing.
-func (s *records) set(key string, r record) {
+// (record.left is for nodes), so packing drops nothing. A pod's record is
+// filed under the name part of key (setNamed says why that matters).
+func (s *records) set(key string, r record) { s.setNamed(key, "", r) }
+
+// setNamed is set for a pod whose cached state has Name name (the same value
+// as key's name part, from the cached pod): the record is filed under that
+// string, which costs nothing the cached pod does not hold already. An empty
+// or different name files it under key's name part.
+func (s *records) setNamed(key, name string, r record) {
 	if !isPodKey(key) {
 		s.nodes[key] = r
 		return
@@ -78,28 +104,63 @@ func (s *records) set(key string, r record) {
 	if r.exempt {
 		p.flags |= recExempt
 	}
-	s.pods[key] = p
+	s.file(key, name, p)
 }
 
-// refreshUID points the uid of pod key's record at uid, the same value read
-// from the cached pod now in the informer's store. A cached pod's uid lies in
-// its one-block allocation (compact.PodTransform): a record kept across an
-// update that changed nothing it hashes must not keep the uid of the version
-// it was published from, which would pin that version's whole block (512
-// bytes, its labels map besides) beside the block the cache holds.
-func (s *records) refreshUID(key, uid string) {
-	if p, ok := s.pods[key]; ok && p.uid == uid {
+// file stores p for pod key under name (key's name part if name differs).
+// A record already there is deleted first: an assignment to an equal key
+// need not replace the string the map holds, and the old one may be the
+// block of a version of the pod the cache no longer holds.
+func (s *records) file(key, name string, p podRecord) {
+	ns, kname := splitPodKey(key)
+	if name != kname {
+		name = kname
+	}
+	byName := s.pods[ns]
+	if byName == nil {
+		byName = map[string]podRecord{}
+		s.pods[strings.Clone(ns)] = byName
+	}
+	if _, had := byName[name]; had {
+		delete(byName, name)
+	} else {
+		s.npods++
+	}
+	byName[name] = p
+}
+
+// refresh points the uid of pod key's record at uid, and files the record
+// under name: the same values, read from the cached pod now in the
+// informer's store. A cached pod's uid and name lie in its one-block
+// allocation (compact.PodTransform): a record kept across an update that
+// changed nothing it hashes must not keep the strings of the version it was
+// published from, which would pin that version's whole block (512 bytes, its
+// labels map besides) beside the block the cache holds.
+func (s *records) refresh(key, name, uid string) {
+	ns, kname := splitPodKey(key)
+	if p, ok := s.pods[ns][kname]; ok && p.uid == uid {
 		p.uid = uid
-		s.pods[key] = p
+		s.file(key, name, p)
 	}
 }
 
 func (s *records) del(key string) {
-	if isPodKey(key) {
-		delete(s.pods, key)
-	} else {
+	if !isPodKey(key) {
 		delete(s.nodes, key)
+		return
+	}
+	ns, name := splitPodKey(key)
+	byName, ok := s.pods[ns]
+	if !ok {
+		return
+	}
+	if _, had := byName[name]; had {
+		delete(byName, name)
+		s.npods--
+	}
+	if len(byName) == 0 {
+		delete(s.pods, ns)
 	}
 }
 
-func (s *records) len() int { return len(s.pods) + len(s.nodes) }
+func (s *records) len() int { return s.npods + len(s.nodes) }

@@ -44,8 +44,8 @@ func (f *fixture) collected(what string, p weak.Pointer[compact.Pod]) {
 
 // TestRecordsDoNotPinOlderPodBlocks: a record kept across an update that
 // changes nothing published (an annotation, a readiness flip: the common
-// update) must not keep the uid of the version it was published from, which
-// lies in that version's block and would keep the whole block (512 bytes and
+// update) must not keep the uid or the name (the record is filed under it)
+// of the version it was published from, which lie in that version's block and would keep the whole block (512 bytes and
 // its labels) alive beside the one the cache holds. After a delete is
 // stored, nothing the watcher keeps may pin the deleted pod's block (what it
 // keeps while the tombstone's publish is unacknowledged or failed holds
@@ -65,6 +65,18 @@ func TestRecordsDoNotPinOlderPodBlocks(t *testing.T) {
 		return testutil.ToFloat64(f.w.m.unchanged.WithLabelValues("pod")) >= 1
 	})
 	f.collected("the block of the version the record was published from", older)
+
+	// An update that is published files the record under the new version's
+	// name (records.setNamed): the version before is not pinned either.
+	older = f.cachedPod("ns/p1")
+	upserts := testutil.ToFloat64(f.w.m.published.WithLabelValues("pod", "upsert"))
+	cur = f.src.pod("ns", "p1", "n1")
+	cur.Labels = map[string]string{compact.PodLabelPrefix + "edited": "yes"} // published
+	f.src.podW.Modify(cur)
+	f.eventually("changed update published", func() bool {
+		return testutil.ToFloat64(f.w.m.published.WithLabelValues("pod", "upsert")) > upserts
+	})
+	f.collected("the block of the version published before", older)
 
 	newer := f.cachedPod("ns/p1")
 	f.src.podW.Delete(cur)

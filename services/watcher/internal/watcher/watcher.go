@@ -179,8 +179,11 @@ type pending struct {
 	// departed is the uid of a pod whose counted departure this publish
 	// stores (its tombstone or terminated state); "" for none.
 	departed string
-	future   jetstream.PubAckFuture
-	started  time.Time
+	// name is the cached pod's Name the record is filed under
+	// (records.setNamed); "" for nodes and tombstones.
+	name    string
+	future  jetstream.PubAckFuture
+	started time.Time
 }
 
 // New wires handlers into the informers. The informers must have been built
@@ -198,7 +201,7 @@ func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options
 	w := &Watcher{
 		opts: opts, source: envelope.Source(opts.Cluster, "watcher"), log: log,
 		pods: pods, nodes: nodes, pub: pub,
-		published: newRecords(0),
+		published: newRecords(),
 		trimmed:   map[string]bool{},
 		left:      map[string]departures{}, leaving: map[string]bool{}, evictedAtDelete: map[string]string{},
 		seenAtDelete: map[string]string{},
@@ -306,7 +309,7 @@ func (w *Watcher) noteDeleted(key string, obj any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// A copy: the note outlives the deleted pod's cached block, which its uid
-	// lies in (records.refreshUID).
+	// lies in (records.refresh).
 	uid := strings.Clone(p.State.UID)
 	if !tomb {
 		w.seenAtDelete[key] = uid
@@ -331,7 +334,7 @@ func (w *Watcher) depart(uid, node string, how leftAs, exempt bool) {
 		return
 	}
 	// A copy: uid may lie in the block of a cached pod that is gone or
-	// replaced (records.refreshUID), and the entry lasts until the ack.
+	// replaced (records.refresh), and the entry lasts until the ack.
 	w.leaving[strings.Clone(uid)] = true
 	w.onNode[node]--
 	if exempt {
@@ -385,7 +388,7 @@ func (w *Watcher) Run(ctx context.Context, seed map[string]record) error {
 	}
 	w.acks = make(chan pending, cap(w.acks))
 	w.mu.Lock()
-	w.published = newRecords(len(seed))
+	w.published = newRecords()
 	// Departure totals carry on from the stored node states; a departure a
 	// previous term counted but never stored is counted again from the seed.
 	w.left, w.leaving = map[string]departures{}, map[string]bool{}
@@ -500,7 +503,7 @@ func (w *Watcher) syncPod(key string) error {
 			w.queue().Done(key)
 			return nil
 		}
-		// The record's uid lies in the deleted pod's block (records.refreshUID):
+		// The record's uid lies in the deleted pod's block (records.refresh):
 		// what the tombstone's publish keeps (pending, doubt) holds a copy.
 		prev.uid = strings.Clone(prev.uid)
 		state := events.PodState{Op: events.OpDelete, UID: prev.uid, Namespace: ns, Name: name}
@@ -573,7 +576,7 @@ func (w *Watcher) syncPod(key string) error {
 	rec := record{hash: hashPodRV(&state), uid: state.UID, node: contrib, evicting: evicting, exempt: drainExempt(&state)}
 	if had && !prev.doubt && prev.hash == rec.hash && prev.uid == rec.uid {
 		w.mu.Lock()
-		w.published.refreshUID(key, state.UID)
+		w.published.refresh(key, state.Name, state.UID)
 		w.mu.Unlock()
 		w.m.unchanged.WithLabelValues("pod").Inc()
 		w.queue().Forget(key)
@@ -588,7 +591,11 @@ func (w *Watcher) syncPod(key string) error {
 // departure it stores (see Watcher.leaving). The state is passed by pointer
 // (it encodes the same) so that it is not copied again onto the heap.
 func (w *Watcher) publishPod(key, subj, id, ceSubject string, state *events.PodState, rec record, op events.Op, departed string) error {
-	return w.publishWith(key, "pod", subj, id, events.TypePod, ceSubject, state, rec, op, departed)
+	name := ""
+	if op != events.OpDelete {
+		name = state.Name // lies in the cached pod's block, as rec.uid does
+	}
+	return w.publishWith(key, "pod", subj, id, events.TypePod, ceSubject, state, rec, op, departed, name)
 }
 
 func (w *Watcher) syncNode(key string) error {
@@ -680,10 +687,10 @@ func (w *Watcher) syncNode(key string) error {
 }
 
 func (w *Watcher) publish(key, kind, subj, id, typ, ceSubject string, payload any, rec record, op events.Op) error {
-	return w.publishWith(key, kind, subj, id, typ, ceSubject, payload, rec, op, "")
+	return w.publishWith(key, kind, subj, id, typ, ceSubject, payload, rec, op, "", "")
 }
 
-func (w *Watcher) publishWith(key, kind, subj, id, typ, ceSubject string, payload any, rec record, op events.Op, departed string) error {
+func (w *Watcher) publishWith(key, kind, subj, id, typ, ceSubject string, payload any, rec record, op events.Op, departed, name string) error {
 	ev, err := envelope.New(id, w.source, typ, ceSubject, payload, time.Now())
 	if err != nil {
 		return err
@@ -700,7 +707,7 @@ func (w *Watcher) publishWith(key, kind, subj, id, typ, ceSubject string, payloa
 	if err != nil {
 		return err
 	}
-	w.acks <- pending{key: key, kind: kind, rec: rec, op: op, departed: departed, future: fut, started: start}
+	w.acks <- pending{key: key, kind: kind, rec: rec, op: op, departed: departed, name: name, future: fut, started: start}
 	return nil
 }
 
@@ -722,7 +729,7 @@ func (w *Watcher) collectAcks() {
 					delete(w.seenAtDelete, p.key)
 				}
 			} else {
-				w.published.set(p.key, p.rec)
+				w.published.setNamed(p.key, p.name, p.rec)
 			}
 			// KUBE now says the departed pod no longer counts on its node:
 			// later syncs cannot see it leave again.
@@ -733,7 +740,7 @@ func (w *Watcher) collectAcks() {
 		case err := <-p.future.Err():
 			w.m.errors.WithLabelValues(p.kind).Inc()
 			w.log.Debug().Err(err).Str("key", p.key).Msg("publish not acknowledged; will retry")
-			w.markDoubt(p.key, p.rec, p.op)
+			w.markDoubt(p.key, p.name, p.rec, p.op)
 			w.queue().Done(p.key)
 			w.queue().AddRateLimited(p.key)
 		}
@@ -784,7 +791,7 @@ var knownNodeLabels = map[string]bool{
 // key is published again (its hash can no longer match), a deleted object
 // gets its tombstone (with the uid the lost publish carried), and a pod's
 // node is recounted.
-func (w *Watcher) markDoubt(key string, rec record, op events.Op) {
+func (w *Watcher) markDoubt(key, name string, rec record, op events.Op) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	prev, had := w.published.get(key)
@@ -801,7 +808,7 @@ func (w *Watcher) markDoubt(key string, rec record, op events.Op) {
 	if had && d.node == "" {
 		d.node = prev.node // still recount the node the pod counted on before
 	}
-	w.published.set(key, d)
+	w.published.setNamed(key, name, d)
 }
 
 // hashPod hashes the state without its resourceVersion, which changes on
