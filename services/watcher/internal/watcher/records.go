@@ -54,7 +54,8 @@ func newRecords() *records {
 func isPodKey(key string) bool { return strings.HasPrefix(key, podPrefix) }
 
 // splitPodKey splits a pod key "p/<namespace>/<name>" (neither part holds a
-// slash).
+// slash). Only such keys reach it (podKey, and a tombstone's key from the
+// namespace key function): "p/x" and "p/x/" would share a slot.
 func splitPodKey(key string) (ns, name string) {
 	ns, name, _ = strings.Cut(key[len(podPrefix):], "/")
 	return ns, name

@@ -6,6 +6,7 @@ import (
 	"time"
 	"weak"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/opswire/opswire/services/watcher/internal/compact"
@@ -86,4 +87,23 @@ func TestRecordsDoNotPinOlderPodBlocks(t *testing.T) {
 	})
 	f.eventually("departure recorded", func() bool { return f.nodePods("n1") == 0 })
 	f.collected("the deleted pod's block", newer)
+}
+
+// A tombstone whose publish fails: the doubt record markDoubt keeps must not
+// hold the uid string of the deleted pod's cached block (review of 1e0a820).
+func TestFailedTombstoneDoesNotPinThePodBlock(t *testing.T) {
+	pub := &timingOut{}
+	f := setupWith(t, func(s *source) {
+		s.nodes = append(s.nodes, s.node("n1"))
+		s.pods = append(s.pods, s.pod("ns", "p1", "n1"))
+	}, func(js jetstream.JetStream) AsyncPublisher { pub.js = js; return pub }, nil)
+	f.eventually("initial state", func() bool { return f.nodePods("n1") == 1 })
+	blk := f.cachedPod("ns/p1")
+	errs := testutil.ToFloat64(f.w.m.errors.WithLabelValues("pod"))
+	pub.lying.Store(true)
+	f.src.podW.Delete(f.src.pod("ns", "p1", "n1"))
+	f.eventually("tombstone publish failed", func() bool {
+		return testutil.ToFloat64(f.w.m.errors.WithLabelValues("pod")) > errs
+	})
+	f.collected("the deleted pod's block while its tombstone is in doubt", blk)
 }

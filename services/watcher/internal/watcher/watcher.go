@@ -796,9 +796,12 @@ func (w *Watcher) markDoubt(key, name string, rec record, op events.Op) {
 	defer w.mu.Unlock()
 	prev, had := w.published.get(key)
 	if op == events.OpDelete {
-		// The tombstone may not be stored: keep what was there, retried as is.
+		// The tombstone may not be stored: keep what was there, retried as
+		// is, with a copy of its uid: the record's uid lies in the deleted
+		// pod's cached block, which a NATS outage would keep alive else.
 		if had {
 			prev.doubt = true
+			prev.uid = strings.Clone(prev.uid)
 			w.published.set(key, prev)
 		}
 		return
