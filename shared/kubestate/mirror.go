@@ -126,7 +126,7 @@ func register[T prometheus.Collector](reg prometheus.Registerer, c T) T {
 	panic(err)
 }
 
-// orderedResetAttempts is how often nats.go's ordered consumer may try to
+// OrderedResetAttempts is how often nats.go's ordered consumer may try to
 // create its next consumer (after a reconnect, a gap or a lost consumer)
 // before the mirror is told. nats.go retries with the same consumer name for
 // ever by default, and a name the server cannot serve stays unservable: after
@@ -134,7 +134,7 @@ func register[T prometheus.Collector](reg prometheus.Registerer, c T) T {
 // dead node (not yet known offline), and every retry then waits for that node
 // to come back. One attempt, then Run builds a consumer of a new name, which
 // the server places on a live node.
-const orderedResetAttempts = 1
+const OrderedResetAttempts = 1
 
 // consumerCreateTimeout bounds the mirror's own consumer create (nats.go's
 // default is 5 s; a create answers in milliseconds when it can).
@@ -165,7 +165,7 @@ func (m *Mirror) consume(ctx context.Context, filters []string) error {
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects:   filters,
 		DeliverPolicy:    jetstream.DeliverLastPerSubjectPolicy,
-		MaxResetAttempts: orderedResetAttempts,
+		MaxResetAttempts: OrderedResetAttempts,
 	}
 	if seq := m.applied.Load(); seq > 0 {
 		// A replacement resumes where the last one stopped, as nats.go's

@@ -9,6 +9,7 @@ import (
 
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/kubestate"
 	"github.com/opswire/opswire/shared/subject"
 )
 
@@ -22,9 +23,9 @@ func LoadSeed(ctx context.Context, js jetstream.JetStream, cluster string) (map[
 		FilterSubjects: []string{subject.Kube(cluster)},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 		// One attempt at each replacement consumer, then an error: the caller
-		// retries with a new consumer name (kubestate.orderedResetAttempts
+		// retries with a new consumer name (kubestate.OrderedResetAttempts
 		// says why nats.go's endless retry under one name can stall).
-		MaxResetAttempts: 1,
+		MaxResetAttempts: kubestate.OrderedResetAttempts,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read KUBE: %w", err)
