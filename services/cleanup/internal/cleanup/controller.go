@@ -30,6 +30,8 @@ type State interface {
 // The controller also keeps the cluster's node count for the mass-failure
 // brake (Policy.Braking): node changes only signal a recount, which the Run
 // loop does, so loading thousands of nodes costs one count, not one per node.
+// Run counts before it starts the workers, and a pod is not decided on while
+// the count is unknown: a zero count means "no nodes, no brake".
 type Controller struct {
 	policy   Policy
 	act      *Actuator
@@ -43,6 +45,7 @@ type Controller struct {
 	recount chan struct{} // a node appeared, went or changed readiness
 	mu      sync.Mutex
 	nodes   NodeCount
+	counted bool // nodes holds a count (false until Run's first one)
 	braking bool
 }
 
@@ -123,7 +126,7 @@ func (c *Controller) countNodes(s State) {
 	braking := c.policy.Braking(n)
 	c.mu.Lock()
 	was := c.braking
-	c.nodes, c.braking = n, braking
+	c.nodes, c.counted, c.braking = n, true, braking
 	c.mu.Unlock()
 	c.metrics.NodesNotReady.Set(float64(n.NotReady))
 	if braking == was {
@@ -143,9 +146,15 @@ func (c *Controller) countNodes(s State) {
 
 // NodeCount is the last count of the nodes.
 func (c *Controller) NodeCount() NodeCount {
+	n, _ := c.nodeCount()
+	return n
+}
+
+// nodeCount is the last count of the nodes, and whether there was one.
+func (c *Controller) nodeCount() (NodeCount, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.nodes
+	return c.nodes, c.counted
 }
 
 func timeEqual(a, b *time.Time) bool {
@@ -166,8 +175,13 @@ func (c *Controller) EnqueueAll(s State) {
 
 // Run processes the queue with the configured workers and enqueues every pod
 // each interval, until ctx ends. The caller starts it once the mirror is synced.
+// The nodes are counted before the first worker starts: the mirror's load
+// has queued the candidates already (OnPod), and a worker deciding before
+// the count would see no nodes, hence no brake, and force-delete while most
+// of the cluster is not Ready.
 func (c *Controller) Run(ctx context.Context, s State) {
 	defer c.queue.ShutDown()
+	c.countNodes(s)
 	var wg sync.WaitGroup
 	for range c.workers {
 		wg.Add(1)
@@ -177,7 +191,6 @@ func (c *Controller) Run(ctx context.Context, s State) {
 			}
 		}()
 	}
-	c.countNodes(s)
 	c.EnqueueAll(s)
 	tick := time.NewTicker(c.interval)
 	defer tick.Stop()
@@ -219,7 +232,13 @@ func (c *Controller) sync(ctx context.Context, s State, k string) (Outcome, erro
 	if !ok {
 		return Outcome{}, nil
 	}
-	f := Facts{Now: c.now(), Nodes: c.NodeCount()}
+	nodes, counted := c.nodeCount()
+	if !counted {
+		// Fail safe: without a count the brake cannot hold (Run counts
+		// before its workers start, so only a caller that skipped Run gets here).
+		return Outcome{Retry: true}, nil
+	}
+	f := Facts{Now: c.now(), Nodes: nodes}
 	if p.NodeName != "" {
 		f.Node, _ = s.Node(p.NodeName)
 	}

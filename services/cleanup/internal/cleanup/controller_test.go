@@ -2,7 +2,9 @@ package cleanup
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
@@ -274,6 +278,7 @@ func BenchmarkTick(b *testing.B) {
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute), Now: func() time.Time { return t0 }, WindowNow: func() time.Time { return t0 },
 	})
 	ctl := NewController(testPolicy(), act, nil, time.Hour, 1, func() time.Time { return t0 }, zerolog.Nop())
+	ctl.countNodes(state) // what Run does first
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -380,5 +385,98 @@ func TestControllerNodeDeletionReleases(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("node count %+v after the deletion, want 3 nodes", ctl.NodeCount())
 		}
+	}
+}
+
+// slowListing is a State whose node listing lasts until a pod was re-read
+// from the API (a worker is deciding) or maxListing passed: the race of a
+// large cluster's count against the workers, made to lose every time.
+type slowListing struct {
+	*memState
+	reread <-chan struct{}
+}
+
+const maxListing = 500 * time.Millisecond
+
+func (s slowListing) Nodes() []*events.NodeState {
+	select {
+	case <-s.reread:
+	case <-time.After(maxListing):
+	}
+	return s.memState.Nodes()
+}
+
+// brakingCluster is the mirror of a cluster with 4 of its 6 nodes Unknown
+// (more than the brake's third) and one pod stuck Terminating on them.
+func brakingCluster() *memState {
+	dts := time.Now().Add(-10 * time.Minute)
+	state := &memState{
+		pods:  map[string]*events.PodState{"apps/web-1": pod(func(p *events.PodState) { p.DeletionTimestamp = &dts })},
+		nodes: map[string]*events.NodeState{},
+	}
+	for i := range 6 {
+		ready := "Unknown"
+		if i%3 == 0 {
+			ready = "True"
+		}
+		name := fmt.Sprintf("n%d", i)
+		state.nodes[name] = &events.NodeState{Name: name, Ready: ready}
+	}
+	return state
+}
+
+// stuckLive is the live pod of brakingCluster's stuck pod.
+func stuckLive() *corev1.Pod {
+	ts := metav1.NewTime(time.Now().Add(-10 * time.Minute))
+	return livePod(func(p *corev1.Pod) { p.DeletionTimestamp = &ts; p.Status.Phase = corev1.PodRunning })
+}
+
+// TestControllerBrakeAtLeadershipStart: the mirror enqueues every candidate
+// while it loads (OnPod), before Controller.Run. A worker that decided
+// before Run's first node count saw no nodes (no brake), and the live
+// re-check reused that count: the stuck pod was force-deleted at leadership
+// start while most of the cluster was not Ready. Run counts first now.
+func TestControllerBrakeAtLeadershipStart(t *testing.T) {
+	state := brakingCluster()
+	r := newRig(t, testPolicy(), false, nil, stuckLive())
+	r.act.cfg.Now = time.Now
+	reread := make(chan struct{})
+	var once sync.Once
+	r.client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		once.Do(func() { close(reread) })
+		return false, nil, nil
+	})
+	ctl := NewController(testPolicy(), r.act, r.metrics, time.Hour, workers, nil, zerolog.Nop())
+	ctl.OnPod(nil, state.pods["apps/web-1"]) // the mirror's load, before Run
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); ctl.Run(ctx, slowListing{state, reread}) }()
+	defer func() { cancel(); <-done }()
+
+	got := waitPublished(t, r.pub, 1)
+	for _, w := range r.writes() {
+		if w == "delete pods" {
+			t.Fatalf("4 of 6 nodes not Ready (brake share 1/3), yet the stuck pod was force-deleted at leadership start; published %v", got)
+		}
+	}
+	if len(got) != 1 || !strings.HasSuffix(got[0], "skipped/MassNodeFailure") {
+		t.Fatalf("published %v, want the MassNodeFailure skip", got)
+	}
+}
+
+// TestControllerDecidesNothingBeforeTheNodeCount: a controller whose nodes
+// were never counted (its Run did not start) holds every pod back rather
+// than deciding without the brake.
+func TestControllerDecidesNothingBeforeTheNodeCount(t *testing.T) {
+	state := brakingCluster()
+	r := newRig(t, testPolicy(), false, nil, stuckLive())
+	r.act.cfg.Now = time.Now
+	ctl := NewController(testPolicy(), r.act, r.metrics, time.Hour, workers, nil, zerolog.Nop())
+	out, err := ctl.sync(context.Background(), state, "apps/web-1")
+	if err != nil || !out.Retry {
+		t.Fatalf("sync before the node count: %+v, %v; want a retry", out, err)
+	}
+	if n := len(r.client.Actions()); n != 0 || len(r.pub.all()) != 0 {
+		t.Fatalf("sync before the node count made %d API calls and published %v", n, opsSummary(t, r.pub.all()))
 	}
 }
