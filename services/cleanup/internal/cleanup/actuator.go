@@ -424,7 +424,7 @@ func (a *Actuator) decisionEvent(pod *events.PodState, d Decision, verb, errMsg 
 		Reason: d.Reason, Message: d.Message, AgeSeconds: int64(now.Sub(pod.CreationTimestamp).Seconds()),
 		Severity: severity(verb), DryRun: a.cfg.DryRun, Error: errMsg, Time: now,
 	}
-	ev, err := envelope.New(opsID(pod.UID, verb, d), envelope.Source(a.cfg.Cluster, Service), events.TypeCleanup,
+	ev, err := envelope.New(opsID(pod.UID, verb, d, a.cfg.DryRun), envelope.Source(a.cfg.Cluster, Service), events.TypeCleanup,
 		pod.Namespace+"/"+pod.Name, payload, now)
 	return subject.Ops(a.cfg.Cluster, Service, verb, pod.Namespace, pod.Name), ev, err
 }
@@ -505,15 +505,22 @@ func (a *Actuator) event(pod *events.PodState, verb string, d Decision, errMsg s
 }
 
 // opsID names the decision, so a retried publish or a second leader acting on
-// the same pod cannot produce two audit events for one decision.
-func opsID(uid, verb string, d Decision) string {
+// the same pod cannot produce two audit events for one decision. A dry-run
+// replica's skip gets its own id: it runs beside the real actor (its own
+// Lease, docs/actuate.md), and with one id the stream would drop whichever
+// of the two skips came second.
+func opsID(uid, verb string, d Decision, dryRun bool) string {
 	switch verb {
 	case VerbDeleted, VerbForceDeleted, VerbDeletionRequested:
 		return "cleanup/" + uid + "/" + verb
 	case VerbDryRun, VerbFailed:
 		return "cleanup/" + uid + "/" + verb + "/" + d.Want.String()
 	}
-	return "cleanup/" + uid + "/" + verb + "/" + d.Reason
+	id := "cleanup/" + uid + "/" + verb + "/" + d.Reason
+	if dryRun {
+		id += "/dryrun"
+	}
+	return id
 }
 
 func severity(verb string) events.Severity {

@@ -826,3 +826,33 @@ func TestRemovedUIDLifetime(t *testing.T) {
 		t.Fatalf("uid added at t0 still remembered %v later (> 2×ttl = %v)", at.Sub(t0), 2*removedTTL)
 	}
 }
+
+// TestActuatorDryRunSkipHasItsOwnID: a dry-run replica runs beside the real
+// actor (its own Lease); its skip of a pod must not take the real skip's
+// Nats-Msg-Id, or the stream drops whichever of the two comes second.
+func TestActuatorDryRunSkipHasItsOwnID(t *testing.T) {
+	optedOut := func(p *corev1.Pod) { p.Labels = map[string]string{events.LabelOptOut: ""} }
+	state := pod(failed("Evicted"), func(s *events.PodState) { s.Labels = map[string]string{events.LabelOptOut: ""} })
+	d := testPolicy().Decide(state, Facts{Now: t0})
+	if d.Action != Skip {
+		t.Fatalf("decision %+v", d)
+	}
+	ids := map[bool]string{}
+	for _, dry := range []bool{true, false} {
+		r := newRig(t, testPolicy(), dry, nil, livePod(optedOut))
+		if _, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); err != nil {
+			t.Fatal(err)
+		}
+		msgs := r.pub.all()
+		if len(msgs) != 1 {
+			t.Fatalf("dryRun=%v: %d messages", dry, len(msgs))
+		}
+		ids[dry] = msgs[0].Subject + " " + msgs[0].Header.Get(nats.MsgIdHdr)
+	}
+	if ids[true] == ids[false] {
+		t.Errorf("the dry-run replica's skip and the real actor's skip are one message for the stream (%s): the second one is dropped as a duplicate", ids[true])
+	}
+	if want := "ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/OptedOut"; ids[false] != want || ids[true] != want+"/dryrun" {
+		t.Errorf("ids: real %q, dry run %q; want %q and %q", ids[false], ids[true], want, want+"/dryrun")
+	}
+}
