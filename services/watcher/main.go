@@ -6,4 +6,4 @@ import (
 	"github.com/opswire/opswire/shared/app"
 )
 
-func main() { app.Main(app.Spec{Service: "watcher"}, watcher.Run) }
+func main() { app.Main(app.Spec{Service: "watcher", NoPublishBuffer: true}, watcher.Run) }

@@ -187,9 +187,8 @@ func (rt *Runtime) NATSReading(ctx context.Context, streams ...string) (*nats.Co
 	return nc, js, nil
 }
 
-// connectNATS connects and registers the "nats" and "streams" readiness
-// checks; the caller sets the flag it returns once its streams are there.
-func (rt *Runtime) connectNATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, *atomic.Bool, error) {
+// natsOptions are the connection settings from the options and the Spec.
+func (rt *Runtime) natsOptions() natsx.Options {
 	o := rt.Options
 	no := natsx.Options{
 		URL: o.NATSURL, Name: rt.Spec.Binary() + "/" + o.ID, Creds: o.NATSCreds, User: o.NATSUser,
@@ -199,14 +198,22 @@ func (rt *Runtime) connectNATS(ctx context.Context) (*nats.Conn, jetstream.JetSt
 	if no.InboxPrefix == "" {
 		no.InboxPrefix = natsx.InboxPrefix(o.NATSUser)
 	}
-	if rt.Spec.Actor {
-		// No buffering while disconnected: an actor's audit publisher retries
-		// every message itself, and a copy buffered during an outage would be
-		// sent unseen at reconnect, then stored a second time if the next
-		// attempt came after the stream's duplicate window.
+	if rt.Spec.Actor || rt.Spec.NoPublishBuffer {
+		// No buffering while disconnected: an actor's audit publisher and
+		// the watcher retry every message themselves, and a copy buffered
+		// during an outage would be sent unseen at reconnect: stored a second
+		// time if the next attempt came after the stream's duplicate window
+		// (actors), or after the tombstone or newer state the next watcher
+		// leader stored meanwhile (a ghost pod, docs/watcher.md).
 		no.ReconnectBufSize = -1
 	}
-	nc, err := natsx.Connect(no, rt.Log)
+	return no
+}
+
+// connectNATS connects and registers the "nats" and "streams" readiness
+// checks; the caller sets the flag it returns once its streams are there.
+func (rt *Runtime) connectNATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, *atomic.Bool, error) {
+	nc, err := natsx.Connect(rt.natsOptions(), rt.Log)
 	if err != nil {
 		return nil, nil, nil, err
 	}

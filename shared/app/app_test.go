@@ -178,3 +178,22 @@ func TestMemoryLimit(t *testing.T) {
 		}
 	}
 }
+
+// Services that retry every publish themselves (actors, the watcher) connect
+// without nats.go's reconnect buffer, so nothing they published while
+// disconnected is sent unseen at reconnect; the others keep the default.
+func TestNATSReconnectBuffer(t *testing.T) {
+	for _, c := range []struct {
+		spec Spec
+		want int
+	}{
+		{Spec{Service: "cordon", Actor: true}, -1},
+		{Spec{Service: "watcher", NoPublishBuffer: true}, -1},
+		{Spec{Service: "notifier", NoKube: true}, 0}, // natsx.Connect's 8 MiB
+	} {
+		rt := &Runtime{Spec: c.spec}
+		if got := rt.natsOptions().ReconnectBufSize; got != c.want {
+			t.Errorf("%s: ReconnectBufSize %d, want %d", c.spec.Service, got, c.want)
+		}
+	}
+}

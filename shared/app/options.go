@@ -61,6 +61,12 @@ type Spec struct {
 	Actor bool
 	// NoKube binaries (the notifier) do not take --kubeconfig.
 	NoKube bool
+	// NoPublishBuffer: while NATS is disconnected a publish fails at once
+	// instead of waiting in nats.go's reconnect buffer (actors imply it). A
+	// service that retries every failed publish itself needs no buffer, and a
+	// buffered copy would be sent unseen at reconnect: for the watcher, after
+	// a newer state another replica stored meanwhile (docs/watcher.md).
+	NoPublishBuffer bool
 }
 
 // Binary is the program name, opswire-<service>.

@@ -212,8 +212,8 @@ func TestWatcherSurvivesNATSOutage(t *testing.T) {
 }
 
 // TestWatcherGhostPodAfterTimedOutPublishes is issue 19's ghost pod: with
-// NATS down, a pod is created and deleted while every publish of it times
-// out (nats.go keeps them buffered and stores them once it reconnects). After
+// NATS down, a pod is created and deleted while every publish of it fails
+// (refused at once: the watcher's connection has no reconnect buffer). After
 // NATS is back, KUBE must hold the pod's tombstone and the node's count must
 // match the API, whatever was stored in between.
 func TestWatcherGhostPodAfterTimedOutPublishes(t *testing.T) {

@@ -83,6 +83,62 @@ func TestGhostPodConverges(t *testing.T) {
 	})
 }
 
+// refusing fails every publish before sending it while down, as the
+// watcher's connection does while disconnected: it has no reconnect buffer
+// (app.Spec.NoPublishBuffer), so nats.go returns ErrReconnectBufExceeded.
+type refusing struct {
+	js   jetstream.JetStream
+	down atomic.Bool
+}
+
+func (p *refusing) PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if p.down.Load() {
+		return nil, nats.ErrReconnectBufExceeded
+	}
+	return p.js.PublishMsgAsync(msg, opts...)
+}
+
+// TestPublishesRefusedWhileDisconnectedConverge: what the reconnect buffer
+// used to carry over a NATS blip, the watcher's own retry must: a pod created
+// during the outage is stored once NATS is back, one created and deleted
+// during it leaves no live state, and the node's count matches the cache.
+// Each refused attempt of a pod's first publish must not count the pod on
+// its node again (onNode), or every later recount of the node would wait for
+// departures that never come.
+func TestPublishesRefusedWhileDisconnectedConverge(t *testing.T) {
+	pub := &refusing{}
+	f := setupWith(t, func(s *source) { s.nodes = append(s.nodes, s.node("n1")) },
+		func(js jetstream.JetStream) AsyncPublisher { pub.js = js; return pub },
+		func(o *Options) { o.RetryMax = 100 * time.Millisecond })
+	f.eventually("node with 0 pods", func() bool { return f.nodePods("n1") == 0 })
+	refused := func() float64 { return testutil.ToFloat64(f.w.m.errors.WithLabelValues("pod")) }
+
+	pub.down.Store(true)
+	f.src.podW.Add(f.src.pod("ns", "stays", "n1"))
+	ghost := f.src.pod("ns", "ghost", "n1")
+	f.src.podW.Add(ghost)
+	f.eventually("both pods' publishes refused, several times", func() bool { return refused() >= 10 })
+	gone := ghost.DeepCopy()
+	gone.ResourceVersion = f.src.nextRV()
+	f.src.podW.Delete(gone)
+	before := refused()
+	f.eventually("publishes after the delete refused too", func() bool { return refused() >= before+4 })
+	pub.down.Store(false) // NATS is back
+
+	f.eventually("the pod that stays stored, the ghost not alive, the node counting 1", func() bool {
+		var stays, g events.PodState
+		ghostAlive := f.last(subject.Pod("c", "ns", "ghost"), &g) && g.Op != events.OpDelete
+		return f.last(subject.Pod("c", "ns", "stays"), &stays) && stays.Op == events.OpUpsert && !ghostAlive &&
+			f.nodePods("n1") == 1
+	})
+	f.w.mu.Lock()
+	onNode := f.w.onNode["n1"]
+	f.w.mu.Unlock()
+	if onNode != 1 {
+		t.Fatalf("the watcher counts %d pods on n1 after the outage, want 1 (one per refused attempt?)", onNode)
+	}
+}
+
 // TestOversizedNodeKeepsWhatOpswireReads: a node with thousands of labels is
 // published with only the labels opswire reads; a state that cannot fit even
 // then is counted and not retried blind.

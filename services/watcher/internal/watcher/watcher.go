@@ -705,6 +705,15 @@ func (w *Watcher) publishWith(key, kind, subj, id, typ, ceSubject string, payloa
 	start := time.Now()
 	fut, err := w.pub.PublishMsgAsync(ev.Msg(subj), opts...)
 	if err != nil {
+		if !errors.Is(err, nats.ErrMaxPayload) {
+			// Refused before it was sent (while disconnected: the
+			// connection buffers nothing, app.Spec.NoPublishBuffer), and
+			// settled as a failed ack is, so that the retry and a later
+			// delete see what this sync counted: the pod on its node
+			// (onNode, else counted again at every attempt) and its uid
+			// for the tombstone. An oversized state is not retried.
+			w.markDoubt(key, name, rec, op)
+		}
 		return err
 	}
 	w.acks <- pending{key: key, kind: kind, rec: rec, op: op, departed: departed, name: name, future: fut, started: start}
