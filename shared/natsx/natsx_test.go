@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -140,6 +141,73 @@ func TestRefusedConsumerDelete(t *testing.T) {
 	other := fmt.Errorf("%w: %s", nats.ErrPermissionViolation, `Permissions Violation for Publish to "kube.default.node.x"`)
 	if !refusedConsumerDelete(del) || refusedConsumerDelete(other) || refusedConsumerDelete(errors.New("x")) {
 		t.Error("refusedConsumerDelete misclassifies")
+	}
+}
+
+// readFails is a JetStream context whose reads of a stream fail the first
+// fails times (-1: always) while publishes go through.
+type readFails struct {
+	jetstream.JetStream
+	fails atomic.Int32
+}
+
+func (j *readFails) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	if j.fails.Load() != 0 {
+		j.fails.Add(-1)
+		return nil, errors.New("JetStream API: timeout")
+	}
+	return j.JetStream.Stream(ctx, name)
+}
+
+// TestUnverifiedDuplicateIsNotRepublished: a duplicate ack whose holder
+// cannot be read back is most likely the event itself, so it is never
+// republished under a fallback id (that would store it twice). The read-back
+// is retried; while it keeps failing PublishEvent fails when its context
+// ends, and with UnverifiedStands the duplicate stands.
+func TestUnverifiedDuplicateIsNotRepublished(t *testing.T) {
+	base := connectJS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := EnsureStreams(ctx, base, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	subj := "ops.t.report.restarts"
+	ev, _ := envelope.New("report/t/restarts/1", "opswire/t/report", "t.v1", "", map[string]int{}, time.Now())
+	first, err := PublishEvent(ctx, base, subj, ev, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unverified := func() float64 { return testutil.ToFloat64(Suppressed.WithLabelValues("unverified")) }
+	js := &readFails{JetStream: base}
+
+	js.fails.Store(2) // a hiccup: the retried read-back proves it ours
+	before := unverified()
+	if a, err := PublishEvent(ctx, js, subj, ev, time.Second); err != nil || !a.Duplicate || a.Sequence != first.Sequence {
+		t.Errorf("read-back failing twice: %+v, %v; want the duplicate of seq %d", a, err, first.Sequence)
+	}
+	if unverified() != before {
+		t.Errorf("suppressed{unverified} rose after a read-back that succeeded on retry")
+	}
+
+	js.fails.Store(-1)
+	short, cancelShort := context.WithTimeout(ctx, 700*time.Millisecond)
+	if a, err := PublishEvent(short, js, subj, ev, time.Second); err == nil {
+		t.Errorf("read-back never succeeding: %+v, want an error once the context ends", a)
+	}
+	cancelShort()
+	if a, err := PublishEventWith(ctx, js, subj, ev, 300*time.Millisecond, UnverifiedStands); err != nil || !a.Duplicate {
+		t.Errorf("UnverifiedStands: %+v, %v; want the duplicate ack to stand", a, err)
+	}
+	if got := unverified() - before; got != 2 {
+		t.Errorf("suppressed{unverified} rose by %v, want 2", got)
+	}
+	s, _ := base.Stream(ctx, "OPS")
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects[subj]; n != 1 {
+		t.Errorf("OPS holds %d copies of the event, want 1", n)
 	}
 }
 

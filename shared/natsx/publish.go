@@ -28,15 +28,36 @@ type storedReader interface {
 	Stream(ctx context.Context, name string) (jetstream.Stream, error)
 }
 
-// Suppressed counts publishes that the stream dropped as duplicates of a
-// message that is not this one (result "foreign": another subject or another
-// ce-id holds the Nats-Msg-Id; "unverified": the stored message could not be
-// read back). Each was published again under a fallback Nats-Msg-Id, so the
-// record is stored. Registered by shared/app as opswire_publish_suppressed_total.
+// Suppressed counts duplicate acks whose holder is not proven to be the
+// event itself. "foreign": another subject or another ce-id holds the
+// Nats-Msg-Id; the event was published again under a fallback Nats-Msg-Id, so
+// it is stored. "unverified": the holder could not be read back before the
+// publish gave up reading; nothing was republished (the holder is most likely
+// the event itself, and a fallback id would store it twice): the publish
+// failed, or with UnverifiedStands its duplicate ack stood. Registered by
+// shared/app as opswire_publish_suppressed_total.
 var Suppressed = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "opswire_publish_suppressed_total",
-	Help: "Publishes dropped by the stream as duplicates of another message holding their Nats-Msg-Id (foreign: another subject or event; unverified: unreadable), each republished under a fallback id.",
+	Help: "Duplicate acks not proven to be the event itself (foreign: another subject or event holds the Nats-Msg-Id, republished under a fallback id; unverified: the holder could not be read back, not republished).",
 }, []string{"result"})
+
+// Unverified is what PublishEvent does with a duplicate ack whose holder
+// cannot be read back (a JetStream API request failing while publishes go
+// through).
+type Unverified int
+
+const (
+	// UnverifiedFails retries the read-back until the publish's context
+	// ends and then fails the publish: the caller's own retry, or its
+	// "not stored" path, decides (intents, audits).
+	UnverifiedFails Unverified = iota
+	// UnverifiedStands retries the read-back for one attempt timeout and
+	// then lets the duplicate ack stand: for events whose id is one per
+	// occurrence (a report tick, an image alert), where the holder is
+	// almost surely an earlier run's copy and a second copy would be
+	// delivered twice.
+	UnverifiedStands
+)
 
 var publishLog atomic.Pointer[zerolog.Logger]
 
@@ -72,13 +93,19 @@ const maxFallbacks = 2
 // suppression and publishes again with a fallback Nats-Msg-Id; ce-id stays
 // the event's id (consumers deduplicate by ce-id).
 func PublishEvent(ctx context.Context, js Publisher, subj string, ev envelope.Event, attemptTimeout time.Duration, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	return PublishEventWith(ctx, js, subj, ev, attemptTimeout, UnverifiedFails, opts...)
+}
+
+// PublishEventWith is PublishEvent with the given treatment of a duplicate
+// ack whose holder cannot be read back.
+func PublishEventWith(ctx context.Context, js Publisher, subj string, ev envelope.Event, attemptTimeout time.Duration, unverified Unverified, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	msgID := ev.ID
 	for round := 0; ; round++ {
 		ack, err := publishRetry(ctx, js, subj, ev, msgID, attemptTimeout, opts...)
 		if err != nil || !ack.Duplicate {
 			return ack, err
 		}
-		next, err := CheckDuplicate(ctx, js, ack, subj, ev, msgID, round, attemptTimeout)
+		next, err := checkDuplicateWith(ctx, js, ack, subj, ev, msgID, round, attemptTimeout, unverified)
 		if err != nil {
 			return nil, err
 		}
@@ -100,16 +127,42 @@ func EventMsg(ev envelope.Event, subj, msgID string) *nats.Msg {
 // CheckDuplicate decides on a duplicate ack of ev published on subj under
 // msgID (round: how many fallbacks came before). It returns "" if the
 // message holding msgID is ev itself on subj (a retry of ours, or another
-// replica of the same actor: the ack stands), else it counts and logs the
-// suppression and returns the Nats-Msg-Id to publish under next, or an
-// error once maxFallbacks ids were all held.
+// replica of the same actor: the ack stands). If a foreign message holds it,
+// it counts and logs the suppression and returns the Nats-Msg-Id to publish
+// under next, or an error once maxFallbacks ids were all held. If the holder
+// cannot be read back it retries the read until ctx ends and then returns an
+// error (UnverifiedFails).
 func CheckDuplicate(ctx context.Context, js Publisher, ack *jetstream.PubAck, subj string, ev envelope.Event, msgID string, round int, timeout time.Duration) (string, error) {
-	result, stored, verr := checkDuplicate(ctx, js, ack, subj, ev.ID, timeout)
-	if result == "" {
+	return checkDuplicateWith(ctx, js, ack, subj, ev, msgID, round, timeout, UnverifiedFails)
+}
+
+// checkDuplicateWith is CheckDuplicate with the given treatment of an
+// unreadable holder. Only a holder proven foreign earns a fallback id: an
+// unreadable one is most likely the event itself (the usual reason for a
+// duplicate ack), and a fallback id would store it a second time.
+func checkDuplicateWith(ctx context.Context, js Publisher, ack *jetstream.PubAck, subj string, ev envelope.Event, msgID string, round int, timeout time.Duration, unverified Unverified) (string, error) {
+	rctx := ctx
+	if unverified == UnverifiedStands {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	result, stored, verr := readBack(rctx, js, ack, subj, ev.ID, timeout)
+	l := plog()
+	switch result {
+	case "":
 		return "", nil
+	case "unverified":
+		Suppressed.WithLabelValues(result).Inc()
+		w := l.Warn().Err(verr).Str("id", ev.ID).Str("msg_id", msgID).Str("subject", subj).Uint64("seq", ack.Sequence)
+		if unverified == UnverifiedStands && ctx.Err() == nil {
+			w.Msg("duplicate ack whose holder cannot be read back: it stands (most likely this event stored before)")
+			return "", nil
+		}
+		w.Msg("duplicate ack whose holder cannot be read back: not republished, the publish fails")
+		return "", fmt.Errorf("publish %s: Nats-Msg-Id %q held by a message that cannot be read back (seq %d): %w", subj, msgID, ack.Sequence, verr)
 	}
 	Suppressed.WithLabelValues(result).Inc()
-	l := plog()
 	if round >= maxFallbacks {
 		l.Error().Str("id", ev.ID).Str("msg_id", msgID).Str("subject", subj).Str("held_by", stored).
 			Msg("publish suppressed by a foreign message again: given up")
@@ -119,35 +172,57 @@ func CheckDuplicate(ctx context.Context, js Publisher, ack *jetstream.PubAck, su
 	if round > 0 {
 		next += "/" + nuid.Next()
 	}
-	l.Warn().Err(verr).Str("id", ev.ID).Str("msg_id", msgID).Str("subject", subj).Str("held_by", stored).
+	l.Warn().Str("id", ev.ID).Str("msg_id", msgID).Str("subject", subj).Str("held_by", stored).
 		Uint64("seq", ack.Sequence).Str("result", result).Str("fallback_msg_id", next).
-		Msg("publish suppressed by a message holding its Nats-Msg-Id: republishing under a fallback id")
+		Msg("publish suppressed by a foreign message holding its Nats-Msg-Id: republishing under a fallback id")
 	return next, nil
 }
 
-// checkDuplicate reads the message a duplicate ack points at. It returns ""
-// if it is ev itself on subj, else "foreign" or "unverified" and what holds
-// the id (its subject and ce-id).
-func checkDuplicate(ctx context.Context, js Publisher, ack *jetstream.PubAck, subj, id string, timeout time.Duration) (string, string, error) {
+// readBack reads the message a duplicate ack points at, retrying a failed
+// read (with backoff) until ctx ends: a JetStream API hiccup must not pass
+// for a foreign holder. It returns "" if the holder is the event id itself on
+// subj, "foreign" and what holds the id (its subject and ce-id), or
+// "unverified" and the last read error.
+func readBack(ctx context.Context, js Publisher, ack *jetstream.PubAck, subj, id string, timeout time.Duration) (string, string, error) {
 	r, ok := js.(storedReader)
 	if !ok {
 		return "unverified", "", errors.New("publisher cannot read the stream")
 	}
+	backoff := 100 * time.Millisecond
+	for {
+		m, err := getStored(ctx, r, ack, timeout)
+		if err == nil {
+			storedID := m.Header.Get(envelope.HeaderID)
+			if m.Subject == subj && storedID == id {
+				return "", "", nil
+			}
+			return "foreign", m.Subject + " " + storedID, nil
+		}
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			// Gone (aged out, purged): nothing left to tell ours from a
+			// foreign one by, and nothing holds the id in the stream.
+			return "unverified", "", err
+		}
+		select {
+		case <-ctx.Done():
+			return "unverified", "", err
+		case <-time.After(backoff):
+		}
+		if backoff < 2*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+// getStored is one read of the message at ack.Sequence, bounded by timeout.
+func getStored(ctx context.Context, r storedReader, ack *jetstream.PubAck, timeout time.Duration) (*jetstream.RawStreamMsg, error) {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	s, err := r.Stream(rctx, ack.Stream)
 	if err != nil {
-		return "unverified", "", err
+		return nil, err
 	}
-	m, err := s.GetMsg(rctx, ack.Sequence)
-	if err != nil {
-		return "unverified", "", err
-	}
-	storedID := m.Header.Get(envelope.HeaderID)
-	if m.Subject == subj && storedID == id {
-		return "", "", nil
-	}
-	return "foreign", m.Subject + " " + storedID, nil
+	return s.GetMsg(rctx, ack.Sequence)
 }
 
 func publishRetry(ctx context.Context, js Publisher, subj string, ev envelope.Event, msgID string, attemptTimeout time.Duration, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {

@@ -3,10 +3,12 @@ package actor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -429,5 +431,82 @@ func TestScheduledIDNamesTheCluster(t *testing.T) {
 	}
 	if got, want := ScheduledID("prod", tick), "report/prod/restarts/2025-01-06T02:00:00Z"; got != want {
 		t.Fatalf("ScheduledID = %s, want %s", got, want)
+	}
+}
+
+// opsReadFails is the report's JetStream context while a JetStream API read
+// of OPS fails (a request timing out under load, a connection flap): the
+// publishes go through, reading a message back does not.
+type opsReadFails struct {
+	jetstream.JetStream
+	failing atomic.Bool
+}
+
+func (j *opsReadFails) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	if name == subject.OpsStream && j.failing.Load() {
+		return nil, errors.New("JetStream API: timeout")
+	}
+	return j.JetStream.Stream(ctx, name)
+}
+
+// TestCaughtUpTickIsNotStoredTwiceWhenTheReadBackFails: the old leader
+// stored tick T's report but died before recording it; the new leader
+// catches T up and JetStream acknowledges it as a duplicate, which is the
+// design (one report per tick). If reading the holder back fails, the
+// duplicate must stand: a fallback Nats-Msg-Id would store T a second time
+// and the notifier would deliver both.
+func TestCaughtUpTickIsNotStoredTwiceWhenTheReadBackFails(t *testing.T) {
+	e := newEnv(t)
+	e.pod("shop", "crashy", 150)
+	cfg := testConfig(t, "sendReport:\n  schedule: \"@hourly\"\n  catchUp: 2h\nnats:\n  duplicates: 3h\nimageAlert:\n  enable: false\n")
+	probe, err := New(Deps{Config: cfg, Cluster: cluster, Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prevTick := probe.sched.Next(time.Now().Add(-2 * time.Hour))
+	missed := probe.sched.Next(prevTick)
+	st := kvStore(t, e)
+	if err := st.SetLastTick(e.ctx, prevTick); err != nil {
+		t.Fatal(err)
+	}
+	// The old leader's report of the missed tick, stored, not recorded.
+	stored := events.RestartReport{ID: ScheduledID(cluster, missed), Tick: missed, Rows: []events.RestartRow{}}
+	ev, err := envelope.New(stored.ID, envelope.Source(cluster, Service), events.TypeRestartReport, "restarts", stored, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := subject.Ops(cluster, Service, "restarts")
+	if _, err := natsx.PublishEvent(e.ctx, e.js, subj, ev, time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	js := &opsReadFails{JetStream: e.js}
+	js.failing.Store(true)
+	reg := prometheus.NewRegistry()
+	a, err := New(Deps{Config: cfg, Cluster: cluster, JS: js, NC: e.nc, MaxPayload: e.nc.MaxPayload(),
+		Log: zerolog.Nop(), Registry: reg, Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Lead(ctx) }()
+	defer func() { cancel(); <-done }()
+	// Serving comes after the catch-up's publish was answered, and OPS
+	// stores a message before it acks it: counting now sees any second copy.
+	eventually(t, 20*time.Second, "the new leader's catch-up done", func() bool { return a.serving.Load() })
+	if got := testutil.ToFloat64(a.m.reports.WithLabelValues(triggerSchedule, "duplicate")); got != 1 {
+		t.Errorf("reports{schedule,duplicate} = %v, want 1", got)
+	}
+	s, err := e.js.Stream(e.ctx, subject.OpsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(e.ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects[subj]; n != 1 {
+		t.Fatalf("OPS holds %d scheduled reports of tick %s, want 1 (the catch-up's duplicate was republished under a fallback id)", n, missed)
 	}
 }

@@ -110,7 +110,7 @@ func (al *alerter) publish(ctx context.Context, n *events.NodeState, d images.De
 	}
 	pctx, cancel := context.WithTimeout(ctx, alertPublishTimeout)
 	defer cancel()
-	ack, err := natsx.PublishEvent(pctx, a.js, subject.Ops(a.cluster, Service, "images", n.Name), ev, publishAttempt)
+	ack, err := natsx.PublishEventWith(pctx, a.js, subject.Ops(a.cluster, Service, "images", n.Name), ev, publishAttempt, natsx.UnverifiedStands)
 	if err != nil {
 		return err
 	}
