@@ -105,15 +105,22 @@ type Deps struct {
 
 // Dispatcher routes, groups and tracks messages until they are settled.
 type Dispatcher struct {
-	s         Settings
-	d         Deps
-	workers   map[string]*worker
-	now       func() time.Time
-	baseCtx   context.Context
-	wg        sync.WaitGroup
-	mu        sync.Mutex
-	groups    map[string]*group
-	pending   map[*pending]struct{}
+	s       Settings
+	d       Deps
+	workers map[string]*worker
+	now     func() time.Time
+	baseCtx context.Context
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	groups  map[string]*group
+	pending map[*pending]struct{} // admitted: in their groups or retry loops
+	// held maps the stream sequence of every message this dispatcher holds,
+	// from Handle (waiting for its lookup included) until it is acked,
+	// nak'ed or released, to its pending. After a NATS outage longer than
+	// AckWait the server redelivers held messages to this same live
+	// dispatcher; found here, a redelivery only becomes the delivery the
+	// later ack, nak or progress ack goes to, never a second card.
+	held      map[uint64]*pending
 	stopped   bool
 	clusterTk string
 
@@ -140,6 +147,8 @@ type arrival struct {
 
 // pending is one OPS message until every (route, receiver) it goes to is settled.
 type pending struct {
+	// msg is the current delivery; a redelivery of a held message replaces
+	// it (guarded by Dispatcher.mu once the message is held).
 	msg       Msg
 	item      *notify.Item
 	seq       uint64
@@ -163,7 +172,7 @@ func New(s Settings, d Deps) *Dispatcher {
 		d.Now = time.Now
 	}
 	x := &Dispatcher{s: s, d: d, now: d.Now, workers: map[string]*worker{}, groups: map[string]*group{},
-		pending: map[*pending]struct{}{}, clusterTk: subject.Encode(s.Cluster)}
+		pending: map[*pending]struct{}{}, held: map[uint64]*pending{}, clusterTk: subject.Encode(s.Cluster)}
 	for _, r := range d.Receivers {
 		x.workers[r.Name] = newWorker(x, r)
 	}
@@ -210,14 +219,15 @@ func (x *Dispatcher) shutdown() {
 	x.mu.Unlock()
 	x.wg.Wait()
 	x.mu.Lock()
-	held := make([]*pending, 0, len(x.pending))
+	held := make([]Msg, 0, len(x.pending))
 	for p := range x.pending {
-		held = append(held, p)
+		held = append(held, p.msg)
+		x.forget(p)
 	}
 	x.pending = map[*pending]struct{}{}
 	x.mu.Unlock()
-	for _, p := range held {
-		_ = p.msg.Nak()
+	for _, m := range held {
+		_ = m.Nak()
 	}
 	if len(held) > 0 {
 		x.d.Log.Info().Int("messages", len(held)).Msg("released held messages for redelivery")
@@ -225,17 +235,69 @@ func (x *Dispatcher) shutdown() {
 	x.d.Metrics.Pending.Set(0)
 }
 
-// keepAlive sends progress acks for every held message.
+// keepAlive sends progress acks for every held message, to its current
+// delivery (the one the server now tracks). Messages still waiting for
+// their lookup are held too: a lookup that stalls longer than AckWait must
+// not have them redelivered.
 func (x *Dispatcher) keepAlive() {
 	x.mu.Lock()
-	held := make([]*pending, 0, len(x.pending))
+	held := make([]Msg, 0, len(x.held))
+	for _, p := range x.held {
+		held = append(held, p.msg)
+	}
 	for p := range x.pending {
-		held = append(held, p)
+		if p.seq == 0 { // no sequence, so not in held (only without metadata)
+			held = append(held, p.msg)
+		}
 	}
 	x.mu.Unlock()
-	for _, p := range held {
-		_ = p.msg.InProgress()
+	for _, m := range held {
+		_ = m.InProgress()
 	}
+}
+
+// adopt makes msg the current delivery of the held message with its stream
+// sequence, if there is one, and reports whether there was: that message is
+// already on its way (in a lookup, a group or a retry loop) and will be
+// acked, nak'ed or kept alive through msg.
+func (x *Dispatcher) adopt(seq uint64, msg Msg) bool {
+	if seq == 0 {
+		return false
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	p := x.held[seq]
+	if p == nil {
+		return false
+	}
+	p.msg = msg
+	return true
+}
+
+// hold registers p under its stream sequence until forget.
+func (x *Dispatcher) hold(p *pending) {
+	if p.seq == 0 {
+		return
+	}
+	x.mu.Lock()
+	x.held[p.seq] = p
+	x.mu.Unlock()
+}
+
+// forget ends p's registration, not that of a later delivery of its
+// sequence (a released message comes back as a new pending). It must be
+// called with x.mu held.
+func (x *Dispatcher) forget(p *pending) {
+	if p.seq != 0 && x.held[p.seq] == p {
+		delete(x.held, p.seq)
+	}
+}
+
+// delivery is p's current delivery.
+func (x *Dispatcher) delivery(p *pending) Msg {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return p.msg
 }
 
 // Handle takes one OPS message from the consumer.
@@ -244,6 +306,13 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 	var delivered uint64 = 1
 	if md, err := msg.Metadata(); err == nil {
 		seq, delivered = md.Sequence.Stream, md.NumDelivered
+	}
+	if x.adopt(seq, msg) {
+		// Redelivered while held (a NATS outage longer than AckWait): the
+		// first delivery's pending goes on with this one; checked before
+		// MaxDeliver, as the outage, not this message, is what kept it unacked.
+		x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "redelivered").Inc()
+		return
 	}
 	if x.s.Fleet {
 		if filter, foreign := ForeignSource(msg.Subject(), msg.Headers()); foreign {
@@ -296,6 +365,7 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 		_ = msg.Ack()
 		return
 	}
+	x.hold(p)
 	// Every delivery consults the records, not only redeliveries: a
 	// re-created consumer, or an id stored again after the stream's
 	// duplicate window, arrives with NumDelivered 1.
@@ -409,11 +479,11 @@ func (x *Dispatcher) lookUp(ctx context.Context, ps []*pending, routes [][]*conf
 // is left to deliver. After shutdown began it is nak'ed instead, for
 // another replica.
 func (x *Dispatcher) admit(p *pending, routes []*config.Route) {
-	msg := p.msg
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.stopped {
-		_ = msg.Nak()
+		x.forget(p)
+		_ = p.msg.Nak()
 		return
 	}
 	for _, r := range routes {
@@ -435,7 +505,8 @@ func (x *Dispatcher) admit(p *pending, routes []*config.Route) {
 		} else {
 			x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "unrouted").Inc()
 		}
-		_ = msg.Ack()
+		x.forget(p)
+		_ = p.msg.Ack()
 		return
 	}
 	x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "routed").Inc()
@@ -555,20 +626,23 @@ func entriesOf(n *notify.Notification, all []*pending) []*pending {
 // messages that have nothing left.
 func (x *Dispatcher) settle(entries []*pending) {
 	var done []*pending
+	var msgs []Msg // their current deliveries, taken while they are held
 	x.mu.Lock()
 	for _, p := range entries {
 		p.remaining--
 		if p.remaining == 0 {
 			if _, held := x.pending[p]; held {
 				delete(x.pending, p)
+				x.forget(p)
 				done = append(done, p)
+				msgs = append(msgs, p.msg)
 			}
 		}
 	}
 	x.d.Metrics.Pending.Set(float64(len(x.pending)))
 	x.mu.Unlock()
-	for _, p := range done {
-		if err := p.msg.Ack(); err != nil {
+	for i, p := range done {
+		if err := msgs[i].Ack(); err != nil {
 			x.d.Log.Warn().Err(err).Uint64("seq", p.seq).Msg("ack failed; the message will be redelivered and skipped as delivered")
 		}
 	}
@@ -604,6 +678,7 @@ func (x *Dispatcher) release(entries []*pending) {
 	x.mu.Lock()
 	for _, p := range entries {
 		delete(x.pending, p)
+		x.forget(p) // its redelivery is a new message, looked up afresh
 	}
 	x.d.Metrics.Pending.Set(float64(len(x.pending)))
 	x.mu.Unlock()
@@ -620,7 +695,8 @@ func (x *Dispatcher) deadLetterFailed(recv string, events int, err error) {
 // error means it is stored.
 func (x *Dispatcher) deadLetter(ctx context.Context, routeName, recv string, p *pending, reason string, cause error) error {
 	m := nats.NewMsg(DeadLetterSubject(x.clusterToken(p.item), recv))
-	for k, v := range p.msg.Headers() {
+	msg := x.delivery(p) // every delivery carries the same headers and data
+	for k, v := range msg.Headers() {
 		if isServerHeader(k) {
 			continue
 		}
@@ -642,7 +718,7 @@ func (x *Dispatcher) deadLetter(ctx context.Context, routeName, recv string, p *
 	if p.seq > 0 {
 		m.Header.Set(HeaderOrigSeq, uitoa(p.seq))
 	}
-	m.Data = p.msg.Data()
+	m.Data = msg.Data()
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadLetterBudget)
 	defer cancel()
 	if err := publishRetry(pctx, x.d.DeadJS, m); err != nil {

@@ -3,8 +3,11 @@ package dispatch_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/opswire/opswire/services/notifier/internal/dispatch"
 	"github.com/opswire/opswire/shared/config"
@@ -96,5 +99,53 @@ func TestLookupsBatchedInArrivalOrder(t *testing.T) {
 	keys, reads, most := slow.keysRead()
 	if most > 4 || reads >= burst || keys != burst {
 		t.Errorf("%d reads for %d keys (at most %d in one); want reads of up to 4 messages, fewer reads than messages", reads, keys, most)
+	}
+}
+
+// countedMsg is one delivery of a message, counting the acks and progress
+// acks sent through it.
+type countedMsg struct {
+	jetstream.Msg
+	acks, progress atomic.Int64
+}
+
+func (m *countedMsg) Ack() error        { m.acks.Add(1); return m.Msg.Ack() }
+func (m *countedMsg) InProgress() error { m.progress.Add(1); return m.Msg.InProgress() }
+
+// TestRedeliveryDuringLookupTakesOverTheHeldMessage: a message whose
+// delivered-record lookup stalls is held like one in its group: it gets
+// progress acks, and a redelivery of it (same stream sequence) arriving
+// meanwhile is no second message but its current delivery, the one the
+// progress acks and the final ack go to.
+func TestRedeliveryDuringLookupTakesOverTheHeldMessage(t *testing.T) {
+	e := newEnv(t, notifierConfig())
+	e.settings.AckWait = time.Second // progress acks every 333 ms (the consumer's own ack wait stays 5 s)
+	slow := &slowRecords{KVDelivered: e.delivered(), release: make(chan struct{})}
+	e.store = slow
+	first, again := &countedMsg{}, &countedMsg{}
+	twice := func(d *dispatch.Dispatcher, ctx context.Context, m jetstream.Msg) {
+		first.Msg, again.Msg = m, m
+		d.Handle(ctx, first)
+		d.Handle(ctx, again) // as the server redelivers it after an outage
+	}
+	h := newHook(t)
+	eng := e.start([]config.Route{fastRoute("ops", "hook")}, []dispatch.Receiver{webhookReceiver(t, "hook", h.URL)}, twice)
+	p := e.publishCleanup(1, events.SeverityInfo)
+	eventually(t, 10*time.Second, "progress acks to the redelivery while the lookup stalls", func() bool {
+		return again.progress.Load() > 0
+	})
+	if keys, reads, _ := slow.keysRead(); keys != 1 || reads != 1 {
+		t.Errorf("%d keys in %d reads, want the one message looked up once", keys, reads)
+	}
+	close(slow.release)
+	e.waitSettled("the message acked")
+	if a, b := first.acks.Load(), again.acks.Load(); a != 0 || b != 1 {
+		t.Errorf("acks %d to the first delivery and %d to the redelivery, want 0 and 1", a, b)
+	}
+	if _, ids := h.got(); ids[p.id] != 1 {
+		t.Errorf("event %s reached the receiver %d times, want 1", p.id, ids[p.id])
+	}
+	if v := value(eng.metrics.Messages.WithLabelValues("", "redelivered")); v != 1 {
+		t.Errorf("messages_total{result=redelivered} = %v, want 1", v)
 	}
 }
