@@ -82,6 +82,10 @@ type Actor struct {
 	// with the waiter's context (lockRun).
 	run      chan struct{}
 	baseline *restarts.Baseline
+	// saved is what the KV bucket holds of the baseline, the reference the
+	// next save writes the difference from (restarts.Unknown after a failed
+	// save, so the next one rewrites it in full).
+	saved *restarts.Baseline
 }
 
 // New validates what the configuration cannot (the $TZ zone) and builds the actor.
@@ -140,15 +144,13 @@ func (a *Actor) Lead(ctx context.Context) error {
 	a.leading.Store(true)
 	defer a.leading.Store(false)
 	defer a.serving.Store(false)
-	// Bounded: a bucket the NATS user may not create (a permissions error
-	// gets no reply) must fail the leader loudly, not hang it.
-	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
-	kv, err := store.Open(openCtx, a.js, a.cfg.NATS.Replicas)
-	cancelOpen()
-	if err != nil {
-		return fmt.Errorf("report KV bucket: %w", err)
+	var st *store.Store
+	if !a.retryStart(ctx, "open the report KV bucket", "open", func(ctx context.Context) (err error) {
+		st, err = a.openStore(ctx)
+		return err
+	}) {
+		return nil // the term ended first
 	}
-	st := store.New(kv, a.cluster)
 
 	nodes := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -187,21 +189,16 @@ func (a *Actor) Lead(ctx context.Context) error {
 		return nil // shutting down before the state was loaded
 	}
 
-	if a.opts.Mode == config.ReportModeIncrease {
-		b, err := st.LoadBaseline(ctx)
-		if err != nil {
-			return fmt.Errorf("load restart baseline: %w", err)
-		}
-		if err := a.lockRun(ctx); err != nil {
-			return nil // shutting down
-		}
-		a.baseline = b
-		a.unlockRun()
+	if a.opts.Mode == config.ReportModeIncrease && !a.loadBaseline(ctx, st) {
+		return nil // the term ended first
 	}
 	if alertsOn {
-		mem, err := st.LoadImageMemory(ctx)
-		if err != nil {
-			return fmt.Errorf("load image alert memory: %w", err)
+		var mem map[string]images.Memory
+		if !a.retryStart(ctx, "load the image alert memory", "images", func(ctx context.Context) (err error) {
+			mem, err = st.LoadImageMemory(ctx)
+			return err
+		}) {
+			return nil
 		}
 		al := &alerter{a: a, q: nodes, mirror: mirror, st: st, mem: mem}
 		// Nodes deleted (or re-created) while no replica led: let the worker
@@ -223,9 +220,12 @@ func (a *Actor) Lead(ctx context.Context) error {
 		// Before answering requests, so a request answered proves it is done.
 		rep.catchUp(ctx)
 	}
-	sub, err := a.serveRequests(ctx, rep)
-	if err != nil {
+	var sub *nats.Subscription
+	if !a.retryStart(ctx, "subscribe to report requests", "", func(context.Context) (err error) {
+		sub, err = a.serveRequests(ctx, rep)
 		return err
+	}) {
+		return nil
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	a.serving.Store(true)
@@ -237,4 +237,81 @@ func (a *Actor) Lead(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// openAttempt bounds one attempt to open the bucket: a bucket the NATS user
+// may not create (a permissions error gets no reply) must show up as a
+// failing, logged attempt, not a silent hang.
+const openAttempt = 30 * time.Second
+
+// openStore opens (creating if needed) the report bucket.
+func (a *Actor) openStore(ctx context.Context) (*store.Store, error) {
+	octx, cancel := context.WithTimeout(ctx, openAttempt)
+	defer cancel()
+	kv, err := store.Open(octx, a.js, a.cfg.NATS.Replicas)
+	if err != nil {
+		return nil, fmt.Errorf("report KV bucket: %w", err)
+	}
+	return store.New(kv, a.cluster), nil
+}
+
+// loadBaseline loads the increase-mode baseline for this term; false when
+// the term ended first. A baseline time that does not decode is no baseline
+// (logged, counted): it is the same bad value for every replica, so failing
+// would make them all crash-loop; the next scheduled report then counts from
+// pod start and saves a good baseline over it.
+func (a *Actor) loadBaseline(ctx context.Context, st *store.Store) bool {
+	var b *restarts.Baseline
+	if !a.retryStart(ctx, "load the restart baseline", "baseline", func(ctx context.Context) error {
+		var err error
+		b, err = st.LoadBaseline(ctx)
+		if errors.Is(err, store.ErrMalformed) {
+			a.m.storeErrors.WithLabelValues("baseline").Inc()
+			a.log.Error().Err(err).Msg("the restart baseline in KV does not decode: starting without one (the next report counts from pod start)")
+			b = nil
+			return nil
+		}
+		return err
+	}) {
+		return false
+	}
+	if err := a.lockRun(ctx); err != nil {
+		return false
+	}
+	a.baseline, a.saved = b, b
+	a.unlockRun()
+	return true
+}
+
+// startBackoffMax caps the wait between attempts of a term-start step.
+const startBackoffMax = 30 * time.Second
+
+// retryStart runs one step of a leader term's start until it succeeds
+// (true) or the term ends (false). A KV or NATS hiccup at start is
+// transient and hits every replica alike: ending the process for it would
+// make them all crash-loop, and the step only matters within this term.
+// Readiness reports the leader as starting meanwhile; each failure is
+// logged, and counted in store_errors{op} when op is set.
+func (a *Actor) retryStart(ctx context.Context, what, op string, step func(context.Context) error) bool {
+	backoff := 500 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := step(ctx)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if op != "" {
+			a.m.storeErrors.WithLabelValues(op).Inc()
+		}
+		a.log.Warn().Err(err).Int("attempt", attempt).Dur("retryIn", backoff).
+			Msg("leader start: cannot " + what + "; retrying within this term")
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, startBackoffMax)
+	}
 }

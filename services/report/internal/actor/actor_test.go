@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/opswire/opswire/services/report/internal/restarts"
+	"github.com/opswire/opswire/services/report/internal/store"
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
@@ -508,5 +509,87 @@ func TestCaughtUpTickIsNotStoredTwiceWhenTheReadBackFails(t *testing.T) {
 	}
 	if n := info.State.Subjects[subj]; n != 1 {
 		t.Fatalf("OPS holds %d scheduled reports of tick %s, want 1 (the catch-up's duplicate was republished under a fallback id)", n, missed)
+	}
+}
+
+// leadUntilServing starts a.Lead and waits until it serves, failing the test
+// if Lead returns first (the process would exit: every replica, on the same
+// state, would crash-loop). It returns a stop function.
+func leadUntilServing(t *testing.T, e *env, a *Actor) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Lead(ctx) }()
+	deadline := time.After(20 * time.Second)
+	for !a.serving.Load() {
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("Lead returned while still leading: %v", err)
+		case <-deadline:
+			cancel()
+			<-done
+			t.Fatal("the leader is not serving 20 s after it started")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return func() { cancel(); <-done }
+}
+
+// TestMalformedBaselineTimeDoesNotStopTheLeader: one malformed
+// <cluster>.baseline.time in KV is no baseline (logged, counted), not an
+// error out of Lead, which would make the process exit and every replica
+// crash-loop on the same key.
+func TestMalformedBaselineTimeDoesNotStopTheLeader(t *testing.T) {
+	e := newEnv(t)
+	e.pod("shop", "crashy", 150)
+	kv, err := store.Open(e.ctx, e.js, config.Default().NATS.Replicas)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(e.ctx, cluster+".baseline.time", []byte("not-a-time")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, "sendReport:\n  schedule: \"@hourly\"\n  mode: increase\nimageAlert:\n  enable: false\n")
+	a, err := New(Deps{Config: cfg, Cluster: cluster, JS: e.js, NC: e.nc, MaxPayload: e.nc.MaxPayload(),
+		Log: zerolog.Nop(), Registry: prometheus.NewRegistry(), Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leadUntilServing(t, e, a)()
+	if got := testutil.ToFloat64(a.m.storeErrors.WithLabelValues("baseline")); got != 1 {
+		t.Errorf("store_errors{baseline} = %v, want 1", got)
+	}
+}
+
+// kvFlaky is a JetStream context whose KV bucket cannot be opened the first
+// fails times (a JetStream API timeout at the start of a term).
+type kvFlaky struct {
+	jetstream.JetStream
+	fails atomic.Int32
+}
+
+func (j *kvFlaky) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if j.fails.Add(-1) >= 0 {
+		return nil, errors.New("JetStream API: timeout")
+	}
+	return j.JetStream.CreateOrUpdateKeyValue(ctx, cfg)
+}
+
+// TestTransientKVErrorAtTermStartIsRetried: the bucket failing to open at
+// the start of a term is retried within the term, not returned from Lead.
+func TestTransientKVErrorAtTermStartIsRetried(t *testing.T) {
+	e := newEnv(t)
+	js := &kvFlaky{JetStream: e.js}
+	js.fails.Store(2)
+	cfg := testConfig(t, "sendReport:\n  schedule: \"@hourly\"\nimageAlert:\n  enable: false\n")
+	a, err := New(Deps{Config: cfg, Cluster: cluster, JS: js, NC: e.nc, MaxPayload: e.nc.MaxPayload(),
+		Log: zerolog.Nop(), Registry: prometheus.NewRegistry(), Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leadUntilServing(t, e, a)()
+	if got := testutil.ToFloat64(a.m.storeErrors.WithLabelValues("open")); got != 2 {
+		t.Errorf("store_errors{open} = %v, want 2", got)
 	}
 }

@@ -160,9 +160,12 @@ func (r *reporter) run(ctx context.Context, tick time.Time, onDemand bool) (resu
 			Msg("this tick's report was already in OPS from another run; the baseline is kept, the next report counts from it")
 	default:
 		next := restarts.Snapshot(pods, tick)
-		if err := r.st.SaveBaseline(rctx, next, a.baseline); err != nil {
+		if err := r.st.SaveBaseline(rctx, next, a.saved); err != nil {
 			a.m.storeErrors.WithLabelValues("baseline").Inc()
-			a.log.Error().Err(err).Msg("could not store the restart baseline; the next report may count from an older one")
+			a.log.Error().Err(err).Msg("could not store the restart baseline; the next save rewrites it in full, a new leader before then may count from an older one")
+			a.saved = restarts.Unknown(a.saved, next)
+		} else {
+			a.saved = next
 		}
 		a.baseline = next
 	}

@@ -39,6 +39,24 @@ func Snapshot(pods []*events.PodState, at time.Time) *Baseline {
 	return b
 }
 
+// Unknown is what KV may hold after a failed save of next over old: any
+// pod of either, with counts unknown (a save fails half-way). Diffing the
+// next baseline against it rewrites every pod and forgets every gone one,
+// instead of skipping the entries whose write failed and leaving stale
+// counts in KV for the next leader to load.
+func Unknown(old, next *Baseline) *Baseline {
+	u := &Baseline{Pods: map[string]map[string]int32{}}
+	for _, b := range []*Baseline{old, next} {
+		if b == nil {
+			continue
+		}
+		for uid := range b.Pods {
+			u.Pods[uid] = nil // nil never matches: Diff rewrites it
+		}
+	}
+	return u
+}
+
 // Diff lists what changed from old to b: pods whose counts to write, and pod
 // UIDs to forget (gone, or back to no restarts). Writing only the difference
 // keeps a report's KV traffic proportional to the pods that restarted.

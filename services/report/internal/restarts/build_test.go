@@ -2,6 +2,7 @@ package restarts
 
 import (
 	"reflect"
+	"sort"
 	"testing"
 	"time"
 
@@ -258,6 +259,14 @@ func TestSnapshotAndDiff(t *testing.T) {
 	put, remove = cur.Diff(nil)
 	if len(put) != 3 || len(remove) != 0 {
 		t.Fatalf("diff against nothing: put %v remove %v", put, remove)
+	}
+	// After a failed save of cur over old, KV may hold anything of either:
+	// the next save rewrites every pod and forgets every gone one.
+	next := Snapshot([]*events.PodState{pod("a", "same", "n", nil, ctr("c", 3, "", 0, nil))}, tick.Add(2*time.Hour))
+	put, remove = next.Diff(Unknown(old, cur))
+	sort.Strings(remove)
+	if !reflect.DeepEqual(put, next.Pods) || !reflect.DeepEqual(remove, []string{"a-gone-uid", "a-grows-uid", "a-new-uid"}) {
+		t.Fatalf("diff after a failed save: put %v remove %v, want every pod rewritten and every gone one removed", put, remove)
 	}
 }
 

@@ -59,6 +59,11 @@ func New(kv jetstream.KeyValue, cluster string) *Store {
 
 func (s *Store) key(parts ...string) string { return s.prefix + strings.Join(parts, ".") }
 
+// ErrMalformed marks a value that does not decode: no retry can fix it, so
+// callers treat it as absent (a bad baseline time is no baseline) instead of
+// failing the leader on every replica.
+var ErrMalformed = errors.New("malformed value")
+
 // getTime reads a time key; ok is false when it was never written.
 func (s *Store) getTime(ctx context.Context, key string) (time.Time, bool, error) {
 	e, err := s.kv.Get(ctx, key)
@@ -70,7 +75,7 @@ func (s *Store) getTime(ctx context.Context, key string) (time.Time, bool, error
 	}
 	t, err := time.Parse(time.RFC3339Nano, string(e.Value()))
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("KV %s: not a time: %w", key, err)
+		return time.Time{}, false, fmt.Errorf("KV %s: %w: not a time: %w", key, ErrMalformed, err)
 	}
 	return t, true, nil
 }
@@ -118,6 +123,7 @@ func (s *Store) each(ctx context.Context, filter string, fn func(jetstream.KeyVa
 }
 
 // LoadBaseline returns the increase-mode baseline, nil when none was saved.
+// An undecodable baseline time is an error wrapping ErrMalformed.
 func (s *Store) LoadBaseline(ctx context.Context) (*restarts.Baseline, error) {
 	at, ok, err := s.getTime(ctx, s.key("baseline", "time"))
 	if err != nil || !ok {
