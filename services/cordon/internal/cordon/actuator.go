@@ -105,6 +105,10 @@ type Actuator struct {
 	// node: the node's resourceVersion does not change for them, so it alone
 	// cannot make their message ids unique.
 	simSeq map[string]int
+	// doubt is the write whose answer was lost and that no read has settled
+	// yet (nil: none). No other write goes out while it is there, so there is
+	// never more than one.
+	doubt *doubt
 }
 
 // NewActuator builds the actuator. rec may be a record.FakeRecorder in tests.
@@ -128,6 +132,14 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	start := time.Now()
+	// A write in doubt is settled first: by the node's own retry (whatever
+	// it now decides), and before any other write, so the cap and the rate
+	// window never count on a write whose fate is unknown.
+	if a.doubt != nil && (a.doubt.node.Name == n.Name || d.Action != ActionNone) {
+		if _, err := a.settle(ctx); err != nil {
+			return actuate.Outcome{}, err
+		}
+	}
 	if d.Action == ActionNone {
 		a.announced.Reset(n.Name)
 		return actuate.Outcome{}, nil
@@ -322,49 +334,13 @@ type trace struct {
 // when nothing was written.
 func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, release func(), tr trace) (actuate.Outcome, error) {
 	now := a.cfg.Now()
-	var (
-		patch []byte
-		err   error
-	)
-	switch d.Action {
-	case ActionCordon:
-		patch, _, err = cordonPatch(a.cfg.Policy, node, d, now, a.cfg.Identity)
-	case ActionHandOver:
-		patch, err = handoverPatch(a.cfg.Policy, node)
-	default:
-		patch, err = uncordonPatch(a.cfg.Policy, node)
-	}
+	patch, err := a.patchFor(node, d, now)
 	if err != nil {
 		release()
 		return actuate.Outcome{}, fmt.Errorf("build patch for node %s: %w", node.Name, err)
 	}
-	verb, reason := VerbCordoned, EventCordoned
-	switch d.Action {
-	case ActionUncordon:
-		verb, reason = VerbUncordoned, EventUncordoned
-	case ActionHandOver:
-		verb, reason = VerbHandedOver, EventHandedOver
-	}
-	// The outcome audit is built before the patch and journaled with the
-	// intent: a leader killed after the patch but before the Auditor stored
-	// the outcome leaves the intent, and the next leader publishes this very
-	// message (same id) once the live node shows the patch (Happened). The
-	// payload's time is the mark's, so Happened can tell this write's mark.
-	id := "cordon/" + string(node.UID) + "/" + verb + "/" + node.ResourceVersion
-	p := a.payload(verb, node.Name, string(node.UID), node.ResourceVersion, d)
-	p.Time = now.UTC()
-	outSubj, outEv, encErr := a.event(verb, id, p)
-	if encErr == nil && a.cfg.Intents != nil {
-		isubj, iev, err := actuate.NewIntent(a.cfg.Cluster, events.Intent{Actor: Service, Action: verb, Kind: "Node",
-			Name: node.Name, UID: string(node.UID)}, outSubj, outEv)
-		if err == nil {
-			t := time.Now()
-			a.cfg.Intents.Record(ctx, isubj, iev)
-			tr.intent = time.Since(t)
-		} else {
-			a.log.Error().Err(err).Str("node", node.Name).Msg("intent cannot be encoded: writing unjournaled")
-		}
-	}
+	o := a.outcomeOf(node, d, now)
+	a.journal(ctx, node, o, &tr)
 	t := time.Now()
 	patched, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
 		return a.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "opswire-cordon"})
@@ -380,25 +356,106 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, rel
 		release()
 		a.stale(node.Name, "node deleted before the write")
 		return actuate.Outcome{}, nil
+	case inDoubt(err):
+		// The answer is lost, not the write: whether the API applied it is
+		// for a read of the node to tell (settle), not for this error.
+		a.doubt = &doubt{node: node, d: d, o: o, release: release, err: err, tr: tr}
+		switch v, serr := a.settle(ctx); {
+		case serr != nil:
+			return actuate.Outcome{}, serr // still in doubt: the retry settles it first
+		case v == notApplied:
+			return actuate.Outcome{}, fmt.Errorf("%s %s: %w", d.Action, node.Name, err)
+		case v == unclear:
+			return actuate.Outcome{Retry: true}, nil
+		}
+		return actuate.Outcome{}, nil
 	case err != nil:
 		release()
 		a.fail(node, d, err)
 		return actuate.Outcome{}, fmt.Errorf("%s %s: %w", d.Action, node.Name, err)
 	}
-	a.announced.Reset(node.Name)
-	a.ledger.RecordAt(node.Name, string(node.UID), patched.ResourceVersion, d.Action == ActionCordon)
-	a.lastWrite = newestRV(a.lastWrite, patched.ResourceVersion)
-	a.rec.Eventf(node, corev1.EventTypeNormal, reason, "opswire %s (%s): %s", verb, a.cfg.Policy.Mode, d.Reason)
-	a.count(d.Action, false)
-	a.log.Info().Str("node", node.Name).Str("verb", verb).Int("pods", d.Pods).Int("maxPods", d.MaxPods).
-		Int("minPods", d.MinPods).Str("reason", d.Reason).Dur("readMs", tr.read).Dur("recountMs", tr.recount).Dur("nodeReadMs", tr.node).Dur("intentMs", tr.intent).
-		Dur("patchMs", tr.patch).Dur("tookMs", time.Since(tr.start)).Msg("node " + verb)
-	if encErr != nil {
-		a.log.Error().Err(encErr).Str("id", id).Str("node", node.Name).Msg("audit message cannot be encoded")
-	} else {
-		a.audit.Publish(outSubj, outEv)
-	}
+	a.done(node, d, o, patched.ResourceVersion, tr)
 	return actuate.Outcome{}, nil
+}
+
+// patchFor builds the patch of decision d on node, as of now (the mark's time).
+func (a *Actuator) patchFor(node *corev1.Node, d Decision, now time.Time) ([]byte, error) {
+	switch d.Action {
+	case ActionCordon:
+		patch, _, err := cordonPatch(a.cfg.Policy, node, d, now, a.cfg.Identity)
+		return patch, err
+	case ActionHandOver:
+		return handoverPatch(a.cfg.Policy, node)
+	default:
+		return uncordonPatch(a.cfg.Policy, node)
+	}
+}
+
+// written is the outcome of a write, built before the patch: the verb, the
+// Event's reason, and the audit message (subject, envelope, id) the intent
+// carries and the success publishes, byte for byte.
+type written struct {
+	verb, reason, id, subj string
+	p                      events.CordonDecision
+	ev                     envelope.Event
+	encErr                 error
+}
+
+// outcomeOf builds the outcome of decision d on node as of now. The
+// payload's time is the mark's, and its resourceVersion the one the patch is
+// preconditioned on: Happened and settle tell this write's mark by them.
+func (a *Actuator) outcomeOf(node *corev1.Node, d Decision, now time.Time) written {
+	o := written{verb: VerbCordoned, reason: EventCordoned}
+	switch d.Action {
+	case ActionUncordon:
+		o.verb, o.reason = VerbUncordoned, EventUncordoned
+	case ActionHandOver:
+		o.verb, o.reason = VerbHandedOver, EventHandedOver
+	}
+	o.id = "cordon/" + string(node.UID) + "/" + o.verb + "/" + node.ResourceVersion
+	o.p = a.payload(o.verb, node.Name, string(node.UID), node.ResourceVersion, d)
+	o.p.Time = now.UTC()
+	o.subj, o.ev, o.encErr = a.event(o.verb, o.id, o.p)
+	return o
+}
+
+// journal stores the write-ahead intent carrying o: a leader killed after
+// the patch but before the Auditor stored the outcome leaves the intent, and
+// the next leader publishes this very message (same id) once the live node
+// shows the patch (Happened).
+func (a *Actuator) journal(ctx context.Context, node *corev1.Node, o written, tr *trace) {
+	if o.encErr != nil || a.cfg.Intents == nil {
+		return
+	}
+	isubj, iev, err := actuate.NewIntent(a.cfg.Cluster, events.Intent{Actor: Service, Action: o.verb, Kind: "Node",
+		Name: node.Name, UID: string(node.UID)}, o.subj, o.ev)
+	if err != nil {
+		a.log.Error().Err(err).Str("node", node.Name).Msg("intent cannot be encoded: writing unjournaled")
+		return
+	}
+	t := time.Now()
+	a.cfg.Intents.Record(ctx, isubj, iev)
+	tr.intent = time.Since(t)
+}
+
+// done finishes a write the API applied: the ledger and lastWrite learn the
+// version it produced (rv, or a later one a read showed), then the Event on
+// the node as acted on (its resourceVersion is the one the write was decided
+// on, which LiveActions reads back), the metrics and the outcome message.
+func (a *Actuator) done(node *corev1.Node, d Decision, o written, rv string, tr trace) {
+	a.announced.Reset(node.Name)
+	a.ledger.RecordAt(node.Name, string(node.UID), rv, d.Action == ActionCordon)
+	a.lastWrite = newestRV(a.lastWrite, rv)
+	a.rec.Eventf(node, corev1.EventTypeNormal, o.reason, "opswire %s (%s): %s", o.verb, a.cfg.Policy.Mode, d.Reason)
+	a.count(d.Action, false)
+	a.log.Info().Str("node", node.Name).Str("verb", o.verb).Int("pods", d.Pods).Int("maxPods", d.MaxPods).
+		Int("minPods", d.MinPods).Str("reason", d.Reason).Dur("readMs", tr.read).Dur("recountMs", tr.recount).Dur("nodeReadMs", tr.node).Dur("intentMs", tr.intent).
+		Dur("patchMs", tr.patch).Dur("tookMs", time.Since(tr.start)).Msg("node " + o.verb)
+	if o.encErr != nil {
+		a.log.Error().Err(o.encErr).Str("id", o.id).Str("node", node.Name).Msg("audit message cannot be encoded")
+		return
+	}
+	a.audit.Publish(o.subj, o.ev)
 }
 
 // refuse announces a cordon refused by the blast-radius cap, once per
@@ -495,6 +552,10 @@ func (a *Actuator) Forget(name string) {
 	defer a.mu.Unlock()
 	a.announced.Reset(name)
 	delete(a.simSeq, name)
+	if a.doubt != nil && a.doubt.node.Name == name {
+		a.log.Warn().Str("node", name).Str("id", a.doubt.o.id).Msg("node deleted while a write to it was in doubt; no outcome published")
+		a.doubt = nil
+	}
 }
 
 // newestRV returns the newer of two resourceVersions (etcd revisions; ""

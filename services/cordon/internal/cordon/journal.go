@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
@@ -50,28 +49,14 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 		a.ambiguous(in, "the intent's outcome does not decode")
 		return false, nil
 	}
-	node, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
-		return a.client.CoreV1().Nodes().Get(ctx, in.Name, metav1.GetOptions{})
-	})
-	if apierrors.IsNotFound(err) {
-		a.ambiguous(in, "node no longer exists")
-		return false, nil
-	}
+	v, _, why, err := a.lookBack(ctx, in.Name, in.UID, in.Action, d)
 	if err != nil {
 		return false, fmt.Errorf("re-read node %s of an intent: %w", in.Name, err)
 	}
-	if string(node.UID) != in.UID {
-		a.ambiguous(in, "node was replaced (uid changed)")
-		return false, nil
-	}
-	if d.ResourceVersion != "" && node.ResourceVersion == d.ResourceVersion {
-		return false, nil // unchanged since the decision: the patch did not happen
-	}
-	ok, why := patchVisible(a.cfg.Policy, node, in.Action, d)
-	if !ok {
+	if v == unclear {
 		a.ambiguous(in, why)
 	}
-	return ok, nil
+	return v == applied, nil
 }
 
 // patchVisible reports whether node shows the patch of verb decided as d,

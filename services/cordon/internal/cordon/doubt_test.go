@@ -1,0 +1,203 @@
+package cordon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/events"
+)
+
+var nodesGR = schema.GroupResource{Resource: "nodes"}
+
+func TestInDoubt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"client timeout", context.DeadlineExceeded, true},
+		{"context cancelled (term over)", context.Canceled, true},
+		{"connection reset", errors.New("read tcp: connection reset by peer"), true},
+		{"unexpected EOF", io.ErrUnexpectedEOF, true},
+		{"504", apierrors.NewTimeoutError("request did not complete", 1), true},
+		{"500 server timeout", apierrors.NewServerTimeout(nodesGR, "patch", 1), true},
+		{"500", apierrors.NewInternalError(errors.New("etcd")), true},
+		{"503", apierrors.NewServiceUnavailable("etcd leader change"), true},
+		{"429", apierrors.NewTooManyRequests("slow down", 1), true},
+		{"403", apierrors.NewForbidden(nodesGR, "a", errors.New("rbac")), false},
+		{"422", apierrors.NewInvalid(schema.GroupKind{Kind: "Node"}, "a", nil), false},
+		{"400", apierrors.NewBadRequest("bad patch"), false},
+		{"none", nil, false},
+	} {
+		if got := inDoubt(tc.err); got != tc.want {
+			t.Errorf("%s: inDoubt = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// loseAnswer makes the next node patch reach the fake API and then lose its
+// answer with err (applied: the API applied it and moved the node's
+// resourceVersion on, as a real one does; otherwise nothing was written);
+// the failedGets node GETs after it fail (the API unreachable for reads).
+func loseAnswer(t *testing.T, h *harness, err error, applied bool, failedGets int) {
+	t.Helper()
+	lost := true
+	h.client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if !lost {
+			return false, nil, nil
+		}
+		lost = false
+		failGets(h, failedGets)
+		if applied {
+			_, obj, perr := k8stesting.ObjectReaction(h.client.Tracker())(a)
+			if perr != nil {
+				t.Errorf("apply patch: %v", perr)
+				return true, nil, err
+			}
+			n := obj.(*corev1.Node)
+			n.ResourceVersion = "42"
+			if uerr := h.client.Tracker().Update(a.GetResource(), n, ""); uerr != nil {
+				t.Errorf("move the resourceVersion on: %v", uerr)
+			}
+		}
+		return true, nil, err
+	})
+}
+
+// failGets makes the next k node GETs fail (the API unreachable for reads).
+func failGets(h *harness, k int) {
+	h.client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if k == 0 {
+			return false, nil, nil
+		}
+		k--
+		return true, nil, apierrors.NewServiceUnavailable("still down")
+	})
+}
+
+// verbs counts the published outcomes by verb, and the Events by reason.
+func verbs(t *testing.T, h *harness) (map[string]int, map[string]int) {
+	t.Helper()
+	out, evs := map[string]int{}, map[string]int{}
+	for _, m := range h.pub.decisions(t) {
+		out[m.D.Verb]++
+	}
+	for {
+		select {
+		case e := <-h.rec.Events:
+			evs[strings.Fields(e)[1]]++
+		default:
+			return out, evs
+		}
+	}
+}
+
+// TestActuatorLostPatchAnswerIsAudited: a cordon's answer is lost (a
+// timeout, a 5xx, a reset). The write is in doubt, not refused: a consistent
+// read of the node settles it, at once or, when the node cannot be read
+// either, at the retry, before anything else. A write the node shows gets
+// the success path (one cordoned message with the id built before the patch,
+// its Event, its rate slot); one the node does not show (same
+// resourceVersion) is failed, its slot given back, and the retry cordons.
+// Each attempt has exactly one outcome.
+func TestActuatorLostPatchAnswerIsAudited(t *testing.T) {
+	lost := map[string]error{
+		"server timeout": apierrors.NewServerTimeout(nodesGR, "patch", 1),
+		"504":            apierrors.NewTimeoutError("request did not complete", 1),
+		"client timeout": context.DeadlineExceeded,
+		"reset":          errors.New("read tcp: connection reset by peer"),
+	}
+	for _, tc := range []struct {
+		name       string
+		applied    bool
+		failedGets int // node GETs that fail after the lost answer
+	}{
+		{"applied, settled at once", true, 0},
+		{"applied, the read fails too: settled by the retry", true, 1},
+		{"not applied: failed, the retry cordons", false, 0},
+		{"not applied, the read fails too: settled by the retry", false, 1},
+	} {
+		for errName, err := range lost {
+			t.Run(tc.name+"/"+errName, func(t *testing.T) {
+				n := apiNode("a")
+				p := seedPolicy("cordon")
+				h := newHarness(t, p, false, Fleet{Managed: 10}, append([]runtime.Object{n}, pods("a", 100)...)...)
+				win := actuate.NewWindow(5, time.Minute)
+				h.act.cfg.Limiter = win
+				loseAnswer(t, h, err, tc.applied, tc.failedGets)
+				state := mirrorOf(n, 100)
+				_, aerr := h.act.Apply(context.Background(), state, false, Evaluate(p, state, false))
+				if settledAtOnce := tc.applied && tc.failedGets == 0; (aerr == nil) != settledAtOnce {
+					t.Fatalf("first Apply: %v", aerr)
+				}
+				if got := h.pub.decisions(t); tc.failedGets > 0 && len(got) != 0 {
+					t.Fatalf("published %+v while the write is in doubt, want nothing yet", got)
+				}
+				// The retries, from the mirror's old state and from its new one.
+				for _, s := range []*events.NodeState{state, mirrorOf(h.node(t, "a"), 100)} {
+					marked := h.ledger.Marked(s)
+					if _, err := h.act.Apply(context.Background(), s, marked, Evaluate(p, s, marked)); err != nil {
+						t.Fatalf("retry: %v", err)
+					}
+				}
+				wantFailed, wantPatches := 1, 2
+				if tc.applied {
+					wantFailed, wantPatches = 0, 1
+				}
+				out, evs := verbs(t, h)
+				if out[VerbCordoned] != 1 || out[VerbFailed] != wantFailed || evs[EventCordoned] != 1 || evs[EventActionFailed] != wantFailed {
+					t.Fatalf("published %v, Events %v; want one cordoned and %d failed, each with its Event", out, evs, wantFailed)
+				}
+				if got := len(h.writes()); got != wantPatches {
+					t.Fatalf("%d patches, want %d", got, wantPatches)
+				}
+				if got := win.Len(h.act.cfg.Now()); got != 1 {
+					t.Errorf("rate window holds %d actions, want 1 (one cordon applied)", got)
+				}
+				for _, m := range h.pub.decisions(t) {
+					if m.D.Verb == VerbCordoned && m.ID != "cordon/uid-a/cordoned/41" {
+						t.Errorf("cordoned id %s, want the one built before the patch", m.ID)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestActuatorNoWriteWhileInDoubt: while a's cordon is in doubt and the API
+// cannot be read, b's cordon does not go out (the cap could not count a's);
+// once a read settles a's, b's goes out.
+func TestActuatorNoWriteWhileInDoubt(t *testing.T) {
+	a, b := apiNode("a"), apiNode("b")
+	p := seedPolicy("cordon")
+	h := newHarness(t, p, false, Fleet{Managed: 10}, append([]runtime.Object{a, b}, append(pods("a", 100), pods("b", 100)...)...)...)
+	loseAnswer(t, h, context.DeadlineExceeded, true, 2)
+	sa, sb := mirrorOf(a, 100), mirrorOf(b, 100)
+	if _, err := h.act.Apply(context.Background(), sa, false, Evaluate(p, sa, false)); err == nil {
+		t.Fatal("a: want the write in doubt")
+	}
+	if _, err := h.act.Apply(context.Background(), sb, false, Evaluate(p, sb, false)); err == nil || len(h.writes()) != 1 {
+		t.Fatalf("b while a is in doubt: %v, %d patches; want an error and a's patch only", err, len(h.writes()))
+	}
+	if _, err := h.act.Apply(context.Background(), sb, false, Evaluate(p, sb, false)); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, m := range h.pub.decisions(t) {
+		got[m.D.Verb+"/"+m.D.Node]++
+	}
+	if len(got) != 2 || got["cordoned/a"] != 1 || got["cordoned/b"] != 1 || len(h.writes()) != 2 {
+		t.Fatalf("published %v, %d patches; want a's and b's cordons once each", got, len(h.writes()))
+	}
+}
