@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/opswire/opswire/services/notifier/internal/notify"
 	"github.com/opswire/opswire/services/notifier/internal/render"
@@ -112,6 +113,12 @@ type ReplayResult struct {
 // stays in the DLQ.
 const replayAttempts = 3
 
+// ReplayRunningError is the answer to a replay request for a receiver whose
+// replay is still running.
+func ReplayRunningError(receiver string) string {
+	return "a replay of receiver " + receiver + " is already running; ask again once it has answered"
+}
+
 // Replay re-sends the dead letters of one of this dispatcher's receivers
 // (after the cause was fixed), grouped per route and kind into cards as
 // usual. An event is sent at most once: a dead letter whose event the
@@ -124,6 +131,13 @@ func (x *Dispatcher) Replay(ctx context.Context, dl DeadLetters, receiver string
 
 // ReplayCluster is Replay of the dead letters of one cluster (its subject
 // token): a fleet notifier keeps them per cluster, dlq.<cluster>.notifier.<receiver>.
+//
+// One replay of a receiver runs at a time, from reading its dead letters to
+// removing those delivered: two that overlap would read the same dead letters,
+// find no record yet, and both send them. A request while one runs is refused
+// at once (ReplayRunningError) rather than queued: the operator learns the
+// first still works (a `nats req` that timed out has not stopped it), and
+// asking again afterwards finds only what it left.
 func (x *Dispatcher) ReplayCluster(ctx context.Context, dl DeadLetters, receiver, cluster string) ReplayResult {
 	res := ReplayResult{Receiver: receiver}
 	if x.s.Fleet {
@@ -134,151 +148,203 @@ func (x *Dispatcher) ReplayCluster(ctx context.Context, dl DeadLetters, receiver
 		res.Error = "unknown receiver"
 		return res
 	}
-	log := x.d.Log.With().Str("receiver", receiver).Logger()
-	letters, err := dl.Read(ctx, DeadLetterSubject(cluster, receiver))
-	if err != nil {
-		res.Error = err.Error()
+	if !w.replaying.CompareAndSwap(false, true) {
+		res.Error = ReplayRunningError(receiver)
 		return res
 	}
-	res.DeadLetters = len(letters)
-	type event struct {
-		route string
-		item  *notify.Item
-		seqs  []uint64
+	defer w.replaying.Store(false)
+	rp := &replay{x: x, w: w, dl: dl, cluster: cluster, res: &res, log: x.d.Log.With().Str("receiver", receiver).Logger()}
+	rp.run(ctx)
+	rp.log.Info().Int("deadLetters", res.DeadLetters).Int("delivered", res.Delivered).Int("alreadyDelivered", res.AlreadyDelivered).
+		Int("failed", res.Failed).Msg("dead letters replayed")
+	return res
+}
+
+// replay is one run of ReplayCluster.
+type replay struct {
+	x       *Dispatcher
+	w       *worker
+	dl      DeadLetters
+	cluster string
+	res     *ReplayResult
+	log     zerolog.Logger
+}
+
+// deadEvent is one event among the dead letters; an event dead-lettered
+// more than once is sent once and all its dead letters removed.
+type deadEvent struct {
+	key   string // its delivered-id record
+	route string
+	item  *notify.Item
+	seqs  []uint64
+}
+
+func (rp *replay) run(ctx context.Context) {
+	letters, err := rp.dl.Read(ctx, DeadLetterSubject(rp.cluster, rp.w.r.Name))
+	if err != nil {
+		rp.res.Error = err.Error()
+		return
 	}
-	byKey := map[string]*event{}
-	var order []string
+	rp.res.DeadLetters = len(letters)
+	evs := rp.events(letters)
+	rp.res.Events = len(evs)
+	groups, order := rp.undelivered(ctx, evs)
+	now := rp.x.now()
+	for _, g := range order {
+		rp.sendGroup(ctx, g, groups[g], now)
+	}
+}
+
+// events decodes the dead letters into distinct events, in the order of
+// their first dead letter; one that cannot be decoded stays in the DLQ.
+func (rp *replay) events(letters []DeadLetter) []*deadEvent {
+	byKey := map[string]*deadEvent{}
+	var out []*deadEvent
 	for _, l := range letters {
-		orig := l.Header.Get(HeaderOrigSubject)
-		it, err := notify.Decode(orig, l.Header, l.Data)
+		it, err := notify.Decode(l.Header.Get(HeaderOrigSubject), l.Header, l.Data)
 		if err != nil {
-			log.Warn().Err(err).Uint64("seq", l.Seq).Msg("dead letter cannot be decoded; left in the DLQ")
-			res.Failed++
+			rp.log.Warn().Err(err).Uint64("seq", l.Seq).Msg("dead letter cannot be decoded; left in the DLQ")
+			rp.res.Failed++
 			continue
 		}
 		routeName := l.Header.Get(HeaderDLQRoute)
-		key := DeliveredKey(x.clusterOf(it), routeName, receiver, it.ID)
+		key := DeliveredKey(rp.x.clusterOf(it), routeName, rp.w.r.Name, it.ID)
 		e, ok := byKey[key]
 		if !ok {
-			e = &event{route: routeName, item: it}
+			e = &deadEvent{key: key, route: routeName, item: it}
 			byKey[key] = e
-			order = append(order, key)
+			out = append(out, e)
 		}
 		e.seqs = append(e.seqs, l.Seq)
 	}
-	res.Events = len(byKey)
-	remove := func(e *event) {
-		for _, seq := range e.seqs {
-			if err := dl.Delete(ctx, seq); err != nil {
-				log.Warn().Err(err).Uint64("seq", seq).Msg("cannot remove a replayed dead letter; a later replay skips it as delivered")
-			}
-		}
-	}
-	// Group what was not delivered yet per route and kind.
-	groups := map[string][]*event{}
-	var groupOrder []string
-	for _, key := range order {
-		e := byKey[key]
-		rec, err := x.d.Delivered.State(ctx, key)
+	return out
+}
+
+// undelivered removes the dead letters of events recorded delivered and
+// groups the others per route and kind (group keys in order), as the live
+// path would.
+func (rp *replay) undelivered(ctx context.Context, evs []*deadEvent) (map[string][]*deadEvent, []string) {
+	groups := map[string][]*deadEvent{}
+	var order []string
+	for _, e := range evs {
+		rec, err := rp.x.d.Delivered.State(ctx, e.key)
 		if err != nil {
-			res.Error = "cannot read delivered records: " + err.Error()
-			res.Failed += len(e.seqs)
+			rp.res.Error = "cannot read delivered records: " + err.Error()
+			rp.res.Failed += len(e.seqs)
 			continue
 		}
 		if rec == RecordDelivered {
-			res.AlreadyDelivered++
-			remove(e)
+			rp.res.AlreadyDelivered++
+			rp.remove(ctx, e)
 			continue
 		}
-		g := x.groupKey(e.route, e.item)
+		g := rp.x.groupKey(e.route, e.item)
 		if _, ok := groups[g]; !ok {
-			groupOrder = append(groupOrder, g)
+			order = append(order, g)
 		}
 		groups[g] = append(groups[g], e)
 	}
-	sort.Strings(groupOrder)
-	now := x.now()
-	for _, g := range groupOrder {
-		evs := groups[g]
-		r := x.d.Routes.ByName(evs[0].route)
-		if r == nil {
-			r = &config.Route{Name: evs[0].route}
+	sort.Strings(order)
+	return groups, order
+}
+
+// sendGroup renders one group's events into cards and sends each.
+func (rp *replay) sendGroup(ctx context.Context, g string, evs []*deadEvent, now time.Time) {
+	x := rp.x
+	r := x.d.Routes.ByName(evs[0].route)
+	if r == nil {
+		r = &config.Route{Name: evs[0].route}
+	}
+	items := make([]*notify.Item, len(evs))
+	byItem := map[*notify.Item]*deadEvent{}
+	for i, e := range evs {
+		items[i] = e.item
+		byItem[e.item] = e
+	}
+	gc := x.clusterOf(evs[0].item)
+	for _, n := range render.Render(render.Group{Route: r.Name, Key: g, Title: r.Title, Cluster: gc, ClusterInTitle: x.s.Fleet, Now: now}, items) {
+		n.Receiver = rp.w.r.Name
+		if err := rp.w.sendOnce(ctx, n); err != nil {
+			rp.res.Failed += len(n.Items)
+			rp.res.Error = err.Error()
+			rp.log.Error().Err(err).Str("route", r.Name).Int("events", len(n.Items)).Msg("replayed dead letters not delivered; left in the DLQ")
+			continue
 		}
-		items := make([]*notify.Item, len(evs))
-		byItem := map[*notify.Item]*event{}
-		for i, e := range evs {
-			items[i] = e.item
-			byItem[e.item] = e
-		}
-		gc := x.clusterOf(evs[0].item)
-		for _, n := range render.Render(render.Group{Route: r.Name, Key: g, Title: r.Title, Cluster: gc, ClusterInTitle: x.s.Fleet, Now: now}, items) {
-			n.Receiver = receiver
-			if err := w.sendOnce(ctx, n); err != nil {
-				res.Failed += len(n.Items)
-				res.Error = err.Error()
-				log.Error().Err(err).Str("route", r.Name).Int("events", len(n.Items)).Msg("replayed dead letters failed again; left in the DLQ")
-				continue
-			}
-			keys := make([]string, len(n.Items))
-			ids := make([]string, len(n.Items))
-			for i, it := range n.Items {
-				keys[i], ids[i] = DeliveredKey(gc, r.Name, receiver, it.ID), it.ID
-			}
-			// Recorded before the dead letters go: a crash in between leaves
-			// dead letters that the next replay only removes.
-			mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			if err := x.d.Delivered.Mark(mctx, keys, RecordDelivered); err != nil {
-				log.Warn().Err(err).Msg("cannot record replayed events as delivered")
-			}
-			cancel()
-			for _, it := range n.Items {
-				remove(byItem[it])
-			}
-			res.Delivered += len(n.Items)
-			res.Cards++
-			x.d.Metrics.Deliveries.WithLabelValues(receiver, OutcomeDelivered).Inc()
-			x.d.Metrics.Events.WithLabelValues(receiver, OutcomeDelivered).Add(float64(len(ids)))
-			_ = publishOutcome(x.d.Core, subject.Notify(gc, receiver, OutcomeDelivered), Outcome{Receiver: receiver, Route: r.Name, Cluster: gc,
-				Outcome: OutcomeDelivered, Reason: "replayed", Title: n.Title, Events: len(ids), IDs: ids, Time: x.now()})
+		rp.delivered(ctx, r.Name, gc, n, byItem)
+	}
+}
+
+// delivered records a delivered card's events, then removes their dead
+// letters (in that order: a crash in between leaves dead letters that the
+// next replay only removes), and reports the card.
+func (rp *replay) delivered(ctx context.Context, route, cluster string, n *notify.Notification, byItem map[*notify.Item]*deadEvent) {
+	x, name := rp.x, rp.w.r.Name
+	keys := make([]string, len(n.Items))
+	ids := make([]string, len(n.Items))
+	for i, it := range n.Items {
+		keys[i], ids[i] = DeliveredKey(cluster, route, name, it.ID), it.ID
+	}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	if err := x.d.Delivered.Mark(mctx, keys, RecordDelivered); err != nil {
+		rp.log.Warn().Err(err).Msg("cannot record replayed events as delivered")
+	}
+	cancel()
+	for _, it := range n.Items {
+		rp.remove(ctx, byItem[it])
+	}
+	rp.res.Delivered += len(n.Items)
+	rp.res.Cards++
+	x.d.Metrics.Deliveries.WithLabelValues(name, OutcomeDelivered).Inc()
+	x.d.Metrics.Events.WithLabelValues(name, OutcomeDelivered).Add(float64(len(ids)))
+	_ = publishOutcome(x.d.Core, subject.Notify(cluster, name, OutcomeDelivered), Outcome{Receiver: name, Route: route, Cluster: cluster,
+		Outcome: OutcomeDelivered, Reason: "replayed", Title: n.Title, Events: len(ids), IDs: ids, Time: x.now()})
+}
+
+// remove deletes an event's dead letters; a failure is only logged: the
+// event is recorded delivered, so the next replay removes them.
+func (rp *replay) remove(ctx context.Context, e *deadEvent) {
+	for _, seq := range e.seqs {
+		if err := rp.dl.Delete(ctx, seq); err != nil {
+			rp.log.Warn().Err(err).Uint64("seq", seq).Msg("cannot remove a replayed dead letter; a later replay skips it as delivered")
 		}
 	}
-	log.Info().Int("deadLetters", res.DeadLetters).Int("delivered", res.Delivered).Int("alreadyDelivered", res.AlreadyDelivered).
-		Int("failed", res.Failed).Msg("dead letters replayed")
-	return res
 }
 
 // sendOnce delivers one replayed card with a few attempts under the
 // receiver's rate limit (shared with the live path).
 func (w *worker) sendOnce(ctx context.Context, n *notify.Notification) error {
 	backoff := w.x.s.RetryInitial
-	var err error
-	for attempt := 1; attempt <= replayAttempts; attempt++ {
-		if werr := w.r.Limiter.Wait(ctx); werr != nil {
-			return werr
-		}
-		w.x.saveRate(ctx, w.r)
-		actx, cancel := context.WithTimeout(ctx, w.r.Timeout)
-		var retryable bool
-		retryable, err = w.r.Sink.Send(actx, n)
-		cancel()
-		if err == nil {
-			w.x.d.Metrics.Attempts.WithLabelValues(w.r.Name, "ok", "").Inc()
-			return nil
-		}
-		reason := notify.ReasonOf(err)
-		if !retryable {
-			w.x.d.Metrics.Attempts.WithLabelValues(w.r.Name, "permanent", string(reason)).Inc()
+	for attempt := 1; ; attempt++ {
+		if err := w.r.Limiter.Wait(ctx); err != nil {
 			return err
 		}
-		w.x.d.Metrics.Attempts.WithLabelValues(w.r.Name, "retryable", string(reason)).Inc()
-		if attempt < replayAttempts {
-			if serr := sleepCtx(ctx, backoff); serr != nil {
-				return err
-			}
-			backoff = min(2*backoff, w.x.s.RetryMax)
+		retryable, err := w.replayAttempt(ctx, n)
+		if err == nil || !retryable || attempt == replayAttempts {
+			return err
 		}
+		if sleepCtx(ctx, backoff) != nil {
+			return err
+		}
+		backoff = min(2*backoff, w.x.s.RetryMax)
 	}
-	return err
+}
+
+// replayAttempt is one attempt of a replayed card, bounded by the receiver's
+// timeout.
+func (w *worker) replayAttempt(ctx context.Context, n *notify.Notification) (bool, error) {
+	w.x.saveRate(ctx, w.r)
+	actx, cancel := context.WithTimeout(ctx, w.r.Timeout)
+	retryable, err := w.r.Sink.Send(actx, n)
+	cancel()
+	switch reason := notify.ReasonOf(err); {
+	case err == nil:
+		w.x.d.Metrics.Attempts.WithLabelValues(w.r.Name, "ok", "").Inc()
+	case !retryable:
+		w.x.d.Metrics.Attempts.WithLabelValues(w.r.Name, "permanent", string(reason)).Inc()
+	default:
+		w.x.d.Metrics.Attempts.WithLabelValues(w.r.Name, "retryable", string(reason)).Inc()
+	}
+	return retryable, err
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

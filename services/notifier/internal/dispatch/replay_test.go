@@ -2,12 +2,19 @@ package dispatch_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/opswire/opswire/services/notifier/feishutest"
 	"github.com/opswire/opswire/services/notifier/internal/dispatch"
+	"github.com/opswire/opswire/services/notifier/internal/webhook"
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/events"
 )
@@ -75,4 +82,103 @@ func TestReplayDeliversDeadLettersOnce(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// heldHook is a webhook receiver that refuses everything (400: dead-lettered)
+// until accept, then counts every event of a card at its arrival (the bot
+// posts what it has, whether or not the sender still waits for the answer),
+// signals arrived, and answers only when release is closed.
+type heldHook struct {
+	srv     *httptest.Server
+	refuse  atomic.Bool
+	arrived chan struct{}
+	release chan struct{}
+	mu      sync.Mutex
+	ids     map[string]int
+}
+
+func newHeldHook(t *testing.T) *heldHook {
+	h := &heldHook{arrived: make(chan struct{}, 10), release: make(chan struct{}), ids: map[string]int{}}
+	h.refuse.Store(true)
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if h.refuse.Load() {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		var p webhook.Payload
+		_ = json.Unmarshal(body, &p)
+		h.mu.Lock()
+		for _, ev := range p.Events {
+			h.ids[ev.ID]++
+		}
+		h.mu.Unlock()
+		h.arrived <- struct{}{}
+		select {
+		case <-h.release:
+			w.WriteHeader(http.StatusOK)
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+// sentOnce fails t for every event of ps the hook did not get exactly once.
+func (h *heldHook) sentOnce(t *testing.T, ps []published) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range ps {
+		if h.ids[p.id] != 1 {
+			t.Errorf("event %s reached the receiver %d times, want 1", p.id, h.ids[p.id])
+		}
+	}
+}
+
+// TestReplayOverlappingRequestsSendOnce: a second replay request for a
+// receiver while its first replay has a card at the bot (an operator whose
+// `nats req` timed out asks again) is refused at once, says why, and sends
+// nothing; the first delivers every event once. Without the one-at-a-time
+// rule both read the same dead letters, find no record and both send.
+func TestReplayOverlappingRequestsSendOnce(t *testing.T) {
+	e := newEnv(t, notifierConfig())
+	h := newHeldHook(t)
+	eng := e.start([]config.Route{fastRoute("ops", "hook")}, []dispatch.Receiver{webhookReceiver(t, "hook", h.srv.URL)}, nil)
+	var ps []published
+	for i := 0; i < 3; i++ {
+		ps = append(ps, e.publishCleanup(i, events.SeverityWarning))
+	}
+	e.waitSettled("dead-lettered and acked")
+	if got := len(e.deadLetters()); got != 3 {
+		t.Fatalf("%d dead letters, want 3", got)
+	}
+	h.refuse.Store(false) // the cause is fixed
+	dl := dispatch.StreamDeadLetters{JS: e.js}
+
+	first := make(chan dispatch.ReplayResult, 1)
+	go func() { first <- eng.d.Replay(context.Background(), dl, "hook") }()
+	<-h.arrived // the first replay's card is at the bot
+	second := make(chan dispatch.ReplayResult, 1)
+	go func() { second <- eng.d.Replay(context.Background(), dl, "hook") }()
+	var res2 dispatch.ReplayResult
+	select {
+	case res2 = <-second:
+	case <-h.arrived: // the second replay sent too; let both finish
+		res2 = dispatch.ReplayResult{Error: "sent while the first replay ran"}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second replay neither answered nor sent")
+	}
+	close(h.release)
+	res1 := <-first
+	if res2.Error != dispatch.ReplayRunningError("hook") || res2.DeadLetters != 0 {
+		t.Errorf("overlapping replay = %+v, want refused with %q", res2, dispatch.ReplayRunningError("hook"))
+	}
+	if res1.Delivered != 3 || res1.Cards != 1 || res1.Failed != 0 {
+		t.Errorf("first replay = %+v, want 3 delivered in 1 card", res1)
+	}
+	h.sentOnce(t, ps)
+	if res := eng.d.Replay(context.Background(), dl, "hook"); res.Error != "" || res.DeadLetters != 0 {
+		t.Errorf("replay after both answered = %+v, want it running and nothing left", res)
+	}
 }

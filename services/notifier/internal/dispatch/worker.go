@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opswire/opswire/services/notifier/internal/notify"
@@ -27,6 +28,9 @@ type worker struct {
 	mu     sync.Mutex
 	queue  []*batch
 	signal chan struct{}
+	// replaying is set while a replay of the receiver runs (ReplayCluster):
+	// one at a time.
+	replaying atomic.Bool
 }
 
 func newWorker(x *Dispatcher, r Receiver) *worker {
