@@ -113,6 +113,17 @@ type ReplayResult struct {
 // stays in the DLQ.
 const replayAttempts = 3
 
+// replayWriteTimeout bounds the record writes, and separately the dead-letter
+// deletes, of a replayed card the receiver accepted. They run even when the
+// replay's context ended: the card is at the bot, and skipping them would
+// make the next replay send it again.
+const replayWriteTimeout = 30 * time.Second
+
+// errReplayStopped fails the cards a replay did not start sending because its
+// context ended (SIGTERM, lease lost); their dead letters stay for the next
+// replay.
+var errReplayStopped = errors.New("the notifier is stopping: not sent, left in the DLQ for the next replay")
+
 // ReplayRunningError is the answer to a replay request for a receiver whose
 // replay is still running.
 func ReplayRunningError(receiver string) string {
@@ -138,6 +149,10 @@ func (x *Dispatcher) Replay(ctx context.Context, dl DeadLetters, receiver string
 // at once (ReplayRunningError) rather than queued: the operator learns the
 // first still works (a `nats req` that timed out has not stopped it), and
 // asking again afterwards finds only what it left.
+//
+// When ctx ends (SIGTERM), a card already at the receiver runs to its answer
+// and, delivered, is recorded and its dead letters removed; no new attempt
+// starts, and the cards left keep their dead letters.
 func (x *Dispatcher) ReplayCluster(ctx context.Context, dl DeadLetters, receiver, cluster string) ReplayResult {
 	res := ReplayResult{Receiver: receiver}
 	if x.s.Fleet {
@@ -168,6 +183,9 @@ type replay struct {
 	cluster string
 	res     *ReplayResult
 	log     zerolog.Logger
+	// stopped, once set, fails every card not sent yet without an attempt:
+	// ctx ended.
+	stopped error
 }
 
 // deadEvent is one event among the dead letters; an event dead-lettered
@@ -180,6 +198,10 @@ type deadEvent struct {
 }
 
 func (rp *replay) run(ctx context.Context) {
+	if ctx.Err() != nil {
+		rp.res.Error = errReplayStopped.Error()
+		return
+	}
 	letters, err := rp.dl.Read(ctx, DeadLetterSubject(rp.cluster, rp.w.r.Name))
 	if err != nil {
 		rp.res.Error = err.Error()
@@ -264,7 +286,7 @@ func (rp *replay) sendGroup(ctx context.Context, g string, evs []*deadEvent, now
 	gc := x.clusterOf(evs[0].item)
 	for _, n := range render.Render(render.Group{Route: r.Name, Key: g, Title: r.Title, Cluster: gc, ClusterInTitle: x.s.Fleet, Now: now}, items) {
 		n.Receiver = rp.w.r.Name
-		if err := rp.w.sendOnce(ctx, n); err != nil {
+		if err := rp.send(ctx, n); err != nil {
 			rp.res.Failed += len(n.Items)
 			rp.res.Error = err.Error()
 			rp.log.Error().Err(err).Str("route", r.Name).Int("events", len(n.Items)).Msg("replayed dead letters not delivered; left in the DLQ")
@@ -274,9 +296,26 @@ func (rp *replay) sendGroup(ctx context.Context, g string, evs []*deadEvent, now
 	}
 }
 
+// send sends one card, unless the replay stopped; a context that ended
+// stops it for the cards left.
+func (rp *replay) send(ctx context.Context, n *notify.Notification) error {
+	if rp.stopped == nil && ctx.Err() != nil {
+		rp.stopped = errReplayStopped
+	}
+	if rp.stopped != nil {
+		return rp.stopped
+	}
+	err := rp.w.sendOnce(ctx, n)
+	if err != nil && ctx.Err() != nil {
+		rp.stopped = errReplayStopped
+	}
+	return err
+}
+
 // delivered records a delivered card's events, then removes their dead
 // letters (in that order: a crash in between leaves dead letters that the
-// next replay only removes), and reports the card.
+// next replay only removes), and reports the card. Both run after ctx ended
+// too: the receiver has the card.
 func (rp *replay) delivered(ctx context.Context, route, cluster string, n *notify.Notification, byItem map[*notify.Item]*deadEvent) {
 	x, name := rp.x, rp.w.r.Name
 	keys := make([]string, len(n.Items))
@@ -284,14 +323,16 @@ func (rp *replay) delivered(ctx context.Context, route, cluster string, n *notif
 	for i, it := range n.Items {
 		keys[i], ids[i] = DeliveredKey(cluster, route, name, it.ID), it.ID
 	}
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replayWriteTimeout)
 	if err := x.d.Delivered.Mark(mctx, keys, RecordDelivered); err != nil {
 		rp.log.Warn().Err(err).Msg("cannot record replayed events as delivered")
 	}
 	cancel()
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replayWriteTimeout)
 	for _, it := range n.Items {
-		rp.remove(ctx, byItem[it])
+		rp.remove(dctx, byItem[it])
 	}
+	cancel()
 	rp.res.Delivered += len(n.Items)
 	rp.res.Cards++
 	x.d.Metrics.Deliveries.WithLabelValues(name, OutcomeDelivered).Inc()
@@ -311,29 +352,33 @@ func (rp *replay) remove(ctx context.Context, e *deadEvent) {
 }
 
 // sendOnce delivers one replayed card with a few attempts under the
-// receiver's rate limit (shared with the live path).
+// receiver's rate limit (shared with the live path). Like the live path, it
+// never cuts an attempt under way when ctx ends (the bot may have the card
+// already, and a card counted failed is sent again by the next replay) and
+// starts none after.
 func (w *worker) sendOnce(ctx context.Context, n *notify.Notification) error {
 	backoff := w.x.s.RetryInitial
 	for attempt := 1; ; attempt++ {
-		if err := w.r.Limiter.Wait(ctx); err != nil {
-			return err
+		if err := w.r.Limiter.Wait(ctx); err != nil || ctx.Err() != nil {
+			// Wait admits at once, even after ctx ended, while the budget lasts.
+			return errReplayStopped
 		}
 		retryable, err := w.replayAttempt(ctx, n)
 		if err == nil || !retryable || attempt == replayAttempts {
 			return err
 		}
 		if sleepCtx(ctx, backoff) != nil {
-			return err
+			return errReplayStopped
 		}
 		backoff = min(2*backoff, w.x.s.RetryMax)
 	}
 }
 
 // replayAttempt is one attempt of a replayed card, bounded by the receiver's
-// timeout.
+// timeout, not by ctx (sendOnce).
 func (w *worker) replayAttempt(ctx context.Context, n *notify.Notification) (bool, error) {
 	w.x.saveRate(ctx, w.r)
-	actx, cancel := context.WithTimeout(ctx, w.r.Timeout)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.r.Timeout)
 	retryable, err := w.r.Sink.Send(actx, n)
 	cancel()
 	switch reason := notify.ReasonOf(err); {

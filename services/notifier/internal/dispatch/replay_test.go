@@ -182,3 +182,55 @@ func TestReplayOverlappingRequestsSendOnce(t *testing.T) {
 		t.Errorf("replay after both answered = %+v, want it running and nothing left", res)
 	}
 }
+
+// TestReplayCutByShutdownIsNotSentAgain: when the replay's context ends
+// (SIGTERM) while a card is at the bot, that request runs to its answer and
+// the card is recorded and its dead letters removed, so the next replay does
+// not send it again; a card not started yet is not sent and keeps its dead
+// letters for the next replay, which sends it once.
+func TestReplayCutByShutdownIsNotSentAgain(t *testing.T) {
+	warning := config.Route{Name: "warn", Receivers: []string{"hook"}, Severities: []string{"warning"},
+		GroupWait: config.D(20 * time.Millisecond), GroupInterval: config.D(50 * time.Millisecond)}
+	critical := warning
+	critical.Name, critical.Severities = "crit", []string{"critical"}
+	for _, tc := range []struct {
+		name       string
+		severities []events.Severity // one card per severity
+		wantFirst  int               // events the cut replay delivers
+	}{
+		{"card at the bot", []events.Severity{events.SeverityWarning, events.SeverityWarning}, 2},
+		{"next card not started", []events.Severity{events.SeverityCritical, events.SeverityWarning}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, notifierConfig())
+			h := newHeldHook(t)
+			eng := e.start([]config.Route{critical, warning}, []dispatch.Receiver{webhookReceiver(t, "hook", h.srv.URL)}, nil)
+			var ps []published
+			for i, sev := range tc.severities {
+				ps = append(ps, e.publishCleanup(i, sev))
+			}
+			e.waitSettled("dead-lettered and acked")
+			h.refuse.Store(false)
+			dl := dispatch.StreamDeadLetters{JS: e.js}
+
+			ctx, cancel := context.WithCancel(context.Background()) // the dispatcher's context
+			done := make(chan dispatch.ReplayResult, 1)
+			go func() { done <- eng.d.Replay(ctx, dl, "hook") }()
+			<-h.arrived
+			cancel() // SIGTERM while the first card is at the bot
+			close(h.release)
+			first := <-done
+			if first.Delivered != tc.wantFirst || first.Cards != 1 || first.Failed != len(ps)-tc.wantFirst {
+				t.Errorf("replay cut by shutdown = %+v, want %d delivered in 1 card, %d failed", first, tc.wantFirst, len(ps)-tc.wantFirst)
+			}
+			if got := len(e.deadLetters()); got != len(ps)-tc.wantFirst {
+				t.Errorf("%d dead letters after the cut replay, want %d", got, len(ps)-tc.wantFirst)
+			}
+			second := eng.d.Replay(context.Background(), dl, "hook")
+			if second.Delivered != len(ps)-tc.wantFirst || second.Failed != 0 {
+				t.Errorf("next replay = %+v, want the %d left delivered", second, len(ps)-tc.wantFirst)
+			}
+			h.sentOnce(t, ps)
+		})
+	}
+}

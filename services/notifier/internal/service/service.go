@@ -181,11 +181,13 @@ func (a *active) run(ctx context.Context) error {
 	dispatchers := map[string]*dispatch.Dispatcher{}
 	trackers := map[string]tracked{}
 	var ccs []jetstream.ConsumeContext
+	var replays replayRuns
 	stop := func() {
 		for _, cc := range ccs {
 			cc.Stop()
 		}
 		dcancel()
+		replays.wait()
 		wg.Wait()
 		a.mu.Lock()
 		a.running = nil
@@ -260,7 +262,7 @@ func (a *active) run(ctx context.Context) error {
 	replaySubjects := ReplaySubjects(rt.Cluster, n)
 	for _, subj := range replaySubjects {
 		sub, err := a.nc.QueueSubscribe(subj, "opswire-notifier", func(m *nats.Msg) {
-			a.replay(dctx, dispatchers, m)
+			a.replay(dctx, &replays, dispatchers, m)
 		})
 		if err != nil {
 			unsubscribe()
@@ -331,9 +333,38 @@ func ReplaySubjects(cluster string, n config.Notifier) []string {
 	return out
 }
 
+// replayRuns are the replays a term runs. The term waits for them when it
+// ends (wait), so a replayed card at the bot is recorded and its dead letters
+// removed before the lease goes to a standby, and starts none after.
+type replayRuns struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// start runs f in its own goroutine unless the term is ending.
+func (r *replayRuns) start(f func()) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.wg.Go(f)
+	return true
+}
+
+// wait refuses new replays and waits for those running; their context has
+// ended, so each finishes the attempt under way and starts no other.
+func (r *replayRuns) wait() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
 // replay answers one replay request (in its own goroutine: a replay waits
 // for the receivers' rate limits).
-func (a *active) replay(ctx context.Context, dispatchers map[string]*dispatch.Dispatcher, m *nats.Msg) {
+func (a *active) replay(ctx context.Context, runs *replayRuns, dispatchers map[string]*dispatch.Dispatcher, m *nats.Msg) {
 	var req ReplayRequest
 	if len(m.Data) > 0 {
 		if err := json.Unmarshal(m.Data, &req); err != nil {
@@ -351,7 +382,7 @@ func (a *active) replay(ctx context.Context, dispatchers map[string]*dispatch.Di
 			cluster = t[1]
 		}
 	}
-	go func() {
+	started := runs.start(func() {
 		var out []dispatch.ReplayResult
 		dl := dispatch.StreamDeadLetters{JS: a.js}
 		for _, r := range a.receivers {
@@ -365,7 +396,11 @@ func (a *active) replay(ctx context.Context, dispatchers map[string]*dispatch.Di
 		}
 		b, _ := json.Marshal(out)
 		_ = m.Respond(b)
-	}()
+	})
+	if !started {
+		b, _ := json.Marshal([]dispatch.ReplayResult{{Receiver: req.Receiver, Error: "the notifier is stopping; ask again (the next active replica answers)"}})
+		_ = m.Respond(b)
+	}
 }
 
 // consumeExpiry bounds each pull request of a receiver's consumer and
