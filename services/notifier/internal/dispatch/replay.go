@@ -113,6 +113,11 @@ type ReplayResult struct {
 // stays in the DLQ.
 const replayAttempts = 3
 
+// replayMaxWait is the longest Retry-After a replay waits before a card's
+// next attempt: its two waits then fit the request timeout the docs advise
+// (`nats req --timeout 2m`) with room for the rate limit.
+const replayMaxWait = 30 * time.Second
+
 // replayWriteTimeout bounds the record writes, and separately the dead-letter
 // deletes, of a replayed card the receiver accepted. They run even when the
 // replay's context ended: the card is at the bot, and skipping them would
@@ -129,6 +134,22 @@ var errReplayStopped = errors.New("the notifier is stopping: not sent, left in t
 func ReplayRunningError(receiver string) string {
 	return "a replay of receiver " + receiver + " is already running; ask again once it has answered"
 }
+
+// waitTooLongError fails a replayed card whose receiver asked (Retry-After)
+// for a longer wait than a replay waits (replayMaxWait): sooner would be
+// refused again and count against the hook, and waiting would keep the
+// replay's requester past its timeout.
+type waitTooLongError struct {
+	wait, limit time.Duration
+	cause       error
+}
+
+func (e *waitTooLongError) Error() string {
+	return fmt.Sprintf("%v; the receiver asks to wait %v (Retry-After), longer than a replay waits (%v): replay again later",
+		e.cause, e.wait, e.limit)
+}
+
+func (e *waitTooLongError) Unwrap() error { return e.cause }
 
 // Replay re-sends the dead letters of one of this dispatcher's receivers
 // (after the cause was fixed), grouped per route and kind into cards as
@@ -184,7 +205,7 @@ type replay struct {
 	res     *ReplayResult
 	log     zerolog.Logger
 	// stopped, once set, fails every card not sent yet without an attempt:
-	// ctx ended.
+	// ctx ended, or the receiver asked for a longer wait than a replay waits.
 	stopped error
 }
 
@@ -296,8 +317,8 @@ func (rp *replay) sendGroup(ctx context.Context, g string, evs []*deadEvent, now
 	}
 }
 
-// send sends one card, unless the replay stopped; a context that ended
-// stops it for the cards left.
+// send sends one card, unless the replay stopped; a context that ended or a
+// receiver that asked for too long a wait stops it for the cards left.
 func (rp *replay) send(ctx context.Context, n *notify.Notification) error {
 	if rp.stopped == nil && ctx.Err() != nil {
 		rp.stopped = errReplayStopped
@@ -306,7 +327,11 @@ func (rp *replay) send(ctx context.Context, n *notify.Notification) error {
 		return rp.stopped
 	}
 	err := rp.w.sendOnce(ctx, n)
-	if err != nil && ctx.Err() != nil {
+	var tooLong *waitTooLongError
+	switch {
+	case errors.As(err, &tooLong):
+		rp.stopped = err
+	case err != nil && ctx.Err() != nil:
 		rp.stopped = errReplayStopped
 	}
 	return err
@@ -355,7 +380,7 @@ func (rp *replay) remove(ctx context.Context, e *deadEvent) {
 // receiver's rate limit (shared with the live path). Like the live path, it
 // never cuts an attempt under way when ctx ends (the bot may have the card
 // already, and a card counted failed is sent again by the next replay) and
-// starts none after.
+// starts none after. Between attempts it waits replayWait.
 func (w *worker) sendOnce(ctx context.Context, n *notify.Notification) error {
 	backoff := w.x.s.RetryInitial
 	for attempt := 1; ; attempt++ {
@@ -367,7 +392,11 @@ func (w *worker) sendOnce(ctx context.Context, n *notify.Notification) error {
 		if err == nil || !retryable || attempt == replayAttempts {
 			return err
 		}
-		if sleepCtx(ctx, backoff) != nil {
+		wait, err := w.replayWait(backoff, err)
+		if err != nil {
+			return err
+		}
+		if sleepCtx(ctx, wait) != nil {
 			return errReplayStopped
 		}
 		backoff = min(2*backoff, w.x.s.RetryMax)
@@ -390,6 +419,18 @@ func (w *worker) replayAttempt(ctx context.Context, n *notify.Notification) (boo
 		w.x.d.Metrics.Attempts.WithLabelValues(w.r.Name, "retryable", string(reason)).Inc()
 	}
 	return retryable, err
+}
+
+// replayWait is the wait after a retryable failure (err): the backoff, or
+// the receiver's Retry-After when longer (sooner would be refused again), as
+// on the live path. A Retry-After beyond replayMaxWait fails the card now
+// with a waitTooLongError.
+func (w *worker) replayWait(backoff time.Duration, err error) (time.Duration, error) {
+	ra := notify.RetryAfterOf(err)
+	if ra > replayMaxWait {
+		return 0, &waitTooLongError{wait: ra, limit: replayMaxWait, cause: err}
+	}
+	return max(backoff, ra), nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/opswire/opswire/services/notifier/feishutest"
 	"github.com/opswire/opswire/services/notifier/internal/dispatch"
+	"github.com/opswire/opswire/services/notifier/internal/slack"
 	"github.com/opswire/opswire/services/notifier/internal/webhook"
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/events"
@@ -231,6 +232,77 @@ func TestReplayCutByShutdownIsNotSentAgain(t *testing.T) {
 				t.Errorf("next replay = %+v, want the %d left delivered", second, len(ps)-tc.wantFirst)
 			}
 			h.sentOnce(t, ps)
+		})
+	}
+}
+
+// TestReplayHonoursRetryAfter: after a 429 the replay waits at least its
+// Retry-After before the next attempt, as the live path does (sooner is
+// refused again and counts against the hook); a Retry-After longer than a
+// replay waits fails the card at once and keeps its dead letter.
+func TestReplayHonoursRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		retryAfter    string
+		wantDelivered int
+		wantRequests  int
+	}{
+		{"waited", "2", 1, 2},
+		{"longer than a replay waits", "120", 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, notifierConfig())
+			var phase atomic.Int32 // 0: hook gone (dead letters); 1: one 429 with Retry-After; then ok
+			var mu sync.Mutex
+			var times []time.Time
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				if phase.Load() == 0 {
+					w.WriteHeader(http.StatusNotFound)
+					_, _ = io.WriteString(w, "no_service")
+					return
+				}
+				mu.Lock()
+				times = append(times, time.Now())
+				mu.Unlock()
+				if phase.CompareAndSwap(1, 2) {
+					w.Header().Set("Retry-After", tc.retryAfter)
+					w.WriteHeader(http.StatusTooManyRequests)
+					_, _ = io.WriteString(w, "rate_limited")
+					return
+				}
+				_, _ = io.WriteString(w, "ok")
+			}))
+			t.Cleanup(srv.Close)
+			sink, err := slack.New(slack.Options{URL: config.Secret(srv.URL)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			recv := dispatch.Receiver{Name: "slack", Sink: sink, Limiter: limiter(), Timeout: 5 * time.Second}
+			eng := e.start([]config.Route{fastRoute("ops", "slack")}, []dispatch.Receiver{recv}, nil)
+			e.publishCleanup(0, events.SeverityWarning)
+			e.waitSettled("dead-lettered and acked")
+			phase.Store(1)
+			res := eng.d.Replay(context.Background(), dispatch.StreamDeadLetters{JS: e.js}, "slack")
+			if res.Delivered != tc.wantDelivered || res.Failed != 1-tc.wantDelivered {
+				t.Fatalf("replay = %+v, want %d delivered", res, tc.wantDelivered)
+			}
+			if tc.wantDelivered == 0 && !strings.Contains(res.Error, "Retry-After") {
+				t.Errorf("replay error %q does not say the receiver asked to wait", res.Error)
+			}
+			if got := len(e.deadLetters()); got != 1-tc.wantDelivered {
+				t.Errorf("%d dead letters left, want %d", got, 1-tc.wantDelivered)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(times) != tc.wantRequests {
+				t.Fatalf("%d requests, want %d", len(times), tc.wantRequests)
+			}
+			if len(times) == 2 {
+				if gap := times[1].Sub(times[0]); gap < 2*time.Second {
+					t.Errorf("replay retried %v after a 429 with Retry-After: 2, want at least 2s", gap.Round(time.Millisecond))
+				}
+			}
 		})
 	}
 }
