@@ -142,7 +142,7 @@ func TestDepartureCountedOnceAcrossRetries(t *testing.T) {
 		f.w.mu.Lock()
 		defer f.w.mu.Unlock()
 		_, had := f.w.published.get(podPrefix + "ns/p1")
-		return !had && len(f.w.leaving) == 0 && len(f.w.evictedAtDelete) == 0 && !f.w.published.nodes[nodePrefix+"n1"].doubt
+		return !had && len(f.w.leaving) == 0 && f.w.deleted.get(podPrefix+"ns/p1") == (deleteNote{}) && !f.w.published.nodes[nodePrefix+"n1"].doubt
 	})
 	if n := f.node("n1"); n.Pods != 1 || n.Departed != 1 || n.DepartedEvicted != 1 {
 		t.Fatalf("node after the retried tombstone: %+v", n)
@@ -330,7 +330,7 @@ func TestDepartureKinds(t *testing.T) {
 	last, _, _ := pods.GetIndexer().GetByKey("ns/p2")
 	del(p2)
 	w.mu.Lock()
-	delete(w.seenAtDelete, "p/ns/p2") // as if the watch had missed the delete
+	w.deleted.forget("p/ns/p2") // as if the watch had missed the delete
 	w.mu.Unlock()
 	w.noteDeleted("p/ns/p2", cache.DeletedFinalStateUnknown{Key: "ns/p2", Obj: last})
 	sync("p/ns/p2", "n/n1")

@@ -145,16 +145,11 @@ type Watcher struct {
 	// state (tombstone or terminated) is not stored yet: a retried publish
 	// must not count it again.
 	leaving map[string]bool
-	// evictedAtDelete maps the key of a deleted pod to its uid when its final
-	// state (the informer's delete event) was being evicted through the
-	// Eviction API: a pod evicted and removed before its sync ran was never
-	// stored as evicting, and only the delete event still shows it.
-	evictedAtDelete map[string]string
-	// seenAtDelete maps the key of a deleted pod to its uid when the
-	// informer's delete event carried its final state (not a
-	// DeletedFinalStateUnknown tombstone): a pod found gone without one left
-	// in a way the watcher never saw (leftUnknown).
-	seenAtDelete map[string]string
+	// deleted holds the delete notes (deleteNote): what each pod's delete
+	// event showed of its final state, for the sync that finds it gone.
+	deleted deleteNotes
+	// now is the clock of the notes' generations (tests move it).
+	now func() time.Time
 	// onNode counts, per node, the pods the watcher's pod syncs last saw
 	// counting on it; the sync that counts a departure lowers it. A node whose
 	// index holds fewer pods has departures whose pod syncs have not run yet
@@ -203,9 +198,9 @@ func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options
 		pods: pods, nodes: nodes, pub: pub,
 		published: newRecords(),
 		trimmed:   map[string]bool{},
-		left:      map[string]departures{}, leaving: map[string]bool{}, evictedAtDelete: map[string]string{},
-		seenAtDelete: map[string]string{},
-		onNode:       map[string]int{}, deferred: map[string]int{},
+		left:      map[string]departures{}, leaving: map[string]bool{},
+		deleted: newDeleteNotes(time.Now()), now: time.Now,
+		onNode: map[string]int{}, deferred: map[string]int{},
 		acks: make(chan pending, 8192),
 	}
 	w.upsertOpts = []jetstream.PublishOpt{jetstream.WithStallWait(opts.StallWait)}
@@ -294,9 +289,9 @@ func (w *Watcher) handler(kind string, key func(any) string, deleted func(key st
 	}
 }
 
-// noteDeleted remembers a deleted pod whose final state was being evicted
-// through the Eviction API (see evictedAtDelete). It reads the object the
-// informer hands over and keeps only its uid.
+// noteDeleted notes what a pod's delete event shows of its final state
+// (deleteNote). It reads the object the informer hands over and keeps only
+// its uid.
 func (w *Watcher) noteDeleted(key string, obj any) {
 	t, tomb := obj.(cache.DeletedFinalStateUnknown)
 	if tomb {
@@ -310,20 +305,11 @@ func (w *Watcher) noteDeleted(key string, obj any) {
 	defer w.mu.Unlock()
 	// A copy: the note outlives the deleted pod's cached block, which its uid
 	// lies in (records.refresh).
-	uid := strings.Clone(p.State.UID)
-	if !tomb {
-		w.seenAtDelete[key] = uid
-	}
-	if p.State.EvictedByAPI() {
-		w.evictedAtDelete[key] = uid
-	}
+	w.deleted.add(key, strings.Clone(p.State.UID), !tomb, p.State.EvictedByAPI(), w.now())
 }
 
 // forgetDeleted drops the delete notes of key. Callers hold w.mu.
-func (w *Watcher) forgetDeleted(key string) {
-	delete(w.evictedAtDelete, key)
-	delete(w.seenAtDelete, key)
-}
+func (w *Watcher) forgetDeleted(key string) { w.deleted.forget(key) }
 
 // depart counts the departure of pod uid from node, once per pod. An exempt
 // pod (drainExempt) is not counted in the totals.
@@ -393,6 +379,10 @@ func (w *Watcher) Run(ctx context.Context, seed map[string]record) error {
 	// previous term counted but never stored is counted again from the seed.
 	w.left, w.leaving = map[string]departures{}, map[string]bool{}
 	w.onNode, w.deferred = map[string]int{}, map[string]int{}
+	w.trimmed = map[string]bool{}
+	// Notes made while no term ran (a standby's) matter only for pods KUBE
+	// still holds alive: those whose tombstone no leader stored.
+	w.deleted.keepSeeded(seed)
 	for k, r := range seed {
 		w.published.set(k, r)
 		if name, ok := strings.CutPrefix(k, nodePrefix); ok {
@@ -489,14 +479,13 @@ func (w *Watcher) syncPod(key string) error {
 	}
 	w.mu.Lock()
 	prev, had := w.published.get(key)
-	evictedAtDelete, deletedEvicting := w.evictedAtDelete[key]
-	seenAtDelete, deleteSeen := w.seenAtDelete[key]
+	note := w.deleted.get(key)
 	if !exists && !had {
 		w.forgetDeleted(key)
 	}
 	w.mu.Unlock()
-	deletedEvicting = deletedEvicting && evictedAtDelete == prev.uid
-	deleteSeen = deleteSeen && seenAtDelete == prev.uid
+	deletedEvicting := note.evicted != "" && note.evicted == prev.uid
+	deleteSeen := note.seen != "" && note.seen == prev.uid
 	ns, name, _ := strings.Cut(storeKey, "/") // storeKey is also the ce-subject, <ns>/<name>
 	if !exists {
 		if !had {
@@ -731,12 +720,7 @@ func (w *Watcher) collectAcks() {
 			w.mu.Lock()
 			if p.op == events.OpDelete {
 				w.published.del(p.key)
-				if w.evictedAtDelete[p.key] == p.rec.uid {
-					delete(w.evictedAtDelete, p.key)
-				}
-				if w.seenAtDelete[p.key] == p.rec.uid {
-					delete(w.seenAtDelete, p.key)
-				}
+				w.deleted.settled(p.key, p.rec.uid)
 			} else {
 				w.published.setNamed(p.key, p.name, p.rec)
 			}
