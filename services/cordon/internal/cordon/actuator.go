@@ -473,8 +473,19 @@ func (a *Actuator) refuse(n *events.NodeState, d Decision, f Fleet) {
 	if !a.cfg.DryRun {
 		a.rec.Eventf(nodeRef(n), corev1.EventTypeWarning, EventRefused, "opswire did not %s: %s", d.Action, d.Reason)
 	}
-	id := fmt.Sprintf("cordon/%s/%s/%s/%d", n.UID, VerbSkipped, n.ResourceVersion, a.simSeq[n.Name])
-	a.publish(VerbSkipped, id, p)
+	a.publish(VerbSkipped, a.refusalID(n, a.simSeq[n.Name]), p)
+}
+
+// refusalID is the id of the seq-th refusal episode on node n. A dry-run
+// replica runs beside the real one (its own Lease) and refuses the same node
+// at the same version with the same seq: its id carries "dryrun", so OPS
+// does not drop one of the two as the other's duplicate.
+func (a *Actuator) refusalID(n *events.NodeState, seq int) string {
+	kind := VerbSkipped
+	if a.cfg.DryRun {
+		kind += "/" + VerbDryRun
+	}
+	return fmt.Sprintf("cordon/%s/%s/%s/%d", n.UID, kind, n.ResourceVersion, seq)
 }
 
 // fail announces a failed write once per node version; the caller retries.

@@ -494,3 +494,23 @@ func TestActuatorRecountFreshness(t *testing.T) {
 		})
 	}
 }
+
+// TestActuatorDryRunRefusalIdIsItsOwn: a dry-run replica (own Lease) runs
+// beside the real one; both refuse the same node at the same version for the
+// cap. Their skipped messages go to the same subject; with the same
+// Nats-Msg-Id OPS would store the first and drop the other as a duplicate.
+func TestActuatorDryRunRefusalIdIsItsOwn(t *testing.T) {
+	want := map[bool]string{false: "cordon/uid-a/skipped/41/1", true: "cordon/uid-a/skipped/dryrun/41/1"}
+	for _, dry := range []bool{false, true} {
+		n := apiNode("a")
+		h := newHarness(t, seedPolicy("cordon"), dry, Fleet{Held: 2, Managed: 10}, append([]runtime.Object{n}, pods("a", 100)...)...)
+		state := mirrorOf(n, 100)
+		if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err != nil {
+			t.Fatal(err)
+		}
+		msgs := h.pub.decisions(t)
+		if len(msgs) != 1 || msgs[0].D.Verb != VerbSkipped || msgs[0].Subject != "ops.prod.cordon.skipped.a" || msgs[0].ID != want[dry] {
+			t.Fatalf("dryRun=%v: published %+v, want one skipped with id %s", dry, msgs, want[dry])
+		}
+	}
+}
