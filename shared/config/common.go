@@ -142,12 +142,19 @@ type Watcher struct {
 	Workers int `json:"workers"`
 	// MessageLimit truncates pod status messages to this many bytes.
 	MessageLimit int `json:"messageLimit"`
+	// NodeStatusMaxImages is the kubelets' --node-status-max-images (their
+	// default 50; -1: no cap). A node listing exactly that many images may
+	// have more (NodeState.ImagesTruncated); a longer or shorter list is
+	// complete, so raising the kubelets' cap without this one would flag
+	// complete lists as truncated.
+	NodeStatusMaxImages int `json:"nodeStatusMaxImages"`
 }
 
 func (w *Watcher) setDefaults() {
 	w.PublishTimeout = D(5 * time.Second)
 	w.Workers = 4
 	w.MessageLimit = 256
+	w.NodeStatusMaxImages = 50
 }
 
 func (w *Watcher) validate(p string, errs *Errors) {
@@ -159,5 +166,8 @@ func (w *Watcher) validate(p string, errs *Errors) {
 	}
 	if w.MessageLimit < 0 {
 		errs.add(join(p, "messageLimit"), "must not be negative")
+	}
+	if w.NodeStatusMaxImages < 1 && w.NodeStatusMaxImages != -1 {
+		errs.add(join(p, "nodeStatusMaxImages"), "must be at least 1, or -1 (no cap), as the kubelet's --node-status-max-images")
 	}
 }

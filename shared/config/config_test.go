@@ -69,6 +69,7 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		{"wrong type", "autoCordon:\n  maxPods: many\n", []string{"autoCordon.maxPods"}},
 		{"several at once", "autoCordon:\n  mode: drain\nkube:\n  qps: -1\n", []string{"autoCordon.mode", "kube.qps"}},
 		{"bad cluster name", "cluster:\n  name: a.b\n", []string{"cluster.name"}},
+		{"image cap zero", "watcher:\n  nodeStatusMaxImages: 0\n", []string{"watcher.nodeStatusMaxImages"}},
 		{"duplicate by case", "autoCordon:\n  maxPods: 10\n  MaxPods: 20\n", []string{"autoCordon.maxPods"}},
 	}
 	for _, tc := range tests {

@@ -168,12 +168,13 @@ type NodeState struct {
 	ImageBytes          int64  `json:"imageBytes,omitempty"`
 	ImageCount          int    `json:"imageCount,omitempty"`
 	// ImagesTruncated is true when the kubelet's list may have been cut at its
-	// limit (50 images), so ImageBytes is a lower bound.
+	// limit (watcher.nodeStatusMaxImages, default 50): it lists exactly that
+	// many images, so ImageBytes is a lower bound.
 	ImagesTruncated bool `json:"imagesTruncated,omitempty"`
 }
 
 // KubeletImageListLimit is the number of images the kubelet reports at most
-// (--node-status-max-images default).
+// by default (--node-status-max-images), watcher.nodeStatusMaxImages' default.
 const KubeletImageListLimit = 50
 
 // Label and annotation keys opswire reads or writes on nodes and pods.

@@ -134,13 +134,16 @@ func ownStrings(s *events.PodState, buf []byte) {
 	}
 }
 
-// NodeTransform compacts nodes.
-func NodeTransform(obj any) (any, error) {
-	n, ok := obj.(*corev1.Node)
-	if !ok {
-		return obj, nil
+// NodeTransform compacts nodes; maxImages is the kubelets' image list cap
+// (NodeState).
+func NodeTransform(maxImages int) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return obj, nil
+		}
+		return &Node{State: NodeState(n, maxImages)}, nil
 	}
-	return &Node{State: NodeState(n)}, nil
 }
 
 // PodState extracts the compact state of a pod.
@@ -276,8 +279,10 @@ func owner(p *corev1.Pod) *events.Owner {
 }
 
 // NodeState extracts the compact state of a node. The pod count is filled in
-// by the watcher, which counts from its pod cache.
-func NodeState(n *corev1.Node) events.NodeState {
+// by the watcher, which counts from its pod cache. maxImages is the kubelets'
+// --node-status-max-images (-1: no cap): the kubelet cuts its image list at
+// that many, so only a list of exactly that length may be incomplete.
+func NodeState(n *corev1.Node, maxImages int) events.NodeState {
 	s := events.NodeState{
 		Op:              events.OpUpsert,
 		UID:             string(n.UID),
@@ -309,7 +314,7 @@ func NodeState(n *corev1.Node) events.NodeState {
 		s.ImageBytes += img.SizeBytes
 	}
 	s.ImageCount = len(n.Status.Images)
-	s.ImagesTruncated = s.ImageCount >= events.KubeletImageListLimit
+	s.ImagesTruncated = maxImages > 0 && s.ImageCount == maxImages
 	return s
 }
 

@@ -1,6 +1,7 @@
 package compact
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -169,7 +170,7 @@ func TestNodeState(t *testing.T) {
 	for i := 0; i < events.KubeletImageListLimit; i++ {
 		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{SizeBytes: 1 << 20})
 	}
-	s := NodeState(n)
+	s := NodeState(n, events.KubeletImageListLimit)
 	if s.ReadySince == nil || !s.ReadySince.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
 		t.Fatalf("readySince = %v", s.ReadySince)
 	}
@@ -186,7 +187,7 @@ func TestNodeState(t *testing.T) {
 	n2 := n.DeepCopy()
 	n2.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Minute))
 	n2.ResourceVersion = "99"
-	a, b := NodeState(n), NodeState(n2)
+	a, b := NodeState(n, events.KubeletImageListLimit), NodeState(n2, events.KubeletImageListLimit)
 	a.ResourceVersion, b.ResourceVersion = "", ""
 	if !equalJSON(t, a, b) {
 		t.Fatal("heartbeat changed the compact node state")
@@ -196,7 +197,7 @@ func TestNodeState(t *testing.T) {
 // TestCompactObjectsAreCacheable: compact nodes key like nodes, and a deep
 // copy shares nothing with the original.
 func TestCompactObjectsAreCacheable(t *testing.T) {
-	obj, _ := NodeTransform(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "nu", ResourceVersion: "7",
+	obj, _ := NodeTransform(events.KubeletImageListLimit)(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "nu", ResourceVersion: "7",
 		Labels: map[string]string{"pool": "a"}}})
 	n := obj.(*Node)
 	if key, err := cache.MetaNamespaceKeyFunc(n); err != nil || key != "n1" {
@@ -319,5 +320,34 @@ func TestPodTransformBlockMatchesPodState(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestImageListLongerThanTheDefaultCapIsComplete: the kubelet cuts its image
+// list at --node-status-max-images (default 50; docs/report.md recommends
+// raising it, e.g. to 200), so only a list of exactly that length may be the
+// cut one. Flagging every list of 50 or more, a node listing 120 images under
+// a raised cap alerted with reason "truncated" at 80 % of the threshold, its
+// note telling the operator to raise the limit they had raised.
+func TestImageListLongerThanTheDefaultCapIsComplete(t *testing.T) {
+	for _, tc := range []struct {
+		images, maxImages int
+		truncated         bool
+	}{
+		{120, events.KubeletImageListLimit, false}, // a raised kubelet cap, the watcher's left at 50
+		{50, events.KubeletImageListLimit, true},
+		{49, events.KubeletImageListLimit, false},
+		{120, 200, false},
+		{200, 200, true},
+		{500, -1, false}, // no cap
+	} {
+		n := &corev1.Node{}
+		for i := 0; i < tc.images; i++ {
+			n.Status.Images = append(n.Status.Images, corev1.ContainerImage{Names: []string{fmt.Sprintf("img-%d", i)}, SizeBytes: 1 << 30})
+		}
+		if s := NodeState(n, tc.maxImages); s.ImagesTruncated != tc.truncated || s.ImageCount != tc.images {
+			t.Errorf("%d images under a cap of %d: imagesTruncated %v (count %d), want %v",
+				tc.images, tc.maxImages, s.ImagesTruncated, s.ImageCount, tc.truncated)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/opswire/opswire/services/watcher/internal/compact"
+	"github.com/opswire/opswire/shared/events"
 )
 
 // Scale of the benchmarks: the Kubernetes scalability limits (DESIGN §8).
@@ -158,7 +159,7 @@ func scaleInformersResync(s *source, pods, nodes int, compacting bool, resync ti
 	nodeInf = cache.NewSharedIndexInformer(lw(nodeList, s.nodeW), &corev1.Node{}, resync, cache.Indexers{})
 	if compacting {
 		_ = podInf.SetTransform(compact.PodTransform(256))
-		_ = nodeInf.SetTransform(compact.NodeTransform)
+		_ = nodeInf.SetTransform(compact.NodeTransform(events.KubeletImageListLimit))
 	}
 	return podInf, nodeInf
 }

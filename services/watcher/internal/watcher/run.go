@@ -52,7 +52,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	if err := pods.SetTransform(compact.PodTransform(wc.MessageLimit)); err != nil {
 		return err
 	}
-	if err := nodes.SetTransform(compact.NodeTransform); err != nil {
+	if err := nodes.SetTransform(compact.NodeTransform(wc.NodeStatusMaxImages)); err != nil {
 		return err
 	}
 	// Registered before anything else can fail or block, so /readyz never

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/opswire/opswire/services/watcher/internal/compact"
+	"github.com/opswire/opswire/shared/events"
 )
 
 // source is a synthetic informer source: a fixed initial list and a fake
@@ -78,7 +79,7 @@ func (s *source) informers() (pods, nodes cache.SharedIndexInformer) {
 	pods = cache.NewSharedIndexInformer(lw(func() []runtime.Object { return s.pods }, s.podW, &corev1.Pod{}), &corev1.Pod{}, 0, cache.Indexers{})
 	nodes = cache.NewSharedIndexInformer(lw(func() []runtime.Object { return s.nodes }, s.nodeW, &corev1.Node{}), &corev1.Node{}, 0, cache.Indexers{})
 	_ = pods.SetTransform(compact.PodTransform(256))
-	_ = nodes.SetTransform(compact.NodeTransform)
+	_ = nodes.SetTransform(compact.NodeTransform(events.KubeletImageListLimit))
 	return pods, nodes
 }
 
