@@ -29,9 +29,11 @@ func IntentSubjects(cluster string) string {
 // says true only when the live node shows exactly the patch the intent
 // names:
 //
-//   - cordoned: the same node (UID) carries opswire's label and a mark whose
-//     time is this write's, listing the intent's mode, and the effect is in
-//     place (spec.unschedulable, or the NoSchedule taint the mark lists);
+//   - cordoned: the same node (UID) carries opswire's label and a mark of
+//     this write (its rv is the version the intent was decided on; for a
+//     mark without rv, its time is the intent's), listing the intent's
+//     mode, and the effect is in place (spec.unschedulable, or the
+//     NoSchedule taint the mark lists);
 //   - uncordoned: the same node carries no opswire label or mark and is
 //     schedulable (cordon mode) or without opswire's taint (taint mode);
 //   - handedover: no opswire label or mark, still unschedulable, without
@@ -59,6 +61,20 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 	return v == applied, nil
 }
 
+// sameWrite reports whether mark m was written by the cordon decided as d.
+// The mark records the resourceVersion the patch was preconditioned on, and
+// the API applies at most one patch to a node's uid and version, however
+// often it was attempted: a retry on the same version (after a 503 that
+// wrote nothing) marks the node with its own, later time while OPS keeps the
+// first attempt's intent (same id), so the time cannot tell. A mark without
+// rv (an older version's) is told by its time.
+func sameWrite(m Mark, d events.CordonDecision) bool {
+	if m.RV != "" && d.ResourceVersion != "" {
+		return m.RV == d.ResourceVersion
+	}
+	return m.Time.Equal(d.Time)
+}
+
 // patchVisible reports whether node shows the patch of verb decided as d,
 // and why not.
 func patchVisible(p Policy, node *corev1.Node, verb string, d events.CordonDecision) (bool, string) {
@@ -81,7 +97,7 @@ func patchVisible(p Policy, node *corev1.Node, verb string, d events.CordonDecis
 		switch {
 		case !labelled || !marked:
 			return false, "node carries no opswire mark (not cordoned, or undone since)"
-		case !m.Time.Equal(d.Time):
+		case !sameWrite(m, d):
 			return false, "node carries a mark from another write"
 		case !slices.Contains(m.Effects, mode):
 			return false, "the mark does not list the intent's mode"

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -160,6 +161,58 @@ func TestActuatorJournalsBeforeThePatch(t *testing.T) {
 	})
 }
 
+// TestActuatorRetriedCordonIntentIsRecoverable: a cordon's patch fails (a
+// 503 that wrote nothing) and the retry, on the same node version, succeeds
+// seconds later; the leader is SIGKILLed before the outcome is stored. OPS
+// deduplicated the retry's intent (same id), so it holds the first attempt's
+// outcome and time, while the mark carries the retry's time. The new
+// leader's Happened still finds the cordon: the mark's rv is the version the
+// intent was decided on, which only one patch can have been applied to.
+func TestActuatorRetriedCordonIntentIsRecoverable(t *testing.T) {
+	n := apiNode("a")
+	p := seedPolicy("cordon")
+	h := newHarness(t, p, false, Fleet{Managed: 10}, append([]runtime.Object{n}, pods("a", 100)...)...)
+	clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	h.act.cfg.Now = func() time.Time { return clock }
+	in := &intentRec{stored: true}
+	h.act.cfg.Intents = in
+	fail := true
+	h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if fail {
+			fail = false
+			return true, nil, apierrors.NewServiceUnavailable("etcd leader change")
+		}
+		return false, nil, nil
+	})
+	state := mirrorOf(n, 100)
+	if _, err := h.act.Apply(context.Background(), state, false, Evaluate(p, state, false)); err == nil {
+		t.Fatal("first attempt: want the 503")
+	}
+	clock = clock.Add(2 * time.Second) // the workqueue's backoff
+	if _, err := h.act.Apply(context.Background(), state, false, Evaluate(p, state, false)); err != nil {
+		t.Fatal(err)
+	}
+	if in.count() != 2 {
+		t.Fatalf("%d intents, want 2", in.count())
+	}
+	_, ev0, first := in.intent(t, 0)
+	_, ev1, _ := in.intent(t, 1)
+	if ev0.ID != ev1.ID {
+		t.Fatalf("the retry's intent id %s differs from the first's %s: not the case under test", ev1.ID, ev0.ID)
+	}
+	// The fake API keeps the resourceVersion the patch carried; a real one moves it on.
+	live := h.node(t, "a")
+	live.ResourceVersion = "42"
+	if _, err := h.client.CoreV1().Nodes().Update(context.Background(), live, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// OPS stored the first intent only (Nats-Msg-Id deduplication).
+	if ok, err := h.act.Happened(context.Background(), first); err != nil || !ok {
+		t.Fatalf("the cordon happened (node %s, mark %s), but the stored intent's Happened = %v, %v",
+			live.ResourceVersion, live.Annotations[events.AnnotationAutoCordon], ok, err)
+	}
+}
+
 // TestActuatorHappened: the new leader's live check of a cordon intent
 // without its outcome, on the node read by name.
 func TestActuatorHappened(t *testing.T) {
@@ -168,6 +221,13 @@ func TestActuatorHappened(t *testing.T) {
 		return func(n *corev1.Node) {
 			n.Labels[events.LabelAutoCordon] = MarkLabelValue
 			b, _ := json.Marshal(Mark{Effects: effects, TaintKeys: []string{events.LabelAutoCordon}, Time: when})
+			n.Annotations = map[string]string{events.AnnotationAutoCordon: string(b)}
+		}
+	}
+	markRV := func(rv string, when time.Time) func(*corev1.Node) {
+		return func(n *corev1.Node) {
+			n.Labels[events.LabelAutoCordon] = MarkLabelValue
+			b, _ := json.Marshal(Mark{Effects: []string{EffectCordon}, Time: when, RV: rv})
 			n.Annotations = map[string]string{events.AnnotationAutoCordon: string(b)}
 		}
 	}
@@ -188,6 +248,8 @@ func TestActuatorHappened(t *testing.T) {
 		{"cordoned: mark left, cordon lifted by a person", VerbCordoned, EffectCordon, apiNode("a", mark([]string{EffectCordon}, at)), false},
 		{"cordoned: mark left, taint removed by a person", VerbCordoned, EffectTaint, apiNode("a", mark([]string{EffectTaint}, at), other), false},
 		{"cordoned: the mark of another write", VerbCordoned, EffectCordon, apiNode("a", mark([]string{EffectCordon}, at.Add(time.Minute)), unschedulable), false},
+		{"cordoned: a retry's mark on the same version (a later time)", VerbCordoned, EffectCordon, apiNode("a", markRV("40", at.Add(2*time.Second)), unschedulable), true},
+		{"cordoned: the mark of a write on another version (same time)", VerbCordoned, EffectCordon, apiNode("a", markRV("39", at), unschedulable), false},
 		{"cordoned: the mark lists another mode", VerbCordoned, EffectTaint, apiNode("a", mark([]string{EffectCordon}, at), unschedulable), false},
 		{"uncordoned: unmarked and schedulable", VerbUncordoned, EffectCordon, apiNode("a"), true},
 		{"uncordoned: untainted, other taints stay", VerbUncordoned, EffectTaint, apiNode("a", other), true},
