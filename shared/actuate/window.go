@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,14 +25,24 @@ import (
 // window, so up to 2N pass in the first one. The window keeps the times of the
 // last Max actions instead: exact, O(Max) memory.
 //
+// The cap is about the writes the API receives, and a write reaches the API
+// well after its slot was reserved (the re-reads, the intent, the writes
+// themselves, each up to its timeout). So an actuator holds its slot (Hold)
+// for the whole action: a held slot counts at every instant until the action
+// is over, and then from its last write's answer (Slot.Settle), never from
+// the reservation. A slot counted from the reservation freed while the write
+// was still under way and let the next action's write reach the API less
+// than Per after it.
+//
 // A new leader seeds it from the OPS stream (Seed), which records what the
 // previous leaders did: a failover or a crash loop cannot multiply the limit.
 type Window struct {
 	Max int
 	Per time.Duration
 
-	mu    sync.Mutex
-	times []time.Time // sorted, oldest first
+	mu      sync.Mutex
+	times   []time.Time // sorted, oldest first: the actions done
+	pending int         // held slots whose action is not over (Slot)
 }
 
 // NewWindow builds a window of max actions per per.
@@ -39,17 +50,53 @@ func NewWindow(max int, per time.Duration) *Window {
 	return &Window{Max: max, Per: per, times: make([]time.Time, 0, max)}
 }
 
-// Reserve takes a slot at now. It returns 0 when a slot was taken, or how
-// long to wait until one frees up (nothing is taken then).
+// Reserve takes a slot for an action done at now. It returns 0 when a slot
+// was taken, or how long to wait until one frees up (nothing is taken then).
 func (w *Window) Reserve(now time.Time) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.expire(now)
-	if len(w.times) >= w.Max {
-		return w.times[len(w.times)-w.Max].Add(w.Per).Sub(now)
+	if wait := w.wait(now); wait > 0 {
+		return wait
 	}
 	w.insert(now)
 	return 0
+}
+
+// Hold takes a slot for an action that starts now and whose writes come
+// later, or returns how long to wait until one may free up (nil slot then).
+// The slot counts against Max until Slot.Settle or Slot.Release, however
+// long that takes.
+func (w *Window) Hold(now time.Time) (*Slot, time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if wait := w.wait(now); wait > 0 {
+		return nil, wait
+	}
+	w.pending++
+	return &Slot{w: w}, 0
+}
+
+// wait is how long until a slot is free at now (0: one is). A held slot
+// counts as an action at now: it frees Per after it settles at the earliest.
+// Called with w.mu held.
+func (w *Window) wait(now time.Time) time.Duration {
+	w.expire(now)
+	n := len(w.times) + w.pending
+	if n < w.Max {
+		return 0
+	}
+	// The action that must leave is the (n-Max)th of the done ones and the
+	// held ones (at now), in time order.
+	i := n - w.Max
+	k := sort.Search(len(w.times), func(j int) bool { return w.times[j].After(now) }) // done at or before now
+	at := now
+	switch {
+	case i < k:
+		at = w.times[i]
+	case i >= k+w.pending:
+		at = w.times[i-w.pending]
+	}
+	return at.Add(w.Per).Sub(now)
 }
 
 // Release gives back a slot taken at t when no action happened (the object
@@ -57,12 +104,86 @@ func (w *Window) Reserve(now time.Time) time.Duration {
 func (w *Window) Release(t time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.removeAt(t)
+}
+
+// removeAt takes one action at t out (none: nothing changes); w.mu held.
+func (w *Window) removeAt(t time.Time) {
 	for i := len(w.times) - 1; i >= 0; i-- {
 		if w.times[i].Equal(t) {
 			w.times = slices.Delete(w.times, i, i+1)
 			return
 		}
 	}
+}
+
+// Slot is one action held in a Window (Window.Hold). Its owner reports each
+// write's answer (Wrote), then ends it: Settle when it may have written,
+// Release when it certainly did not (also after Settle, once a later read
+// showed the write did not happen). A nil Slot (no window: dry run, no
+// limiter) does nothing.
+type Slot struct {
+	w        *Window
+	wrote    time.Time // the last write's answer; zero: none yet
+	settled  time.Time // the time it counts from once settled; zero: held
+	released bool
+}
+
+// Wrote records that a write of the action answered at at (succeeded, or
+// failed in a way that leaves it in doubt): the action counts from its last
+// answer once settled. The slot stays held until then: an action of two
+// writes (a PATCH, then a DELETE) is not counted from the first.
+func (s *Slot) Wrote(at time.Time) {
+	if s == nil {
+		return
+	}
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	if at.After(s.wrote) {
+		s.wrote = at
+	}
+}
+
+// Settle ends the action: it counts for Per from its last write's answer,
+// or from now when none was reported (an action that may have written
+// counts, at the latest time it can have). A call after Settle or Release
+// does nothing.
+func (s *Slot) Settle(now time.Time) {
+	if s == nil {
+		return
+	}
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	if s.released || !s.settled.IsZero() {
+		return
+	}
+	s.w.pending--
+	s.settled = s.wrote
+	if s.settled.IsZero() {
+		s.settled = now
+	}
+	s.w.insert(s.settled)
+}
+
+// Release gives the slot back: the action wrote nothing (the object was
+// gone, no longer qualified, or the API refused the write). After Settle it
+// takes the settled action back out (cordon: a write in doubt that a later
+// read shows not applied). A second Release does nothing.
+func (s *Slot) Release() {
+	if s == nil {
+		return
+	}
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	if s.released {
+		return
+	}
+	s.released = true
+	if s.settled.IsZero() {
+		s.w.pending--
+		return
+	}
+	s.w.removeAt(s.settled)
 }
 
 // Seed adds actions done at the given times (by an earlier leader).
@@ -74,12 +195,12 @@ func (w *Window) Seed(times []time.Time) {
 	}
 }
 
-// Len is the number of actions in the window ending at now.
+// Len is the number of actions in the window ending at now, held ones included.
 func (w *Window) Len(now time.Time) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.expire(now)
-	return len(w.times)
+	return len(w.times) + w.pending
 }
 
 func (w *Window) expire(now time.Time) {

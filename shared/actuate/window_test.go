@@ -2,6 +2,7 @@ package actuate
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -100,6 +101,108 @@ func TestWindowNeverExceedsMax(t *testing.T) {
 	}
 	if got := granted[99].Sub(t0); got < 4*time.Second || got >= 5*time.Second {
 		t.Fatalf("100th action at +%v, want in [4s,5s)", got)
+	}
+}
+
+// TestWindowHold: a held slot counts until it is settled or released,
+// however long that takes, and then from its last write's answer.
+func TestWindowHold(t *testing.T) {
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	w := NewWindow(1, time.Minute)
+	s, wait := w.Hold(at(0))
+	if s == nil || wait != 0 {
+		t.Fatalf("Hold on an empty window = %v, %v", s, wait)
+	}
+	if _, wait := w.Hold(at(2 * time.Minute)); wait != time.Minute {
+		t.Fatalf("Hold beside a slot held for 2m waits %v, want a whole window (it counts as an action now)", wait)
+	}
+	s.Wrote(at(2*time.Minute + 30*time.Second)) // a PATCH answers ...
+	s.Wrote(at(2*time.Minute + 10*time.Second)) // (an earlier time never moves it back)
+	if _, wait := w.Hold(at(3 * time.Minute)); wait != time.Minute {
+		t.Fatalf("Hold beside a slot between two writes waits %v, want a whole window", wait)
+	}
+	s.Settle(at(2*time.Minute + 31*time.Second)) // ... and the action ends
+	s.Settle(at(10 * time.Minute))               // (once)
+	if _, wait := w.Hold(at(3 * time.Minute)); wait != 30*time.Second {
+		t.Fatalf("Hold after the settled action waits %v, want 30s (a minute after its last write)", wait)
+	}
+	s.Release() // after Settle: a later read showed nothing was written
+	s.Release()
+	if n := w.Len(at(3 * time.Minute)); n != 0 {
+		t.Fatalf("Len = %d after a Release of a settled slot, want 0", n)
+	}
+
+	w = NewWindow(2, time.Minute)
+	w.Seed([]time.Time{at(-50 * time.Second)})
+	s, _ = w.Hold(at(0))
+	if _, wait := w.Hold(at(0)); wait != 10*time.Second {
+		t.Fatalf("Hold beside a seeded action and a held one waits %v, want 10s (the seeded one leaves first)", wait)
+	}
+	s.Release()
+	s.Release()
+	if n := w.Len(at(0)); n != 1 {
+		t.Fatalf("Len = %d after releasing the held slot twice, want the seeded 1", n)
+	}
+	s, _ = w.Hold(at(0))
+	s.Settle(at(5 * time.Second)) // no write reported: counts from the end
+	if _, wait := w.Hold(at(5 * time.Second)); wait != 5*time.Second {
+		t.Fatalf("Hold waits %v, want 5s (the seeded action leaves)", wait)
+	}
+	if _, wait := w.Hold(at(10 * time.Second)); wait != 0 {
+		t.Fatalf("Hold waits %v once the seeded action left, want 0", wait)
+	}
+	if _, wait := w.Hold(at(10 * time.Second)); wait != 55*time.Second {
+		t.Fatalf("Hold waits %v, want 55s (a minute after the settled action, before the held one)", wait)
+	}
+
+	var none *Slot // no window: dry run
+	none.Wrote(t0)
+	none.Settle(t0)
+	none.Release()
+}
+
+// TestWindowHeldSlotsNeverExceedMaxAtTheWrite drives actions whose write
+// reaches the API a varying while after the slot was taken (up to three
+// windows), through a 5-per-second window, and checks every sliding second
+// of write times holds at most 5.
+func TestWindowHeldSlotsNeverExceedMaxAtTheWrite(t *testing.T) {
+	const max, per = 5, time.Second
+	w := NewWindow(max, per)
+	type action struct {
+		slot  *Slot
+		write time.Time
+	}
+	var inFlight []action
+	var writes []time.Time
+	delays := []time.Duration{0, 30 * time.Millisecond, 900 * time.Millisecond, 3 * time.Second, 10 * time.Millisecond, 1500 * time.Millisecond}
+	for now, i := t0, 0; len(writes) < 100; now = now.Add(10 * time.Millisecond) {
+		kept := inFlight[:0]
+		for _, a := range inFlight {
+			if a.write.After(now) {
+				kept = append(kept, a)
+				continue
+			}
+			writes = append(writes, a.write)
+			a.slot.Wrote(a.write)
+			a.slot.Settle(now)
+		}
+		inFlight = kept
+		if s, wait := w.Hold(now); wait == 0 {
+			inFlight = append(inFlight, action{s, now.Add(delays[i%len(delays)])})
+			i++
+		}
+	}
+	slices.SortFunc(writes, func(a, b time.Time) int { return a.Compare(b) })
+	for i := range writes {
+		n := 0
+		for _, x := range writes[i:] {
+			if x.Sub(writes[i]) < per {
+				n++
+			}
+		}
+		if n > max {
+			t.Fatalf("%d writes within %v from +%v", n, per, writes[i].Sub(t0))
+		}
 	}
 }
 

@@ -160,9 +160,10 @@ func TestCleanupFailover(t *testing.T) {
 
 	// At the source: each pod deleted exactly once, and no window of 10 s holds
 	// more than 20 of those DELETEs, timed when each reached the API (the
-	// actor reserves its slot before its re-read GET, so a tolerance covers
-	// that GET's latency on a loaded machine; a window the new leader did not
-	// seed would put 20 DELETEs within seconds of the old leader's).
+	// new leader counts a deletion whose outcome the old one did not store
+	// from its intent, stored just before its DELETE, so a tolerance covers
+	// that DELETE's latency on a loaded machine; a window the new leader did
+	// not seed would put 20 DELETEs within seconds of the old leader's).
 	times := deletedOnceEach(t, proxy, total)
 	const slack = 500 * time.Millisecond
 	for i := 0; i+perWindow < len(times); i++ {

@@ -94,7 +94,7 @@ func TestCleanupRateLimitNATSOutageFailover(t *testing.T) {
 		t.Fatalf("no 4th DELETE during the NATS outage within %v", window+30*time.Second)
 	}
 	var outagePods []string
-	var earliest time.Time // of the outage deletions' slots
+	var earliest time.Time // of the outage deletions' action times
 	deleteAt := map[string]time.Time{}
 	for pod, ts := range acceptedPodDeletes(proxy) {
 		if len(ts) != 1 {
@@ -128,11 +128,9 @@ func TestCleanupRateLimitNATSOutageFailover(t *testing.T) {
 	for _, pod := range outagePods {
 		at, ok := slot[pod]
 		if !strings.Contains(strings.Join(left[pod], ","), "CleanupIntent") || !ok {
-			t.Errorf("outage deletion of %s left no CleanupIntent Event with its slot's time (Events: %v)", pod, left[pod])
-			// The slot was taken before the DELETE by the re-read GET and
-			// the intent's 1 s timeout: at most about 2.5 s, unless the
-			// machine is very loaded.
-			at = deleteAt[pod].Add(-2500 * time.Millisecond)
+			t.Errorf("outage deletion of %s left no CleanupIntent Event with its action time (Events: %v)", pod, left[pod])
+			// The Event is written right before the DELETE.
+			at = deleteAt[pod].Add(-time.Second)
 		}
 		if earliest.IsZero() || at.Before(earliest) {
 			earliest = at
@@ -164,9 +162,9 @@ func TestCleanupRateLimitNATSOutageFailover(t *testing.T) {
 		}
 	}
 	_, next := waitLeader(t, cp, standby)
-	// No DELETE until the outage deletions' slots (taken before each one's
-	// re-read GET, 1 s intent timeout and journal Event, all on this machine's
-	// clock) leave the window; 500 ms for the polling.
+	// No DELETE until the outage deletions' action times (when each one's
+	// CleanupIntent Event was written, right before its DELETE, on this
+	// machine's clock) leave the window; 500 ms for the polling.
 	until := time.Until(earliest.Add(window - 500*time.Millisecond))
 	t.Logf("standby leading; checking no DELETE for %v", until.Round(time.Millisecond))
 	harness.Never(t, until, "a DELETE inside the outage deletions' window", func() bool {
@@ -181,13 +179,15 @@ func TestCleanupRateLimitNATSOutageFailover(t *testing.T) {
 		return true
 	})
 	// At the source: each pod deleted once, never more than perWindow
-	// DELETEs within a window, less the slot-to-DELETE margin of an outage
-	// deletion (its slot precedes its DELETE by the 1 s intent timeout and
-	// more; a generous 5 s, as a new leader that did not count the outage
-	// deletions deletes within about 5 s of them).
+	// DELETEs within a window, less the margin between an outage deletion's
+	// CleanupIntent Event (the time the standby counts it at, the last thing
+	// before its DELETE) and the DELETE: a second for a loaded machine. (It
+	// was 5 s while the window counted a deletion from its slot, taken
+	// before the re-read, the 1 s intent timeout and that Event: a run
+	// measured 18.8 s of the 20, docs/cleanup.md.)
 	times := deletedOnceEach(t, proxy, total)
 	for i := 0; i+perWindow < len(times); i++ {
-		if gap := times[i+perWindow].Sub(times[i]); gap < window-5*time.Second {
+		if gap := times[i+perWindow].Sub(times[i]); gap < window-time.Second {
 			t.Errorf("DELETEs %d and %d only %v apart: more than %d in a %v window across the failover", i, i+perWindow, gap, perWindow, window)
 		}
 	}

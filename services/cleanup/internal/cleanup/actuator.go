@@ -163,15 +163,20 @@ func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision,
 	if a.cfg.DryRun && a.reported.Has(pod.UID, VerbDryRun+"/"+d.Reason) {
 		return Outcome{}, nil
 	}
-	now := a.cfg.WindowNow()
-	release := func() {}
+	var slot *actuate.Slot // nil in dry run: no window
 	if !a.cfg.DryRun {
-		if wait := a.cfg.Limiter.Reserve(now); wait > 0 {
+		var wait time.Duration
+		if slot, wait = a.cfg.Limiter.Hold(a.cfg.WindowNow()); wait > 0 {
 			a.metrics.Deferred.Inc()
 			return Outcome{RequeueAfter: wait}, nil
 		}
-		release = func() { a.cfg.Limiter.Release(now) }
+		// The slot is held through the re-reads, the intent and the writes,
+		// and counts from the last write's answer once this visit is over
+		// (unless released: nothing was written), so the window counts the
+		// writes when they reach the API, not when they were decided on.
+		defer func() { slot.Settle(a.cfg.WindowNow()) }()
 	}
+	release := slot.Release
 	live, node, err := a.reread(ctx, pod)
 	if err != nil {
 		release()
@@ -204,7 +209,7 @@ func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision,
 		a.reportOnce(state, ld, VerbDryRun, "")
 		return Outcome{}, nil
 	}
-	return a.write(ctx, live, state, ld, now, release)
+	return a.write(ctx, live, state, ld, slot, release)
 }
 
 // reread GETs the pod (and, for the partition rule, its node: only for a
@@ -249,9 +254,9 @@ func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Po
 	return live, liveNode(n), nil
 }
 
-// write performs the deletion the live pod qualifies for.
-// at is when its deletion slot was taken (the window's clock).
-func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.PodState, d Decision, at time.Time, release func()) (Outcome, error) {
+// write performs the deletion the live pod qualifies for, in the rate
+// window's slot (each write's answer is reported to it: answered).
+func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.PodState, d Decision, slot *actuate.Slot, release func()) (Outcome, error) {
 	pods := a.client.CoreV1().Pods(live.Namespace)
 	uid, rv := live.UID, live.ResourceVersion
 	verb := VerbDeleted
@@ -277,7 +282,7 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 		in := events.Intent{Actor: Service, Action: verb, Kind: "Pod", Namespace: live.Namespace, Name: live.Name, UID: string(uid)}
 		isubj, iev, err := actuate.NewIntent(a.cfg.Cluster, in, outSubj, outEv)
 		if err == nil {
-			ann = journalAnnotations(iev, at)
+			ann = journalAnnotations(iev, a.cfg.WindowNow()) // each write's answer moves it (answered)
 		}
 		switch {
 		case err != nil:
@@ -312,6 +317,7 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 		patched, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Pod, error) {
 			return pods.Patch(ctx, live.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		})
+		a.answered(slot, ann)
 		if failed, out, err := a.writeFailed(state, d, "remove finalizers", err, release); failed {
 			return out, err
 		}
@@ -335,6 +341,7 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 	_, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, pods.Delete(ctx, live.Name, opts)
 	})
+	a.answered(slot, ann)
 	if clearedFinalizers && apierrors.IsNotFound(err) {
 		// Gone between our patch and the DELETE: the patch let a pending
 		// deletion complete, so the removal is still ours.
@@ -344,6 +351,18 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 		return out, err
 	}
 	return done("delete")
+}
+
+// answered reports that a write of a removal just answered: its slot counts
+// from its last write's answer (by then the write reached the API), and the
+// removal's outcome Event, built by done from ann, carries that time as its
+// action time, the one a new leader seeds the removal at (LiveActions).
+func (a *Actuator) answered(slot *actuate.Slot, ann map[string]string) {
+	at := a.cfg.WindowNow()
+	slot.Wrote(at)
+	if ann != nil {
+		ann[AnnotationActionTime] = actionTime(at)
+	}
 }
 
 // deletedByUpdate reports whether clearing the finalizers of the live pod

@@ -491,6 +491,95 @@ func TestActuatorReleasesSlotWhenNothingDeleted(t *testing.T) {
 	}
 }
 
+// fakeClock is a window clock a test moves by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// slowIntents is a journal whose first Record takes delay on the clock and
+// then fails (OPS down: the intent timeout), the later ones answer at once.
+type slowIntents struct {
+	clock *fakeClock
+	delay time.Duration
+	calls int
+}
+
+func (s *slowIntents) Record(context.Context, string, envelope.Event) bool {
+	s.calls++
+	if s.calls == 1 {
+		s.clock.Add(s.delay)
+		return false
+	}
+	return true
+}
+
+// TestActuatorWindowCountsTheWrite: a removal counts in the window from its
+// write's answer, not from when its slot was taken. The first removal's
+// intent times out (OPS down, 1 s on the window clock) between its slot and
+// its DELETE; the second removal, 1 per 3 s, still reaches the API 3 s after
+// the first DELETE, not 3 s after the first slot (2 s after the DELETE, as
+// a review found when the slot was stamped when taken). The action time a
+// new leader seeds it at is the DELETE's answer on the outcome Event, and
+// the journal Event's writing (after the intent's timeout) on the
+// CleanupIntent Event.
+func TestActuatorWindowCountsTheWrite(t *testing.T) {
+	const per = 3 * time.Second
+	clock := &fakeClock{now: t0}
+	w := actuate.NewWindow(1, per)
+	r := newRig(t, testPolicy(), false, w, livePod(), livePod(func(p *corev1.Pod) { p.Name, p.UID = "web-2", "uid-2" }))
+	r.act.cfg.WindowNow = clock.Now
+	r.act.cfg.Intents = &slowIntents{clock: clock, delay: actuate.DefaultIntentTimeout}
+	var deletes []time.Time
+	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		deletes = append(deletes, clock.Now())
+		return false, nil, nil
+	})
+	for _, s := range []*events.PodState{
+		pod(failed("Evicted")),
+		pod(failed("Evicted"), func(s *events.PodState) { s.Name, s.UID = "web-2", "uid-2" }),
+	} {
+		d := testPolicy().Decide(s, Facts{Now: t0})
+		for range 3 {
+			out, err := r.act.Handle(context.Background(), s, d, Facts{Now: t0})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.RequeueAfter == 0 {
+				break
+			}
+			clock.Add(out.RequeueAfter) // what the controller's AddAfter does
+		}
+	}
+	if len(deletes) != 2 {
+		t.Fatalf("%d DELETEs, want 2", len(deletes))
+	}
+	if gap := deletes[1].Sub(deletes[0]); gap < per {
+		t.Errorf("cap 1 per %v, but the two DELETEs reached the API %v apart (the first one counted from before its intent timeout)", per, gap)
+	}
+	outcome := r.eventsSeen()
+	if len(outcome) != 2 || !strings.Contains(outcome[0], AnnotationActionTime+":"+actionTime(deletes[0])) ||
+		!strings.Contains(outcome[1], AnnotationActionTime+":"+actionTime(deletes[1])) {
+		t.Errorf("%d outcome Events, want each with its DELETE's action time %s, %s: %q", len(outcome), actionTime(deletes[0]), actionTime(deletes[1]), outcome)
+	}
+	written := t0.Add(actuate.DefaultIntentTimeout)
+	if evs := r.createdEvents(); len(evs) != 1 || evs[0].Annotations[AnnotationActionTime] != actionTime(written) {
+		t.Errorf("CleanupIntent Events %+v, want one with action time %s (when it was written, after the intent's timeout)", evs, actionTime(written))
+	}
+}
+
 // TestActuatorFinalizerRemovalCountsAgainstCap: pods the API server removes
 // during the finalizer update take a deletion slot each (nothing is given
 // back), so the cap holds: 2 per window, the third waits.

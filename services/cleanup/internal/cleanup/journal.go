@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -34,19 +35,25 @@ const (
 
 // Annotations of the removal Events: AnnotationIntent holds the intent
 // (events.Intent as JSON, the one journaled on OPS, carrying the complete
-// outcome message); AnnotationActionTime the time the deletion slot was
-// taken, on the actor's clock (RFC 3339, nanoseconds), which is when the
-// action counts in the rate window.
+// outcome message); AnnotationActionTime when the action counts in the rate
+// window, on the actor's window clock (RFC 3339, nanoseconds): on an outcome
+// Event the answer of the removal's last write (when the window's slot
+// starts), on the CleanupIntent Event, written right before the writes, when
+// it was written (the earliest they can have reached the API: a slot counted
+// from before the intent's timeout would free a second early).
 const (
 	AnnotationIntent     = "opswire.io/cleanup-intent"
 	AnnotationActionTime = "opswire.io/cleanup-action-time"
 )
 
 // journalAnnotations are the annotations of a removal's Events: the intent
-// event's payload (the events.Intent, as JSON) and the slot's time.
+// event's payload (the events.Intent, as JSON) and the action's time.
 func journalAnnotations(intent envelope.Event, at time.Time) map[string]string {
-	return map[string]string{AnnotationIntent: string(intent.Data), AnnotationActionTime: at.UTC().Format(time.RFC3339Nano)}
+	return map[string]string{AnnotationIntent: string(intent.Data), AnnotationActionTime: actionTime(at)}
 }
+
+// actionTime is the AnnotationActionTime value of at.
+func actionTime(at time.Time) string { return at.UTC().Format(time.RFC3339Nano) }
 
 // journalEvent writes the CleanupIntent Event of a removal synchronously
 // (one API call, within APITimeout), before the write. It is the write-ahead
@@ -57,7 +64,7 @@ func journalAnnotations(intent envelope.Event, at time.Time) map[string]string {
 func (a *Actuator) journalEvent(ctx context.Context, live *corev1.Pod, verb string, ann map[string]string) error {
 	now := metav1.Now()
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", live.Name, now.UnixNano()), Namespace: live.Namespace, Annotations: ann},
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", live.Name, now.UnixNano()), Namespace: live.Namespace, Annotations: intentAnnotations(ann, a.cfg.WindowNow())},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: live.Namespace, Name: live.Name,
 			UID: live.UID, ResourceVersion: live.ResourceVersion},
 		Reason: EventIntent,
@@ -70,6 +77,17 @@ func (a *Actuator) journalEvent(ctx context.Context, live *corev1.Pod, verb stri
 		return a.client.CoreV1().Events(live.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 	})
 	return err
+}
+
+// intentAnnotations are a CleanupIntent Event's: the removal's, with the
+// action time at, when the Event is written. A copy: the outcome Event's
+// (ann) get the write's answer later.
+func intentAnnotations(ann map[string]string, at time.Time) map[string]string {
+	out := maps.Clone(ann)
+	if out != nil {
+		out[AnnotationActionTime] = actionTime(at)
+	}
+	return out
 }
 
 // Bounds of a removal Event's action time (LiveActions). The time is the

@@ -34,7 +34,7 @@ func (r *actuatorRig) createdEvents() []*corev1.Event {
 
 // TestActuatorJournalEvent: when OPS does not store the intent in time, the
 // actuator writes it as a CleanupIntent Event through the API, before the
-// DELETE, carrying the intent OPS would have held and the slot's time;
+// DELETE, carrying the intent OPS would have held and the time it is written;
 // stored in OPS, no such Event is written. Either way the outcome Event
 // carries the same annotations.
 func TestActuatorJournalEvent(t *testing.T) {
@@ -78,7 +78,7 @@ func TestActuatorJournalEvent(t *testing.T) {
 			t.Fatalf("journal Event carries %s, want the intent %s", ev.Annotations[AnnotationIntent], in.msgs[0].Data)
 		}
 		if at, err := time.Parse(time.RFC3339Nano, ev.Annotations[AnnotationActionTime]); err != nil || !at.Equal(t0) {
-			t.Fatalf("action time %q (%v), want the slot's %v", ev.Annotations[AnnotationActionTime], err, t0)
+			t.Fatalf("action time %q (%v), want the time it was written, %v", ev.Annotations[AnnotationActionTime], err, t0)
 		}
 		if got := testutil.ToFloat64(r.metrics.JournalEvents); got != 1 {
 			t.Fatalf("opswire_cleanup_journal_events_total = %v, want 1", got)
@@ -137,7 +137,7 @@ func journalEv(t *testing.T, reason, name, uid string, at time.Time) *corev1.Eve
 }
 
 // TestLiveActions: the actor's removals as its Events show them. a: intent
-// and outcome Event, one action at the slot's time; b: intent only, pod
+// and outcome Event, one action at the later action time; b: intent only, pod
 // gone: happened; c: intent only, the same pod still there: Pending; d:
 // outcome only. Left out: e, before the span; f, another component's; g,
 // without the journal annotations; Skip Events. Each carries the outcome

@@ -152,16 +152,21 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 		a.refuse(n, d, fleet)
 		return actuate.Outcome{}, nil
 	}
-	release := func() {}
+	var slot *actuate.Slot // nil: no window (dry run, unlimited)
 	if !a.cfg.DryRun && a.cfg.Limiter != nil {
-		at := a.cfg.Now()
-		if delay := a.cfg.Limiter.Reserve(at); delay > 0 {
+		var delay time.Duration
+		if slot, delay = a.cfg.Limiter.Hold(a.cfg.Now()); delay > 0 {
 			a.m.Refusals.WithLabelValues("rate-limited").Inc()
 			a.log.Debug().Str("node", n.Name).Dur("retryIn", delay).Msg("rate limit reached; action deferred")
 			return actuate.Outcome{RequeueAfter: delay}, nil
 		}
-		release = func() { a.cfg.Limiter.Release(at) }
+		// Held through the re-reads, the intent and the patch, the slot
+		// counts from when this call returns, just after the patch's answer
+		// (unless released: nothing was written): the window counts the
+		// write when it reached the API, not when it was decided on.
+		defer func() { slot.Settle(a.cfg.Now()) }()
 	}
+	release := slot.Release
 	tr := trace{start: start}
 	node, live, liveMarked, f, err := a.reverify(ctx, n, marked, d, &tr)
 	tr.read = time.Since(start)

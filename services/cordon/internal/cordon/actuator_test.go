@@ -456,6 +456,54 @@ func TestActuatorRateLimit(t *testing.T) {
 	}
 }
 
+// TestActuatorRateLimitCountsThePatch: a cordon counts in the window from
+// its patch, not from when its slot was taken. The first cordon's patch
+// reaches the API 1 s after its slot (a slow re-read, intent or API); at 1
+// per 3 s the second node's patch still comes 3 s after the first patch (it
+// came 2 s after it when the slot was counted from its taking).
+func TestActuatorRateLimitCountsThePatch(t *testing.T) {
+	const per = 3 * time.Second
+	a, b := apiNode("a"), apiNode("b")
+	objs := append([]runtime.Object{a, b}, append(pods("a", 100), pods("b", 100)...)...)
+	h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, objs...)
+	var mu sync.Mutex
+	now := h.act.cfg.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	h.act.cfg.Now = clock
+	h.act.cfg.Limiter = actuate.NewWindow(1, per)
+	var patches []time.Time
+	h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(patches) == 0 {
+			now = now.Add(time.Second) // the first patch is slow to come
+		}
+		patches = append(patches, now)
+		return false, nil, nil
+	})
+	for _, n := range []*corev1.Node{a, b} {
+		s := mirrorOf(n, 100)
+		for range 3 {
+			out, err := h.act.Apply(context.Background(), s, false, Evaluate(seedPolicy("cordon"), s, false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.RequeueAfter == 0 {
+				break
+			}
+			mu.Lock()
+			now = now.Add(out.RequeueAfter) // what the controller's AddAfter does
+			mu.Unlock()
+		}
+	}
+	if len(patches) != 2 {
+		t.Fatalf("%d patches, want 2", len(patches))
+	}
+	if gap := patches[1].Sub(patches[0]); gap < per {
+		t.Fatalf("cap 1 per %v, but the two patches reached the API %v apart", per, gap)
+	}
+}
+
 // TestActuatorRecountFreshness: the recount asks for a list at least as new
 // as the watcher's count (served from the API server's cache); without that
 // resourceVersion it is a consistent read.
