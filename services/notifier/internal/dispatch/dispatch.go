@@ -348,21 +348,7 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 	}
 	p := &pending{msg: msg, item: it, seq: seq}
 	if x.s.MaxDeliver > 0 && delivered >= uint64(x.s.MaxDeliver) && delivered > 1 {
-		// Delivered MaxDeliver times without being settled: something
-		// (perhaps this message) keeps killing notifiers. Park it, and ack
-		// only if every dead letter was stored; otherwise it comes back
-		// (the consumer itself has no MaxDeliver, so it always does).
-		x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "max_deliver").Inc()
-		x.d.Log.Error().Str("subject", it.Subject).Str("id", it.ID).Uint64("deliveries", delivered).Msg("message redelivered too often; dead-lettering")
-		for _, r := range routes {
-			for _, recv := range x.mine(r) {
-				if err := x.deadLetter(ctx, r.Name, recv, p, "max_deliver", errors.New("redelivered too often without being settled")); err != nil {
-					x.deadLetterFailed(recv, 1, err)
-					return
-				}
-			}
-		}
-		_ = msg.Ack()
+		x.park(ctx, p, routes, delivered)
 		return
 	}
 	x.hold(p)
@@ -391,6 +377,51 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 	if start {
 		go x.read(ctx)
 	}
+}
+
+// park dead-letters a message delivered MaxDeliver times without being
+// settled (something, perhaps this message, keeps killing notifiers) for
+// each of its (route, receiver) pairs, and acks it only if every dead
+// letter was stored; otherwise it comes back (the consumer itself has no
+// MaxDeliver, so it always does). Stored, it is a final result like any
+// other give-up: a failed outcome (reason max_deliver) per pair, counted in
+// deliveries_total and events_total, published only once all are stored so
+// a redelivery after a failed store does not report it twice.
+func (x *Dispatcher) park(ctx context.Context, p *pending, routes []*config.Route, delivered uint64) {
+	it := p.item
+	x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "max_deliver").Inc()
+	x.d.Log.Error().Str("subject", it.Subject).Str("id", it.ID).Uint64("deliveries", delivered).Msg("message redelivered too often; dead-lettering")
+	cause := errors.New("redelivered too often without being settled")
+	var failed []Outcome
+	for _, r := range routes {
+		for _, recv := range x.mine(r) {
+			if err := x.deadLetter(ctx, r.Name, recv, p, reasonMaxDeliver, cause); err != nil {
+				x.deadLetterFailed(recv, 1, err)
+				return
+			}
+			failed = append(failed, Outcome{Receiver: recv, Route: r.Name, Cluster: x.clusterOf(it), Outcome: OutcomeFailed,
+				Reason: reasonMaxDeliver, Events: 1, IDs: []string{it.ID}})
+		}
+	}
+	for _, o := range failed {
+		o.Time = x.now()
+		x.report(o)
+	}
+	_ = p.msg.Ack()
+}
+
+// reasonMaxDeliver is the dead-letter and outcome reason of a message
+// parked after MaxDeliver deliveries.
+const reasonMaxDeliver = "max_deliver"
+
+// report counts a final result in deliveries_total and events_total and
+// publishes it on notify.<cluster>.<receiver>.<outcome>: every final result
+// (delivered, dead-lettered by a worker, parked after MaxDeliver) goes
+// through here, so the metrics and the outcome subject agree.
+func (x *Dispatcher) report(o Outcome) {
+	x.d.Metrics.Deliveries.WithLabelValues(o.Receiver, o.Outcome).Inc()
+	x.d.Metrics.Events.WithLabelValues(o.Receiver, o.Outcome).Add(float64(o.Events))
+	_ = publishOutcome(x.d.Core, subject.Notify(o.Cluster, o.Receiver, o.Outcome), o)
 }
 
 // read looks up queued messages, up to batch at a time, until none is

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/opswire/opswire/services/notifier/internal/notify"
-	"github.com/opswire/opswire/shared/subject"
 )
 
 // batch is one notification to one receiver and the messages it settles.
@@ -197,9 +196,7 @@ func (w *worker) succeeded(ctx context.Context, b *batch, attempts int) {
 	}
 	marked := time.Since(t0)
 	cancel()
-	x.d.Metrics.Deliveries.WithLabelValues(w.r.Name, OutcomeDelivered).Inc()
-	x.d.Metrics.Events.WithLabelValues(w.r.Name, OutcomeDelivered).Add(float64(len(b.entries)))
-	_ = publishOutcome(x.d.Core, subject.Notify(b.cluster, w.r.Name, OutcomeDelivered), Outcome{Receiver: w.r.Name, Route: b.route, Cluster: b.cluster,
+	x.report(Outcome{Receiver: w.r.Name, Route: b.route, Cluster: b.cluster,
 		Outcome: OutcomeDelivered, Title: b.n.Title, Attempts: attempts, Events: len(ids), IDs: ids, Time: x.now()})
 	t1 := time.Now()
 	var rest []*pending // not acked with their records (none were confirmed stored)
@@ -236,9 +233,7 @@ func (w *worker) failed(ctx context.Context, b *batch, reason string, cause erro
 	if errors.As(cause, &se) {
 		code = se.Code
 	}
-	x.d.Metrics.Deliveries.WithLabelValues(w.r.Name, OutcomeFailed).Inc()
-	x.d.Metrics.Events.WithLabelValues(w.r.Name, OutcomeFailed).Add(float64(len(b.entries)))
-	_ = publishOutcome(x.d.Core, subject.Notify(b.cluster, w.r.Name, OutcomeFailed), Outcome{Receiver: w.r.Name, Route: b.route, Cluster: b.cluster,
+	x.report(Outcome{Receiver: w.r.Name, Route: b.route, Cluster: b.cluster,
 		Outcome: OutcomeFailed, Reason: reason, Code: code, Title: b.n.Title, Attempts: attempts, Events: len(ids), IDs: ids, Time: x.now()})
 	x.settle(b.entries)
 }

@@ -1,0 +1,53 @@
+package dispatch_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/opswire/opswire/services/notifier/internal/dispatch"
+	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/events"
+)
+
+// TestMaxDeliverGiveUpIsReported: a message parked in the DLQ on its
+// maxDeliver-th delivery is a final result (the event is not delivered)
+// like any other dead letter: whoever watches the outcome subject
+// (published after every final delivery result) hears of it, as a failed
+// outcome with reason max_deliver, and deliveries_total/events_total count
+// it failed.
+func TestMaxDeliverGiveUpIsReported(t *testing.T) {
+	n := notifierConfig()
+	n.MaxDeliver = 3
+	e := newEnv(t, n)
+	e.settings.MaxDeliver = 3
+	h := newHook(t)
+	crashes := func(d *dispatch.Dispatcher, ctx context.Context, m jetstream.Msg) {
+		if md, _ := m.Metadata(); md.NumDelivered < 3 {
+			_ = m.Nak()
+			return
+		}
+		d.Handle(ctx, m)
+	}
+	eng := e.start([]config.Route{fastRoute("ops", "hook")}, []dispatch.Receiver{webhookReceiver(t, "hook", h.URL)}, crashes)
+	p := e.publishCleanup(1, events.SeverityInfo)
+	e.waitSettled("the message acked on its last delivery")
+	eventually(t, 5*time.Second, "a failed outcome", func() bool { return len(e.outcomesOf("hook", dispatch.OutcomeFailed)) > 0 })
+	if got := e.eventIDs("hook", dispatch.OutcomeFailed); len(got) != 1 || got[p.id] != 1 {
+		t.Errorf("failed outcomes %v, want one for %s", got, p.id)
+	}
+	if o := e.outcomesOf("hook", dispatch.OutcomeFailed)[0]; o.Reason != "max_deliver" || o.Route != "ops" || o.Events != 1 {
+		t.Errorf("failed outcome %+v, want route ops, reason max_deliver, 1 event", o)
+	}
+	if v := value(eng.metrics.Events.WithLabelValues("hook", dispatch.OutcomeFailed)); v != 1 {
+		t.Errorf("opswire_notifier_events_total{outcome=failed} = %v, want 1", v)
+	}
+	if v := value(eng.metrics.Deliveries.WithLabelValues("hook", dispatch.OutcomeFailed)); v != 1 {
+		t.Errorf("opswire_notifier_deliveries_total{outcome=failed} = %v, want 1", v)
+	}
+	if n, _ := h.got(); n != 0 {
+		t.Errorf("%d requests to the receiver, want none", n)
+	}
+}
