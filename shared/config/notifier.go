@@ -311,8 +311,8 @@ func (n *Notifier) validate(p string, errs *Errors, implicit ...string) {
 			if r.Keyword != "" {
 				errs.add(rp+".keyword", "only feishu and dingtalk receivers use a keyword")
 			}
-			if r.Type != ReceiverWebhook && countSet(r.Secret.IsSet(), r.SecretFile != "", r.SecretEnv != "") > 0 {
-				errs.add(rp+".secret", "%s webhooks are not signed (the URL is the secret); only feishu and dingtalk take a secret", r.Type)
+			if countSet(r.Secret.IsSet(), r.SecretFile != "", r.SecretEnv != "") > 0 {
+				errs.add(rp+".secret", "%s receivers do not sign their requests (the URL is the secret); only feishu and dingtalk take a secret", r.Type)
 			}
 		}
 		if r.RatePerHour < 0 {

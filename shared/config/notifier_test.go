@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -158,5 +159,19 @@ func TestReceiverTypeDefaults(t *testing.T) {
 		if got := [4]int{r.RatePerSecond, r.RatePerMinute, r.RatePerHour, r.BodyLimit}; got != want[r.Name] {
 			t.Errorf("%s (%s): rates and budget %v, want %v", r.Name, r.Type, got, want[r.Name])
 		}
+	}
+}
+
+// TestWebhookSecretRefused: secrets are refused for types that do not sign,
+// so a mistaken config is an error, not a silently unused value; the
+// generic webhook does not sign (webhook.New takes no secret).
+func TestWebhookSecretRefused(t *testing.T) {
+	_, err := Parse([]byte(`
+notifier:
+  receivers:
+  - {name: a, type: webhook, url: "https://example.com/hook", secret: s3cr3t}
+`))
+	if err == nil || !strings.Contains(err.Error(), "notifier.receivers[0].secret") {
+		t.Errorf("webhook with a secret: error %v, want one naming notifier.receivers[0].secret", err)
 	}
 }
