@@ -142,6 +142,7 @@ func (c *Config) Validate() error {
 	c.ImageAlert.validate("imageAlert", &errs)
 	c.Notifier.validate("notifier", &errs, c.implicitReceiverNames()...)
 	c.validateSeedReceivers(&errs)
+	c.validateRouteNames(&errs)
 	if len(errs) > 0 {
 		return errs
 	}

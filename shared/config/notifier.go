@@ -268,6 +268,50 @@ func (c *Config) validateSeedReceivers(errs *Errors) {
 	}
 }
 
+// DefaultRouteName is the name of the route of notifier.defaultReceivers.
+const DefaultRouteName = "default"
+
+// validateRouteNames refuses two routes of one name, over the routes the
+// notifier runs (NotifierRoutes: the seed's implicit routes first, then the
+// configured ones with their defaulted names route<i>). A route's name is
+// its identity: in delivered-id keys, group keys, dead letters and the
+// replay's lookup by name, so two of one name would merge their groups and
+// records (an event both match listed twice in one card).
+func (c *Config) validateRouteNames(errs *Errors) {
+	routes := c.NotifierRoutes()
+	seeds := len(routes) - len(c.Notifier.Routes)
+	seen := map[string]bool{}
+	if len(c.Notifier.DefaultReceivers) > 0 {
+		seen[DefaultRouteName] = true
+	}
+	for i, r := range routes {
+		if i >= seeds && seen[r.Name] {
+			j := i - seeds
+			rp := "notifier.routes[" + itoa(j) + "].name"
+			switch {
+			case c.Notifier.Routes[j].Name == "":
+				errs.add(rp, "the default name %q is another route's; name this route", r.Name)
+			case r.Name == DefaultRouteName && len(c.Notifier.DefaultReceivers) > 0:
+				errs.add(rp, "%q is the route of defaultReceivers; choose another name", r.Name)
+			case isRouteName(routes[:seeds], r.Name):
+				errs.add(rp, "%q is a route made from the seed's apiurl; choose another name", r.Name)
+			default:
+				errs.add(rp, "duplicate route name %q (a route's name keys its groups, delivered records and dead letters)", r.Name)
+			}
+		}
+		seen[r.Name] = true
+	}
+}
+
+func isRouteName(routes []Route, name string) bool {
+	for _, r := range routes {
+		if r.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // implicitReceiverNames are the receivers the seed keys create.
 func (c *Config) implicitReceiverNames() []string {
 	var names []string

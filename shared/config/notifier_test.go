@@ -112,6 +112,11 @@ func TestNotifierValidation(t *testing.T) {
 		{"secret on slack", "notifier:\n  receivers:\n  - name: a\n    type: slack\n    url: u\n    secret: s\n", []string{"notifier.receivers[0].secret"}},
 		{"keyword on wecom", "notifier:\n  receivers:\n  - name: a\n    type: wecom\n    url: u\n    keyword: k\n", []string{"notifier.receivers[0].keyword"}},
 		{"bad receiver limits", "notifier:\n  receivers:\n  - name: a\n    type: teams\n    url: u\n    ratePerHour: -1\n    bodyLimit: 10\n", []string{"notifier.receivers[0].ratePerHour", "notifier.receivers[0].bodyLimit"}},
+		{"route name defaulted onto a configured one", "notifier:\n  receivers:\n  - {name: a, url: u}\n  routes:\n  - {name: route1, receivers: [a], continue: true}\n  - {receivers: [a]}\n", []string{"notifier.routes[1].name"}},
+		{"route named like a seed route", "delException:\n  apiurl: https://x/hook/a\nnotifier:\n  routes:\n  - {name: delException, receivers: [delException]}\n", []string{"notifier.routes[0].name"}},
+		{"route named like the default route", "notifier:\n  receivers:\n  - {name: a, url: u}\n  routes:\n  - {name: default, receivers: [a]}\n  defaultReceivers: [a]\n", []string{"notifier.routes[0].name"}},
+		{"route named default without default receivers", "notifier:\n  receivers:\n  - {name: a, url: u}\n  routes:\n  - {name: default, receivers: [a]}\n", nil},
+		{"defaulted route names after seed routes", "sendReport:\n  apiurl: https://x/hook/a\nnotifier:\n  routes:\n  - {receivers: [sendReport]}\n  - {receivers: [sendReport]}\n", nil},
 		{"keyword on webhook", "notifier:\n  receivers:\n  - name: a\n    type: webhook\n    url: u\n    keyword: k\n", []string{"notifier.receivers[0].keyword"}},
 		{"negative rate", "notifier:\n  receivers:\n  - name: a\n    url: u\n    ratePerMinute: -1\n", []string{"notifier.receivers[0].ratePerMinute"}},
 		{"bad subject", "notifier:\n  receivers:\n  - name: a\n    url: u\n  routes:\n  - receivers: [a]\n    subjects: ['ops.>.x', 'ops..a', 'ops.a*']\n", []string{"notifier.routes[0].subjects"}},
@@ -159,6 +164,25 @@ func TestReceiverTypeDefaults(t *testing.T) {
 		if got := [4]int{r.RatePerSecond, r.RatePerMinute, r.RatePerHour, r.BodyLimit}; got != want[r.Name] {
 			t.Errorf("%s (%s): rates and budget %v, want %v", r.Name, r.Type, got, want[r.Name])
 		}
+	}
+}
+
+// TestDuplicateRouteNamesRefused: a route's name is its identity in
+// delivered-id keys, group keys and dead letters, like a receiver's, so two
+// routes of one name are refused: their groups and keys would merge (an
+// event both match with continue counted twice in one card), and a replay
+// would find only the first by name (route.Table.ByName).
+func TestDuplicateRouteNamesRefused(t *testing.T) {
+	_, err := Parse([]byte(`
+notifier:
+  receivers:
+  - {name: a, type: webhook, url: "https://example.com/hook"}
+  routes:
+  - {name: x, subjects: ["ops.*.cleanup.>"], receivers: [a], continue: true}
+  - {name: x, severities: [warning], receivers: [a]}
+`))
+	if err == nil || !strings.Contains(err.Error(), "notifier.routes[1].name") {
+		t.Errorf("two routes named x: error %v, want one naming notifier.routes[1].name", err)
 	}
 }
 

@@ -346,6 +346,7 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 		_ = msg.Ack()
 		return
 	}
+	routes = distinct(routes)
 	p := &pending{msg: msg, item: it, seq: seq}
 	if x.s.MaxDeliver > 0 && delivered >= uint64(x.s.MaxDeliver) && delivered > 1 {
 		x.park(ctx, p, routes, delivered)
@@ -377,6 +378,34 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 	if start {
 		go x.read(ctx)
 	}
+}
+
+// distinct drops a route whose name an earlier one has: a route's name is
+// its identity (group keys, delivered records, dead letters), so an event
+// both match would be listed twice in one card. The config refuses such
+// routes; this keeps a table built without it consistent.
+func distinct(routes []*config.Route) []*config.Route {
+	for i := 1; i < len(routes); i++ {
+		if named(routes[:i], routes[i].Name) {
+			out := routes[:i:i] // full: appending copies, Match's slice stays as it is
+			for _, r := range routes[i+1:] {
+				if !named(out, r.Name) {
+					out = append(out, r)
+				}
+			}
+			return out
+		}
+	}
+	return routes
+}
+
+func named(routes []*config.Route, name string) bool {
+	for _, r := range routes {
+		if r.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // park dead-letters a message delivered MaxDeliver times without being

@@ -51,3 +51,21 @@ func TestMaxDeliverGiveUpIsReported(t *testing.T) {
 		t.Errorf("%d requests to the receiver, want none", n)
 	}
 }
+
+// TestDuplicateRouteNamesDoNotDoubleCount: the config refuses two routes of
+// one name (shared/config TestDuplicateRouteNamesRefused); a table built
+// without it still treats a name as one route, so an event both match (the
+// first with continue) is listed once in one card, not twice in the group
+// "<name>/<kind>", and its message is settled.
+func TestDuplicateRouteNamesDoNotDoubleCount(t *testing.T) {
+	e := newEnv(t, notifierConfig())
+	h := newHook(t)
+	r1, r2 := fastRoute("x", "hook"), fastRoute("x", "hook")
+	r1.Continue = true
+	e.start([]config.Route{r1, r2}, []dispatch.Receiver{webhookReceiver(t, "hook", h.URL)}, nil)
+	p := e.publishCleanup(1, events.SeverityInfo)
+	e.waitSettled("acked")
+	if _, ids := h.got(); ids[p.id] != 1 {
+		t.Errorf("event %s listed %d times at the receiver, want 1", p.id, ids[p.id])
+	}
+}

@@ -10,8 +10,9 @@ import (
 	"github.com/opswire/opswire/shared/config"
 )
 
-// DefaultRoute is the name of the route of the default receivers.
-const DefaultRoute = "default"
+// DefaultRoute is the name of the route of the default receivers (the
+// config refuses it for another route).
+const DefaultRoute = config.DefaultRouteName
 
 // Table is the compiled routing configuration.
 type Table struct {
