@@ -20,9 +20,10 @@ import (
 	"github.com/opswire/opswire/shared/config"
 )
 
-// maxCatchUpSteps bounds the walk over past ticks in Latest, so a schedule
-// of every second and a long window cannot spin.
-const maxCatchUpSteps = 100000
+// maxOffsetChange bounds how far a zone's UTC offset moves at one change
+// (daylight saving moves it by 1 h, a few zones by 2 h or 30 min). A wall
+// tick further than this past t's wall clock is an instant after t.
+const maxOffsetChange = 3 * time.Hour
 
 // Schedule is a parsed cron schedule in a fixed time zone.
 type Schedule struct {
@@ -97,18 +98,20 @@ func (s *Schedule) Next(t time.Time) time.Time {
 		return s.sched.Next(t)
 	}
 	wall := wallClock(t, s.loc)
-	// A few wall ticks can map to instants at or before t: those of the
-	// repeated hour already fired in its first occurrence.
-	for i := 0; i < 8; i++ {
+	// In the second occurrence of a repeated hour, every wall tick up to
+	// the end of that hour maps to its first occurrence, at or before t
+	// (already fired): skip them. How many depends on the schedule (*/5
+	// has 11), so the walk is bounded by wall-clock distance, not a count.
+	limit := wall.Add(maxOffsetChange)
+	for {
 		wall = s.sched.Next(wall)
 		if wall.IsZero() {
 			return time.Time{}
 		}
-		if at := instant(wall, s.loc); at.After(t) {
+		if at := instant(wall, s.loc); at.After(t) || wall.After(limit) {
 			return at
 		}
 	}
-	return time.Time{}
 }
 
 // wallClock is t's wall-clock time in loc, written as a UTC time.
@@ -140,11 +143,29 @@ func instant(wall time.Time, loc *time.Location) time.Time {
 	return at
 }
 
-// Latest returns the last tick in (after, now], if any.
+// Latest returns the last tick in (after, now], if any. It walks the ticks
+// of a window ending at now, widened 16-fold until it holds one or reaches
+// after, so the walk is as long as the ticks of that window, whatever the
+// window (a schedule of every second over a catch-up of days stays short),
+// and always ends at the latest tick, not after a fixed number of steps.
 func (s *Schedule) Latest(after, now time.Time) (time.Time, bool) {
+	span := now.Sub(after) // saturates: back*16 below cannot overflow
+	for back := time.Minute; back < span; back *= 16 {
+		if last, ok := s.lastIn(now.Add(-back), now); ok {
+			return last, true
+		}
+		if back > span/16 {
+			break
+		}
+	}
+	return s.lastIn(after, now)
+}
+
+// lastIn walks the ticks in (from, now] and returns the last.
+func (s *Schedule) lastIn(from, now time.Time) (time.Time, bool) {
 	var last time.Time
 	found := false
-	for t, i := s.Next(after), 0; !t.IsZero() && !t.After(now) && i < maxCatchUpSteps; t, i = s.Next(t), i+1 {
+	for t := s.Next(from); !t.IsZero() && !t.After(now); t = s.Next(t) {
 		last, found = t, true
 	}
 	return last, found

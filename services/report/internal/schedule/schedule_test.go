@@ -153,6 +153,43 @@ func TestLatest(t *testing.T) {
 	}
 }
 
+// TestLatestOverALongWindowOfAFrequentSchedule: the walk is not cut short
+// by a step count: a schedule of every second over three days still gives
+// the last tick, not one a hundred thousand ticks after the start.
+func TestLatestOverALongWindowOfAFrequentSchedule(t *testing.T) {
+	s, err := Parse("@every 1s", time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2025, 1, 4, 10, 0, 0, 500e6, time.UTC)
+	if got, ok := s.Latest(now.Add(-72*time.Hour), now); !ok || !got.Equal(now.Truncate(time.Second)) {
+		t.Fatalf("Latest over 72 h of @every 1s = %v,%v, want %v", got, ok, now.Truncate(time.Second))
+	}
+}
+
+// TestNextFromSecondOccurrenceOfRepeatedHour: a replica that asks for the
+// next tick while the clock is in the second occurrence of the repeated
+// autumn hour (a leader starting then, or a tick retried into it) gets the
+// next tick, however many wall ticks of that hour fired in its first
+// occurrence: a zero time ("never fires again") would stop runSchedule for
+// the rest of the leader's term.
+func TestNextFromSecondOccurrenceOfRepeatedHour(t *testing.T) {
+	ny := mustLoc(t, "America/New_York")
+	s, err := Parse("*/5 * * * *", ny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inSecond := time.Date(2025, 11, 2, 6, 10, 0, 0, time.UTC) // 01:10 EST; 01:15..01:55 fired as EDT
+	want := time.Date(2025, 11, 2, 7, 0, 0, 0, time.UTC)      // 02:00 EST
+	if got := s.Next(inSecond); !got.Equal(want) {
+		t.Fatalf("Next(01:10 EST) with */5 = %v, want %v (02:00 EST)", got, want)
+	}
+	// Latest over a window that starts in the repeated hour walks past it.
+	if got, ok := s.Latest(inSecond, time.Date(2025, 11, 2, 7, 7, 0, 0, time.UTC)); !ok || !got.Equal(time.Date(2025, 11, 2, 7, 5, 0, 0, time.UTC)) {
+		t.Fatalf("Latest from 01:10 EST to 02:07 EST = %v,%v, want 02:05 EST", got, ok)
+	}
+}
+
 // TestDaylightSaving: one tick per intended local time across both changes
 // of America/New_York in 2025 (March 9 skips 02:00–03:00, November 2 repeats
 // 01:00–02:00). robfig/cron alone fires twice at 01:30 in November and
