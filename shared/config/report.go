@@ -127,8 +127,12 @@ func (s *SendReport) validate(p string, errs *Errors) {
 	if s.Total < 0 {
 		errs.add(join(p, "total"), "must not be negative")
 	}
-	if _, err := CronParser.Parse(s.Schedule); err != nil {
+	if sched, err := CronParser.Parse(s.Schedule); err != nil {
 		errs.add(join(p, "schedule"), "invalid cron schedule %q: %v", s.Schedule, err)
+	} else if sched.Next(time.Now()).IsZero() {
+		// A line that parses but matches no date (February 30): the
+		// actor would lead, be ready and never send a report.
+		errs.add(join(p, "schedule"), "cron schedule %q never fires (it matches no date within five years)", s.Schedule)
 	}
 	if s.Timezone != "" {
 		if _, err := time.LoadLocation(s.Timezone); err != nil {

@@ -126,3 +126,20 @@ func TestReportSectionsInvalid(t *testing.T) {
 		t.Fatalf("CRON_TZ prefix: %v", err)
 	}
 }
+
+// TestReportScheduleThatNeverFiresIsRejected: a cron line that parses but
+// matches no date (February 30) is rejected at start, naming the field;
+// accepted, the actor would lead, be ready and never send a report.
+func TestReportScheduleThatNeverFiresIsRejected(t *testing.T) {
+	_, err := Parse([]byte("sendReport:\n  schedule: \"0 0 10 30 2 *\"\n"))
+	var errs Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("a schedule that never fires (February 30) is accepted (err = %v); want an error naming sendReport.schedule", err)
+	}
+	for _, fe := range errs {
+		if fe.Field == "sendReport.schedule" {
+			return
+		}
+	}
+	t.Fatalf("errors %v do not name sendReport.schedule", err)
+}
