@@ -216,6 +216,9 @@ func (a *Actor) Lead(ctx context.Context) error {
 		a.log.Warn().Err(err).Msg("cannot load the report sizes; the budget counts every stored report as a full message")
 	}
 	rep := &reporter{a: a, mirror: mirror, st: st, sizes: sizes}
+	// The schedule runs the ticks after this moment: one that comes due
+	// while catch-up still retries is then run or counted, not skipped.
+	scheduleFrom := a.now()
 	if a.cfg.SendReport.Enable {
 		// Before answering requests, so a request answered proves it is done.
 		rep.catchUp(ctx)
@@ -233,7 +236,7 @@ func (a *Actor) Lead(ctx context.Context) error {
 	a.log.Info().Bool("report", a.cfg.SendReport.Enable).Str("schedule", a.sched.String()).
 		Str("timezone", a.sched.Location().String()).Bool("imageAlerts", alertsOn).Msg("leading")
 	if a.cfg.SendReport.Enable {
-		rep.runSchedule(ctx)
+		rep.runSchedule(ctx, scheduleFrom)
 	}
 	<-ctx.Done()
 	return nil

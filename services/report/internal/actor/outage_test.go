@@ -142,3 +142,81 @@ func TestReportTickAcrossNATSOutage(t *testing.T) {
 		t.Fatalf("report %s (on demand %v), want %s", r.ID, r.OnDemand, ScheduledID(cluster, clock.tick))
 	}
 }
+
+// TestTickAfterARetriedTickIsNotLostSilently: a NATS outage longer than the
+// schedule's interval. Tick T is retried until its deadline, the next tick
+// T2; the schedule then moves on from T, not from the clock, so T2 is tried
+// too (and stored: NATS comes back within T2's own retry window) instead of
+// being skipped, neither attempted nor counted. Every tick is either stored
+// or counted in ticks_missed_total.
+func TestTickAfterARetriedTickIsNotLostSilently(t *testing.T) {
+	const every = 6 * time.Second
+	dir := t.TempDir()
+	srv := natstest.StartWithOptions(t, &server.Options{StoreDir: dir})
+	port := srv.Addr().(*net.TCPAddr).Port
+	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ctx: ctx, nc: nc, js: js}
+	e.pod("shop", "crashy", 150)
+	cfg := testConfig(t, "sendReport:\n  schedule: \"@every 6s\"\nimageAlert:\n  enable: false\n")
+	a, err := New(Deps{Config: cfg, Cluster: cluster, JS: js, NC: nc, MaxPayload: nc.MaxPayload(),
+		Log: zerolog.Nop(), Registry: prometheus.NewRegistry(), Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, stopLead := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Lead(lctx) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { stopLead(); <-done }) }
+	t.Cleanup(stop)
+	eventually(t, 10*time.Second, "leader ready", func() bool { return a.serving.Load() && a.Ready() == nil })
+
+	// T: a tick at least 2 s away, the one before it stored (still in
+	// flight when NATS goes down, it would be given up at T and counted).
+	lastTick := func() float64 { return testutil.ToFloat64(a.m.lastTick) }
+	var T time.Time
+	// The first tick after the leader serves is one its schedule runs.
+	for handled := a.sched.Next(time.Now()); ; handled = T {
+		eventually(t, time.Until(handled)+10*time.Second, "the tick before T stored", func() bool { return lastTick() >= float64(handled.Unix()) })
+		if T = a.sched.Next(handled); time.Until(T) >= 2*time.Second {
+			break
+		}
+	}
+	T2, T3 := T.Add(every), T.Add(2*every)
+	// NATS goes down before T and stays down until T has been given up at
+	// its deadline, T2.
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	missed := func() float64 { return testutil.ToFloat64(a.m.missed) }
+	eventually(t, time.Until(T2)+10*time.Second, "T given up at its deadline", func() bool { return missed() >= 1 })
+	natstest.StartWithOptions(t, &server.Options{Port: port, StoreDir: dir})
+	defer stop() // before the server's cleanup shuts it down
+
+	ops := e.collect("ops.*.report.restarts")
+	stored := func(tk time.Time) bool {
+		for _, r := range ops.reports(t) {
+			if r.ID == ScheduledID(cluster, tk) {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, time.Until(T3)+10*time.Second, "T2's and T3's reports in OPS", func() bool { return stored(T2) && stored(T3) })
+	if n := missed(); n != 1 || stored(T) {
+		t.Fatalf("ticks T=%s T2=%s T3=%s: stored T=%v, ticks_missed_total=%v; want T missed (counted once), T2 and T3 stored",
+			T.Format("15:04:05"), T2.Format("15:04:05"), T3.Format("15:04:05"), stored(T), n)
+	}
+}

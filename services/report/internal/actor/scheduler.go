@@ -5,14 +5,21 @@ import (
 	"time"
 )
 
-// runSchedule sends one report per tick until ctx ends. A tick that cannot
-// be stored (NATS down) is retried until its deadline (tick+catchUp, or the
-// next tick if that comes first), so a leader that stays leader through an
-// outage still stores it once NATS is back.
-func (r *reporter) runSchedule(ctx context.Context) {
+// runSchedule sends one report per tick after from until ctx ends. A tick
+// that cannot be stored (NATS down) is retried until its deadline (tick+
+// catchUp, or the next tick if that comes first), so a leader that stays
+// leader through an outage still stores it once NATS is back.
+//
+// It moves on from the last tick it handled, not from the clock: ticks that
+// came due while a tick was retried up to its deadline (or while catch-up
+// ran, or the process stalled) are not skipped silently. The latest of them
+// runs if its deadline has not passed, and every other one is counted in
+// ticks_missed_total, like a tick given up at its deadline.
+func (r *reporter) runSchedule(ctx context.Context, from time.Time) {
 	a := r.a
-	next := a.sched.Next(a.now())
+	last := from
 	for ctx.Err() == nil {
+		next := a.sched.Next(last)
 		if next.IsZero() {
 			a.log.Warn().Str("schedule", a.sched.String()).Msg("the schedule never fires again")
 			return
@@ -20,14 +27,39 @@ func (r *reporter) runSchedule(ctx context.Context) {
 		if !r.waitUntil(ctx, next) {
 			return
 		}
-		r.tick(ctx, next)
-		// A run longer than the interval skips the ticks it overran.
-		after := a.now()
-		if after.Before(next) {
-			after = next
+		tick, run := r.due(last, next)
+		if run {
+			r.tick(ctx, tick)
 		}
-		next = a.sched.Next(after)
+		last = tick
 	}
+}
+
+// due picks the tick to run once next (the first tick after last) has come:
+// the latest tick in (last, now], which is next unless the clock is already
+// past the ticks after it. The ticks before it are counted as missed, and so
+// is it when its own deadline has passed too (run false).
+func (r *reporter) due(last, next time.Time) (tick time.Time, run bool) {
+	a := r.a
+	now := a.now()
+	tick, ok := a.sched.Latest(last, now)
+	if !ok || tick.Before(next) {
+		tick = next // the clock stepped back after waitUntil
+	}
+	skipped := 0
+	for t := next; !t.IsZero() && t.Before(tick); t = a.sched.Next(t) {
+		skipped++
+	}
+	run = r.deadline(tick).After(now)
+	if !run {
+		skipped++
+	}
+	if skipped > 0 {
+		a.m.missed.Add(float64(skipped))
+		a.log.Error().Int("ticks", skipped).Time("after", last).Time("latest", tick).Bool("latestRuns", run).
+			Msg("scheduled ticks came and went while an earlier tick was retried or the leader stalled: these ticks have no report")
+	}
+	return tick, run
 }
 
 // deadline is when the report of tick is given up: tick+RetryWindow (within
