@@ -456,6 +456,61 @@ func TestActuatorRateLimit(t *testing.T) {
 	}
 }
 
+// slowIntents is an actuate.Intents whose first store waits out its bound
+// (NATS slow for a moment), on the actuator's clock.
+type slowIntents struct {
+	clock *time.Time
+	slow  time.Duration
+	n     int
+}
+
+func (s *slowIntents) Record(context.Context, string, envelope.Event) bool {
+	s.n++
+	if s.n == 1 {
+		*s.clock = s.clock.Add(s.slow)
+		return false
+	}
+	return true
+}
+
+// TestActuatorRateWindowCountsTheWrites: maxActionsPerMinute 1, and the
+// first cordon's intent takes its 1 s bound (NATS slow), so its patch reaches
+// the API 1 s after its slot was taken. A second cordon one window after the
+// slot was taken must wait: with the slot counted from its taking, it was
+// patched 59 s after the first patch, two writes in one minute.
+func TestActuatorRateWindowCountsTheWrites(t *testing.T) {
+	a, b := apiNode("a"), apiNode("b")
+	objs := append([]runtime.Object{a, b}, append(pods("a", 100), pods("b", 100)...)...)
+	h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, objs...)
+	clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	h.act.cfg.Now = func() time.Time { return clock }
+	h.act.cfg.Limiter = actuate.NewWindow(1, time.Minute)
+	h.act.cfg.Intents = &slowIntents{clock: &clock, slow: time.Second}
+	var patchedAt []time.Time
+	h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patchedAt = append(patchedAt, clock)
+		return false, nil, nil
+	})
+	start := clock
+	for i, n := range []*corev1.Node{a, b} {
+		if i == 1 {
+			clock = start.Add(time.Minute) // the first reservation has left the window
+		}
+		s := mirrorOf(n, 100)
+		out, err := h.act.Apply(context.Background(), s, false, Evaluate(seedPolicy("cordon"), s, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.RequeueAfter > 0 {
+			break
+		}
+	}
+	if len(patchedAt) == 2 && patchedAt[1].Sub(patchedAt[0]) < time.Minute {
+		t.Fatalf("maxActionsPerMinute 1: the API got patches at %v and %v, %v apart", patchedAt[0].Format(time.TimeOnly),
+			patchedAt[1].Format(time.TimeOnly), patchedAt[1].Sub(patchedAt[0]))
+	}
+}
+
 // TestActuatorRateLimitCountsThePatch: a cordon counts in the window from
 // its patch, not from when its slot was taken. The first cordon's patch
 // reaches the API 1 s after its slot (a slow re-read, intent or API); at 1
