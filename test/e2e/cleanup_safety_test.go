@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -205,4 +206,64 @@ func TestCleanupFinalizerPath(t *testing.T) {
 		}
 		return out
 	}())
+}
+
+// TestCleanupDeleteAnswerLost: the API server carries out cleanup's DELETE
+// of an evicted pod, but its answer reaches cleanup only after cleanup gave
+// up on it (its own 10 s API deadline; the proxy holds the answer until
+// cleanup counts the write in doubt, like a slow network or an overloaded
+// apiserver). The pod is gone, deleted by cleanup: its audit must say so,
+// once. Before, cleanup published failed (critical) and a CleanupFailed
+// Event instead, gave the window slot back, and its retry's GET found the
+// pod gone and published nothing more: the removal was never audited as
+// deleted nor counted (found by review). Everything is counted at the
+// source: the publishes on a plain subscription, the process's decisions,
+// the Events' counts and the DELETEs at the proxy.
+func TestCleanupDeleteAnswerLost(t *testing.T) {
+	cp := harness.StartControlPlane(t)
+	n := harness.StartNATS(t)
+	worker := harness.CreateNode(t, cp.Client, harness.Node("worker-1", nil))
+	harness.CreateNamespace(t, cp.Client, "slow")
+	cfg := harness.WriteConfig(t, cleanupConfig())
+	startWatcher(t, cp, n, cfg, "w1")
+	p := harness.CreatePod(t, cp.Client, harness.Pod("slow", "ev-0", worker.Name))
+	evict(t, cp, p)
+	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
+	pubs := countPublishes(t, n, "e2e")
+	proxy := harness.StartAPIProxy(t, cp)
+	var hold, free sync.Once
+	held, release := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { free.Do(func() { close(release) }) })
+	proxy.OnAnswer(func(r harness.APIRequest) {
+		if acceptedPodDelete(r) {
+			hold.Do(func() { close(held); <-release })
+		}
+	})
+	c := startCleanup(t, n, cfg, proxy.Kubeconfig(t, cleanupKubeconfig(t, cp)), "a")
+	select {
+	case <-held:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no accepted DELETE within 60 s")
+	}
+	// Cleanup gave up on the answer: the write counted in doubt (or, as
+	// before the fix, reported failed).
+	unanswered := `opswire_cleanup_writes_in_doubt_total{how="unanswered"}`
+	deleted, failed := "ops.e2e.cleanup.deleted.slow.ev-0", "ops.e2e.cleanup.failed.slow.ev-0"
+	harness.Eventually(t, 30*time.Second, "cleanup giving up on the DELETE's answer", func() bool {
+		return metricValue(t, c, unanswered) >= 1 || pubs.Counts()[failed] > 0
+	})
+	free.Do(func() { close(release) })
+	harness.Eventually(t, 20*time.Second, "an audit and its Event", func() bool {
+		return ops.Count(isOutcome) > 0 && len(cleanupEvents(t, cp, "slow", string(p.UID))) > 0
+	})
+	got := pubs.Counts()
+	evs := cleanupEvents(t, cp, "slow", string(p.UID))
+	if got[deleted] != 1 || got[failed] != 0 || metricValue(t, c, decisionsMetric("failed", "FailedPod")) > 0 ||
+		metricValue(t, c, decisionsMetric("deleted", "FailedPod")) != 1 || strings.Join(evs, ",") != "CleanupDeleted" {
+		t.Fatalf("cleanup deleted slow/ev-0 (the API server carried out its DELETE): want deleted published once, never failed; got publishes %v, Events %v; pod DELETEs sent %v",
+			got, evs, podDeletes(proxy, "slow"))
+	}
+	if d := podDeletes(proxy, "slow"); d["slow/ev-0"] != 1 {
+		t.Fatalf("pod DELETEs sent %v, want 1", d)
+	}
 }

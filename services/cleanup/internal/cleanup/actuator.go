@@ -2,6 +2,7 @@ package cleanup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -104,6 +105,11 @@ type Actuator struct {
 	// a re-read that could only answer 404.
 	removed *removedUIDs
 
+	// doubts holds the removal writes on their way or whose answer was lost
+	// (doubt.go): settled when the pod is read again or the mirror sees it
+	// leave, never taken for a refusal.
+	doubts *doubts
+
 	// refused holds the UIDs of the removal Events the recovery refused
 	// (LiveActions), so each is logged and counted once, not on every
 	// recovery attempt; bounded by maxRefused.
@@ -128,11 +134,16 @@ func NewActuator(client kubernetes.Interface, audit actuate.Audit, recorder reco
 		cfg.APITimeout = actuate.DefaultAPITimeout
 	}
 	return &Actuator{client: client, audit: audit, recorder: recorder, metrics: m, log: log, cfg: cfg,
-		reported: actuate.NewAnnounced(), removed: newRemovedUIDs(removedTTL)}
+		reported: actuate.NewAnnounced(), removed: newRemovedUIDs(removedTTL), doubts: newDoubts()}
 }
 
-// Forget drops what was remembered about a pod that left the cluster.
+// Forget drops what was remembered about a pod that left the cluster. A
+// removal of it in doubt happened: it is published.
 func (a *Actuator) Forget(uid string) {
+	if rm := a.doubts.left(uid); rm != nil {
+		a.metrics.InDoubt.WithLabelValues("happened").Inc()
+		a.complete(rm, rm.lost.op+"; its answer was lost, and the mirror saw the pod leave")
+	}
 	a.reported.Reset(uid)
 	a.removed.forget(uid)
 }
@@ -148,6 +159,9 @@ func (a *Actuator) Handle(ctx context.Context, pod *events.PodState, d Decision,
 		a.log.Debug().Str("pod", pod.Namespace+"/"+pod.Name).Str("uid", pod.UID).Stringer("action", d.Action).
 			Msg("pod already gone from the API server; the mirror is behind")
 		return Outcome{}, nil
+	}
+	if settled, out, err := a.resolve(ctx, pod.UID); settled {
+		return out, err
 	}
 	switch d.Action {
 	case Skip:
@@ -254,108 +268,172 @@ func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Po
 	return live, liveNode(n), nil
 }
 
+// removal is one removal of a pod: the pod as verified, the live decision
+// and its verb, and the outcome message, built before the first write and
+// journaled with its intent, published once the removal is known to have
+// happened (by the write's answer, or by settling a write in doubt).
+type removal struct {
+	state   *events.PodState
+	d       Decision
+	verb    string
+	subj    string
+	ev      envelope.Event
+	encErr  error
+	ann     map[string]string // the journal, on the outcome Event
+	slot    *actuate.Slot     // the removal's place in the rate window (nil in dry run)
+	release func()            // gives the deletion slot back
+	lost    *errInDoubt       // the write whose answer was lost
+	kept    bool              // the finalizer patch answered with finalizers
+}
+
+// newRemoval builds the removal of the live pod decided d, with its verb and
+// outcome message, in slot. release gives the slot back (once).
+func (a *Actuator) newRemoval(state *events.PodState, d Decision, slot *actuate.Slot, release func()) *removal {
+	rm := &removal{state: state, d: d, verb: VerbDeleted, slot: slot}
+	switch {
+	case d.Action == ForceDelete:
+		rm.verb = VerbForceDeleted
+	case d.Remains:
+		rm.verb = VerbDeletionRequested
+	}
+	var once sync.Once
+	rm.release = func() { once.Do(release) }
+	rm.subj, rm.ev, rm.encErr = a.decisionEvent(state, d, rm.verb, "")
+	return rm
+}
+
 // write performs the deletion the live pod qualifies for, in the rate
 // window's slot (each write's answer is reported to it: answered).
 func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.PodState, d Decision, slot *actuate.Slot, release func()) (Outcome, error) {
-	pods := a.client.CoreV1().Pods(live.Namespace)
-	uid, rv := live.UID, live.ResourceVersion
-	verb := VerbDeleted
-	switch {
-	case d.Action == ForceDelete:
-		verb = VerbForceDeleted
-	case d.Remains:
-		verb = VerbDeletionRequested
+	rm := a.newRemoval(state, d, slot, release)
+	if err := a.journal(ctx, live, rm); err != nil {
+		rm.release()
+		a.metrics.APIErrors.WithLabelValues("journal_event").Inc()
+		return Outcome{Retry: true}, err
 	}
-	// The outcome audit is built before the write and journaled with the
-	// intent: a leader killed after the write but before the Auditor stored
-	// the outcome leaves the intent, and the next leader publishes this very
-	// message (same id) once it sees the pod gone (actuate.SeedAndRecover
-	// with Happened). When OPS cannot store the intent in time (NATS down),
-	// the intent is written synchronously as a CleanupIntent Event through
-	// the API, which does not depend on NATS; when that fails too, the
-	// removal is held back: no removal without a journal a new leader reads.
-	// The outcome Event carries the intent too (annotations), so a new
-	// leader rebuilds the exact outcome message from either Event.
-	outSubj, outEv, encErr := a.decisionEvent(state, d, verb, "")
-	var ann map[string]string
-	if encErr == nil {
-		in := events.Intent{Actor: Service, Action: verb, Kind: "Pod", Namespace: live.Namespace, Name: live.Name, UID: string(uid)}
-		isubj, iev, err := actuate.NewIntent(a.cfg.Cluster, in, outSubj, outEv)
-		if err == nil {
-			ann = journalAnnotations(iev, a.cfg.WindowNow()) // each write's answer moves it (answered)
-		}
-		switch {
-		case err != nil:
-			a.log.Error().Err(err).Str("pod", live.Namespace+"/"+live.Name).Msg("intent cannot be encoded: writing unjournaled")
-		case a.cfg.Intents != nil && !a.cfg.Intents.Record(ctx, isubj, iev):
-			if err := a.journalEvent(ctx, live, verb, ann); err != nil {
-				release()
-				a.metrics.APIErrors.WithLabelValues("journal_event").Inc()
-				return Outcome{Retry: true}, fmt.Errorf("journal the removal of pod %s/%s as an Event (OPS did not store its intent): %w",
-					live.Namespace, live.Name, err)
-			}
-			a.metrics.JournalEvents.Inc()
-		}
+	tracked := a.doubts.send(rm)
+	out, err := a.remove(ctx, live, rm)
+	var lost *errInDoubt
+	if !errors.As(err, &lost) {
+		a.doubts.answered(state.UID)
+		return out, err
 	}
-	finalizersKept := false // a PATCH that cleared them answered with finalizers (a mutating webhook)
-	done := func(how string) (Outcome, error) {
-		if verb != VerbDeletionRequested && !finalizersKept {
-			// The pod is gone (a deletion requested leaves it Terminating,
-			// and its later states are decided on again).
-			a.removed.add(string(uid), a.cfg.WindowNow())
-		}
-		a.log.Info().Str("pod", live.Namespace+"/"+live.Name).Str("uid", string(uid)).Str("verb", verb).
-			Str("reason", d.Reason).Str("how", how).Msg(d.Message)
-		a.emitAnnotated(state, d, verb, "", outSubj, outEv, encErr, ann)
-		return Outcome{}, nil
+	return a.unanswered(rm, lost, tracked)
+}
+
+// journal stores the removal's intent before the write. The outcome audit
+// is built before the write and journaled with the intent: a leader killed
+// after the write but before the Auditor stored the outcome leaves the
+// intent, and the next leader publishes this very message (same id) once it
+// sees the pod gone (actuate.SeedAndRecover with Happened). When OPS cannot
+// store the intent in time (NATS down), the intent is written synchronously
+// as a CleanupIntent Event through the API, which does not depend on NATS;
+// when that fails too (the error), the removal is held back: no removal
+// without a journal a new leader reads. The outcome Event carries the
+// intent too (annotations), so a new leader rebuilds the exact outcome
+// message from either Event.
+func (a *Actuator) journal(ctx context.Context, live *corev1.Pod, rm *removal) error {
+	if rm.encErr != nil {
+		return nil
 	}
+	in := events.Intent{Actor: Service, Action: rm.verb, Kind: "Pod", Namespace: live.Namespace, Name: live.Name, UID: string(live.UID)}
+	isubj, iev, err := actuate.NewIntent(a.cfg.Cluster, in, rm.subj, rm.ev)
+	if err != nil {
+		a.log.Error().Err(err).Str("pod", live.Namespace+"/"+live.Name).Msg("intent cannot be encoded: writing unjournaled")
+		return nil
+	}
+	rm.ann = journalAnnotations(iev, a.cfg.WindowNow()) // each write's answer moves it (answered)
+	if a.cfg.Intents == nil || a.cfg.Intents.Record(ctx, isubj, iev) {
+		return nil
+	}
+	if err := a.journalEvent(ctx, live, rm.verb, rm.ann); err != nil {
+		return fmt.Errorf("journal the removal of pod %s/%s as an Event (OPS did not store its intent): %w", live.Namespace, live.Name, err)
+	}
+	a.metrics.JournalEvents.Inc()
+	return nil
+}
+
+// remove makes the writes of a removal: the finalizer patch (when the
+// decision clears them), then the DELETE. A write whose answer was lost
+// returns an *errInDoubt.
+func (a *Actuator) remove(ctx context.Context, live *corev1.Pod, rm *removal) (Outcome, error) {
+	rv := live.ResourceVersion
 	clearedFinalizers := false
-	if d.RemoveFinalizers {
-		// resourceVersion in the patch makes it conditional: a pod changed
-		// since the re-read fails with a conflict instead of being edited blind.
-		patch := fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"finalizers":null}}`, uid, rv)
-		patched, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Pod, error) {
-			return pods.Patch(ctx, live.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-		})
-		a.answered(slot, ann)
-		if failed, out, err := a.writeFailed(state, d, "remove finalizers", err, release); failed {
+	if rm.d.RemoveFinalizers {
+		patched, err := a.clearFinalizers(ctx, live)
+		a.answered(rm.slot, rm.ann)
+		if stop, out, err := a.answer(rm, "remove finalizers", err); stop {
 			return out, err
 		}
-		finalizersKept = len(patched.Finalizers) > 0
+		// A patch that cleared them answered with finalizers (a mutating webhook).
+		rm.kept = len(patched.Finalizers) > 0
 		if deletedByUpdate(live) {
 			// The pod was already being deleted with grace 0 (or none): the
 			// API server removed it during this update, as soon as its last
 			// finalizer went. That removal is this actor's: audited, counted
 			// against the cap, and no DELETE follows (it would find nothing).
-			return done("finalizers cleared; the API server removed the pod")
+			a.complete(rm, "finalizers cleared; the API server removed the pod")
+			return Outcome{}, nil
 		}
 		rv, clearedFinalizers = patched.ResourceVersion, true
 	}
+	err := a.deletePod(ctx, live, rm.d, rv)
+	a.answered(rm.slot, rm.ann)
+	if clearedFinalizers && apierrors.IsNotFound(err) {
+		// Gone between our patch and the DELETE: the patch let a pending
+		// deletion complete, so the removal is still ours.
+		a.complete(rm, "finalizers cleared; gone before the delete")
+		return Outcome{}, nil
+	}
+	if stop, out, err := a.answer(rm, "delete", err); stop {
+		return out, err
+	}
+	a.complete(rm, "delete")
+	return Outcome{}, nil
+}
+
+// clearFinalizers patches the live pod's finalizers away. resourceVersion
+// in the patch makes it conditional: a pod changed since the re-read fails
+// with a conflict instead of being edited blind.
+func (a *Actuator) clearFinalizers(ctx context.Context, live *corev1.Pod) (*corev1.Pod, error) {
+	patch := fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"finalizers":null}}`, live.UID, live.ResourceVersion)
+	return actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Pod, error) {
+		return a.client.CoreV1().Pods(live.Namespace).Patch(ctx, live.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	})
+}
+
+// deletePod DELETEs the live pod with UID and resourceVersion (rv)
+// preconditions; grace 0 completes a deletion already under way (for a
+// Failed pod the API server uses 0 anyway) and is a force deletion.
+func (a *Actuator) deletePod(ctx context.Context, live *corev1.Pod, d Decision, rv string) error {
+	uid := live.UID
 	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}}
 	if d.Action == ForceDelete || live.DeletionTimestamp != nil {
-		// grace 0 completes a deletion already under way (for a Failed pod
-		// the API server uses 0 anyway).
 		zero := int64(0)
 		opts.GracePeriodSeconds = &zero
 	}
 	_, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, pods.Delete(ctx, live.Name, opts)
+		return struct{}{}, a.client.CoreV1().Pods(live.Namespace).Delete(ctx, live.Name, opts)
 	})
-	a.answered(slot, ann)
-	if clearedFinalizers && apierrors.IsNotFound(err) {
-		// Gone between our patch and the DELETE: the patch let a pending
-		// deletion complete, so the removal is still ours.
-		return done("finalizers cleared; gone before the delete")
+	return err
+}
+
+// complete publishes a removal that happened: its journaled outcome (OPS
+// and the Kubernetes Event). Its slot stays taken.
+func (a *Actuator) complete(rm *removal, how string) {
+	if rm.verb != VerbDeletionRequested && !rm.kept {
+		// The pod is gone (a deletion requested leaves it Terminating,
+		// and its later states are decided on again).
+		a.removed.add(rm.state.UID, a.cfg.WindowNow())
 	}
-	if failed, out, err := a.writeFailed(state, d, "delete", err, release); failed {
-		return out, err
-	}
-	return done("delete")
+	a.log.Info().Str("pod", rm.state.Namespace+"/"+rm.state.Name).Str("uid", rm.state.UID).Str("verb", rm.verb).
+		Str("reason", rm.d.Reason).Str("how", how).Msg(rm.d.Message)
+	a.emitAnnotated(rm.state, rm.d, rm.verb, "", rm.subj, rm.ev, rm.encErr, rm.ann)
 }
 
 // answered reports that a write of a removal just answered: its slot counts
 // from its last write's answer (by then the write reached the API), and the
-// removal's outcome Event, built by done from ann, carries that time as its
+// removal's outcome Event, built by complete from ann, carries that time as its
 // action time, the one a new leader seeds the removal at (LiveActions).
 func (a *Actuator) answered(slot *actuate.Slot, ann map[string]string) {
 	at := a.cfg.WindowNow()
@@ -373,28 +451,37 @@ func deletedByUpdate(live *corev1.Pod) bool {
 	return live.DeletionTimestamp != nil && (live.DeletionGracePeriodSeconds == nil || *live.DeletionGracePeriodSeconds == 0)
 }
 
-// writeFailed classifies a write error. done is false when err is nil.
-// NotFound: the pod is already gone, which is the goal. Conflict: the pod
-// changed (or was recreated) since the re-read; look again. Anything else is
-// a failure: reported once, retried with backoff.
-func (a *Actuator) writeFailed(state *events.PodState, d Decision, op string, err error, release func()) (bool, Outcome, error) {
-	switch {
-	case err == nil:
+// answer handles the answer to a write of rm (classify); stop is false when
+// it was carried out. NotFound: the pod is already gone, which is the goal.
+// Conflict: the pod changed (or was recreated) since the re-read; look
+// again. 429: not processed; retried with backoff. Any other 4xx is a
+// refusal: reported failed once, retried with backoff. Anything else leaves
+// the outcome unknown: an *errInDoubt, and the slot stays taken.
+func (a *Actuator) answer(rm *removal, op string, err error) (stop bool, out Outcome, _ error) {
+	kind := classify(err)
+	if kind == answerDone {
 		return false, Outcome{}, nil
-	case apierrors.IsNotFound(err):
-		release()
+	}
+	if kind != answerUnknown {
+		rm.release()
+	}
+	switch kind {
+	case answerGone:
 		a.metrics.Rechecks.WithLabelValues("gone").Inc()
-		a.removed.add(state.UID, a.cfg.WindowNow())
+		a.removed.add(rm.state.UID, a.cfg.WindowNow())
 		return true, Outcome{}, nil
-	case apierrors.IsConflict(err):
-		release()
+	case answerChanged:
 		a.metrics.Rechecks.WithLabelValues("changed").Inc()
 		return true, Outcome{Retry: true}, nil
 	}
-	release()
 	a.metrics.APIErrors.WithLabelValues(op).Inc()
-	a.reportOnce(state, d, VerbFailed, fmt.Sprintf("%s: %v", op, err))
-	return true, Outcome{Retry: true}, fmt.Errorf("%s pod %s/%s: %w", op, state.Namespace, state.Name, err)
+	switch kind {
+	case answerUnknown:
+		return true, Outcome{}, &errInDoubt{op: op, err: err}
+	case answerRefused:
+		a.reportOnce(rm.state, rm.d, VerbFailed, fmt.Sprintf("%s: %v", op, err))
+	}
+	return true, Outcome{Retry: true}, fmt.Errorf("%s pod %s/%s: %w", op, rm.state.Namespace, rm.state.Name, err)
 }
 
 // reportOnce publishes a decision unless the same verb and reason was already

@@ -304,14 +304,30 @@ func TestActuator(t *testing.T) {
 			writes: []string{"delete pods"}, outcome: Outcome{Retry: true},
 		},
 		{
-			name: "delete fails: reported and retried", state: failedState, objs: []runtime.Object{livePod()},
+			name: "delete refused: reported and retried", state: failedState, objs: []runtime.Object{livePod()},
 			reactor: func(k8stesting.Action) (bool, runtime.Object, error) {
-				return true, nil, apierrors.NewInternalError(errors.New("etcd timeout"))
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "web-1", errors.New("denied by admission policy"))
 			},
 			writes:  []string{"delete pods"},
 			ops:     []string{"ops.c1.cleanup.failed.apps.web-1 cleanup/uid-1/failed/delete"},
 			events:  []string{"Warning CleanupFailed FailedPod"},
 			outcome: Outcome{Retry: true}, wantErr: true,
+		},
+		{
+			name: "delete throttled (429): not processed, retried, not reported", state: failedState, objs: []runtime.Object{livePod()},
+			reactor: func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewTooManyRequests("slow down", 1)
+			},
+			writes:  []string{"delete pods"},
+			outcome: Outcome{Retry: true}, wantErr: true,
+		},
+		{
+			name: "delete answered 500: in doubt, nothing published until settled", state: failedState, objs: []runtime.Object{livePod()},
+			reactor: func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
+			},
+			writes:  []string{"delete pods"},
+			outcome: Outcome{Retry: true},
 		},
 	}
 	for _, tc := range tests {

@@ -28,6 +28,9 @@ type Metrics struct {
 	// action time in the future, a pod re-read the API refuses as a bad
 	// request); each Event once.
 	RecoveryRejected *prometheus.CounterVec
+	// InDoubt counts removal writes whose answer was lost (unanswered) and
+	// how they were settled (happened, not_happened).
+	InDoubt *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics on reg (nil: unregistered, for tests).
@@ -69,10 +72,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "opswire_cleanup_recovery_events_rejected_total",
 			Help: "Removal Events refused by a new leader's recovery (not counted, nothing published), by why (forged, invalid).",
 		}, []string{"why"}),
+		InDoubt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_cleanup_writes_in_doubt_total",
+			Help: "Removal writes whose answer was lost (how=unanswered), and how they were settled: happened (audited then) or not_happened (reported failed, retried).",
+		}, []string{"how"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Decisions, m.Deferred, m.Rechecks, m.APIErrors, m.Brake, m.NodesNotReady, m.ClockSkew, m.JournalEvents,
-			m.RecoveryRejected)
+			m.RecoveryRejected, m.InDoubt)
 	}
 	return m
 }

@@ -1,0 +1,213 @@
+package cleanup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/events"
+)
+
+// TestClassify: only a status the API server wrote tells whether a write
+// happened; everything else leaves it in doubt.
+func TestClassify(t *testing.T) {
+	pods := schema.GroupResource{Resource: "pods"}
+	tests := []struct {
+		name string
+		err  error
+		want answer
+	}{
+		{"nil", nil, answerDone},
+		{"not found", apierrors.NewNotFound(pods, "p"), answerGone},
+		{"conflict", apierrors.NewConflict(pods, "p", errors.New("precondition")), answerChanged},
+		{"too many requests", apierrors.NewTooManyRequests("slow down", 1), answerThrottled},
+		{"forbidden (admission)", apierrors.NewForbidden(pods, "p", errors.New("denied by policy")), answerRefused},
+		{"invalid", apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "p", nil), answerRefused},
+		{"bad request", apierrors.NewBadRequest("no"), answerRefused},
+		{"client deadline", &url.Error{Op: "Delete", URL: "https://api/p", Err: context.DeadlineExceeded}, answerUnknown},
+		{"cancelled", fmt.Errorf("delete: %w", context.Canceled), answerUnknown},
+		{"connection reset", &url.Error{Op: "Delete", URL: "https://api/p", Err: io.ErrUnexpectedEOF}, answerUnknown},
+		{"504 timeout", apierrors.NewTimeoutError("still processing", 0), answerUnknown},
+		{"server timeout", apierrors.NewServerTimeout(pods, "delete", 0), answerUnknown},
+		{"500 internal (etcd timeout)", apierrors.NewInternalError(errors.New("etcdserver: request timed out")), answerUnknown},
+		{"503", apierrors.NewServiceUnavailable("no endpoints"), answerUnknown},
+		{"502 from a proxy", apierrors.NewGenericServerResponse(502, "DELETE", pods, "p", "bad gateway", 0, true), answerUnknown},
+	}
+	for _, tc := range tests {
+		if got := classify(tc.err); got != tc.want {
+			t.Errorf("%s: classify = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// lostAnswers are errors of a DELETE the API server may have carried out.
+var lostAnswers = map[string]error{
+	// actuate.Call's own deadline (or a reset connection): client-go's *url.Error.
+	"client deadline": &url.Error{Op: "Delete", URL: "https://api/api/v1/namespaces/apps/pods/web-1", Err: context.DeadlineExceeded},
+	// the API server's 504 "may still be processing the request".
+	"server timeout": apierrors.NewTimeoutError("the request was processed but its answer timed out", 0),
+	"etcd timeout":   apierrors.NewInternalError(errors.New("etcdserver: request timed out")),
+}
+
+// opsIDs lists the Nats-Msg-Ids published.
+func opsIDs(r *actuatorRig) []string {
+	var ids []string
+	for _, m := range r.pub.all() {
+		ids = append(ids, m.Header.Get(nats.MsgIdHdr))
+	}
+	return ids
+}
+
+// TestActuatorDeleteAnswerLost: the API server carries out the DELETE but
+// its answer is lost. Before, that was taken for a refusal: failed
+// (critical) and a CleanupFailed Event published, the slot given back, and
+// the retry's GET found the pod gone and stopped there: the removal was
+// never audited nor counted (found by review). Now the write is in doubt
+// (nothing published, slot kept) and the next visit settles it: the pod is
+// gone, so its deleted audit is published once.
+func TestActuatorDeleteAnswerLost(t *testing.T) {
+	for name, answer := range lostAnswers {
+		t.Run(name, func(t *testing.T) {
+			w := actuate.NewWindow(10, time.Minute)
+			r := newRig(t, testPolicy(), false, w, livePod())
+			gvr := corev1.SchemeGroupVersion.WithResource("pods")
+			r.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				_ = r.client.Tracker().Delete(gvr, "apps", "web-1") // done by the API server ...
+				return true, nil, answer                            // ... but the answer is lost
+			})
+			state := pod(failed("Evicted"))
+			d := testPolicy().Decide(state, Facts{Now: t0})
+			out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
+			if err != nil || !out.Retry || len(r.pub.all()) != 0 || len(r.eventsSeen()) != 0 || w.Len(t0) != 1 {
+				t.Fatalf("first visit: %+v %v, OPS %v, window %d; want a retry, nothing published, the slot kept",
+					out, err, opsIDs(r), w.Len(t0))
+			}
+			out, err = r.act.Handle(context.Background(), state, d, Facts{Now: t0}) // the controller's retry
+			if err != nil || out != (Outcome{}) {
+				t.Fatalf("second visit: %+v %v", out, err)
+			}
+			ids, evs := opsIDs(r), r.eventsSeen()
+			if strings.Join(ids, ",") != "cleanup/uid-1/deleted" || len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal CleanupDeleted") || w.Len(t0) != 1 {
+				t.Fatalf("the first DELETE removed the pod; want its deleted audit once, no failed, 1 slot held; got OPS %v, Events %v, window %d",
+					ids, evs, w.Len(t0))
+			}
+			if n := r.countDeletes(); n != 1 {
+				t.Fatalf("%d DELETEs, want 1", n)
+			}
+			r.act.Handle(context.Background(), state, d, Facts{Now: t0}) // settled: nothing more
+			if len(r.pub.all()) != 1 {
+				t.Fatalf("a third visit published again: %v", opsIDs(r))
+			}
+		})
+	}
+}
+
+// TestActuatorDeleteAnswerLostMirrorSawItGo: the mirror reports the pod
+// gone while the DELETE is still waiting for its answer (a lost answer comes
+// after the whole API deadline, the watcher's tombstone within moments), or
+// after; the controller never visits a pod the mirror removed, so the news
+// itself settles the write: audited once, no second visit needed.
+func TestActuatorDeleteAnswerLostMirrorSawItGo(t *testing.T) {
+	for _, during := range []bool{true, false} {
+		t.Run(fmt.Sprintf("during the write=%v", during), func(t *testing.T) {
+			w := actuate.NewWindow(10, time.Minute)
+			r := newRig(t, testPolicy(), false, w, livePod())
+			gvr := corev1.SchemeGroupVersion.WithResource("pods")
+			r.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				_ = r.client.Tracker().Delete(gvr, "apps", "web-1")
+				if during {
+					r.act.Forget("uid-1") // the mirror's tombstone
+				}
+				return true, nil, lostAnswers["client deadline"]
+			})
+			state := pod(failed("Evicted"))
+			if _, err := r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: t0}), Facts{Now: t0}); err != nil {
+				t.Fatal(err)
+			}
+			if !during {
+				r.act.Forget("uid-1")
+			}
+			r.act.Forget("uid-1") // a repeat settles nothing more
+			if ids := opsIDs(r); strings.Join(ids, ",") != "cleanup/uid-1/deleted" || w.Len(t0) != 1 {
+				t.Fatalf("OPS %v, window %d; want the deleted audit once and the slot kept", ids, w.Len(t0))
+			}
+			if n := len(r.act.doubts.m); n != 0 {
+				t.Fatalf("%d writes still remembered in doubt", n)
+			}
+		})
+	}
+}
+
+// TestActuatorDeleteAnswerLostNotHappened: the answer was lost and the
+// write did not happen (the same pod is still there at the next visit): it
+// is reported failed once, its slot given back, and the write retried.
+func TestActuatorDeleteAnswerLostNotHappened(t *testing.T) {
+	w := actuate.NewWindow(10, time.Minute)
+	r := newRig(t, testPolicy(), false, w, livePod())
+	lost := true
+	r.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if lost {
+			lost = false
+			return true, nil, lostAnswers["server timeout"]
+		}
+		return false, nil, nil
+	})
+	state := pod(failed("Evicted"))
+	d := testPolicy().Decide(state, Facts{Now: t0})
+	r.act.Handle(context.Background(), state, d, Facts{Now: t0})
+	if out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); err != nil || out != (Outcome{}) {
+		t.Fatalf("second visit: %+v %v", out, err)
+	}
+	ids := opsIDs(r)
+	if strings.Join(ids, ",") != "cleanup/uid-1/failed/delete,cleanup/uid-1/deleted" || w.Len(t0) != 1 || r.countDeletes() != 2 {
+		t.Fatalf("OPS %v, window %d, %d DELETEs; want failed then deleted, one slot, two DELETEs", ids, w.Len(t0), r.countDeletes())
+	}
+}
+
+// TestActuatorFinalizerPatchAnswerLost: the finalizer patch of a pod being
+// deleted with grace 0 removes it (ShouldDeleteDuringUpdate), but the
+// answer is lost: the next visit finds it gone and audits forcedeleted.
+func TestActuatorFinalizerPatchAnswerLost(t *testing.T) {
+	p := testPolicy()
+	p.RemoveFinalizers = true
+	zero := int64(0)
+	r := newRig(t, p, false, nil, livePod(liveDeleting, func(p *corev1.Pod) {
+		p.Finalizers, p.DeletionGracePeriodSeconds = []string{"example.com/hold"}, &zero
+	}))
+	gvr := corev1.SchemeGroupVersion.WithResource("pods")
+	r.client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		_ = r.client.Tracker().Delete(gvr, "apps", "web-1")
+		return true, nil, lostAnswers["client deadline"]
+	})
+	state := pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) { s.Finalizers, s.DeletionGracePeriodSeconds = 1, &zero })
+	d := p.Decide(state, Facts{Now: t0})
+	for range 2 {
+		r.act.Handle(context.Background(), state, d, Facts{Now: t0})
+	}
+	if ids := opsIDs(r); strings.Join(ids, ",") != "cleanup/uid-1/forcedeleted" || r.countDeletes() != 0 {
+		t.Fatalf("OPS %v, %d DELETEs; want forcedeleted once, no DELETE", ids, r.countDeletes())
+	}
+}
+
+func (r *actuatorRig) countDeletes() int {
+	n := 0
+	for _, a := range r.client.Actions() {
+		if a.GetVerb() == "delete" && a.GetResource().Resource == "pods" {
+			n++
+		}
+	}
+	return n
+}
