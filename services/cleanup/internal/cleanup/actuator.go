@@ -283,7 +283,6 @@ type removal struct {
 	slot    *actuate.Slot     // the removal's place in the rate window (nil in dry run)
 	release func()            // gives the deletion slot back
 	lost    *errInDoubt       // the write whose answer was lost
-	kept    bool              // the finalizer patch answered with finalizers
 }
 
 // newRemoval builds the removal of the live pod decided d, with its verb and
@@ -365,8 +364,9 @@ func (a *Actuator) remove(ctx context.Context, live *corev1.Pod, rm *removal) (O
 		if stop, out, err := a.answer(rm, "remove finalizers", err); stop {
 			return out, err
 		}
-		// A patch that cleared them answered with finalizers (a mutating webhook).
-		rm.kept = len(patched.Finalizers) > 0
+		if len(patched.Finalizers) > 0 {
+			return a.finalizersPutBack(rm, patched.Finalizers)
+		}
 		if deletedByUpdate(live) {
 			// The pod was already being deleted with grace 0 (or none): the
 			// API server removed it during this update, as soon as its last
@@ -421,7 +421,7 @@ func (a *Actuator) deletePod(ctx context.Context, live *corev1.Pod, d Decision, 
 // complete publishes a removal that happened: its journaled outcome (OPS
 // and the Kubernetes Event). Its slot stays taken.
 func (a *Actuator) complete(rm *removal, how string) {
-	if rm.verb != VerbDeletionRequested && !rm.kept {
+	if rm.verb != VerbDeletionRequested {
 		// The pod is gone (a deletion requested leaves it Terminating,
 		// and its later states are decided on again).
 		a.removed.add(rm.state.UID, a.cfg.WindowNow())
@@ -441,6 +441,24 @@ func (a *Actuator) answered(slot *actuate.Slot, ann map[string]string) {
 	if ann != nil {
 		ann[AnnotationActionTime] = actionTime(at)
 	}
+}
+
+// finalizersPutBack handles a finalizer patch answered with finalizers
+// still set: a mutating admission webhook (or another writer) put them
+// back. The pod stays, so nothing was removed: no DELETE (it would leave the
+// pod Terminating, or answer 200 for a pod that stays), no removal audit,
+// and the slot is given back. It is reported failed once, naming the
+// finalizers, and retried with the pod's backoff. This is also what the
+// journal's recovery concludes: the intent stored before the patch has no
+// outcome, and Happened sees the same pod, so a new leader counts it
+// pending and publishes nothing.
+func (a *Actuator) finalizersPutBack(rm *removal, kept []string) (Outcome, error) {
+	rm.release()
+	a.metrics.Rechecks.WithLabelValues("finalizers_put_back").Inc()
+	msg := fmt.Sprintf("remove finalizers: the API server answered with finalizers %s set again (a mutating admission webhook?); the pod stays",
+		strings.Join(kept, ", "))
+	a.reportOnce(rm.state, rm.d, VerbFailed, msg)
+	return Outcome{Retry: true}, fmt.Errorf("pod %s/%s: %s", rm.state.Namespace, rm.state.Name, msg)
 }
 
 // deletedByUpdate reports whether clearing the finalizers of the live pod

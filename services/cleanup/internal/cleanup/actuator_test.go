@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -894,8 +896,8 @@ func TestActuatorRereadsAPodAWebhookKeeps(t *testing.T) {
 	if d.Action != ForceDelete || !d.RemoveFinalizers {
 		t.Fatalf("decision %+v", d)
 	}
-	if _, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); err != nil {
-		t.Fatal(err)
+	if _, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); err == nil {
+		t.Fatal("a patch answered with finalizers still set must fail (retried with backoff)")
 	}
 	if _, err := tracker.Get(gvr, "apps", "web-1"); err != nil {
 		t.Fatalf("setup: the pod should still exist: %v", err)
@@ -912,9 +914,7 @@ func TestActuatorRereadsAPodAWebhookKeeps(t *testing.T) {
 	if nd.Action != ForceDelete {
 		t.Fatalf("next decision %+v", nd)
 	}
-	if _, err := r.act.Handle(context.Background(), next, nd, Facts{Now: t0}); err != nil {
-		t.Fatal(err)
-	}
+	r.act.Handle(context.Background(), next, nd, Facts{Now: t0})
 	if got := len(r.client.Actions()) - n; got == 0 {
 		t.Fatalf("the pod still exists (Terminating, finalizer %v) but its next ForceDelete decision made no API call: UID remembered as removed", []string{"example.com/webhook"})
 	}
@@ -960,4 +960,136 @@ func TestActuatorDryRunSkipHasItsOwnID(t *testing.T) {
 	if want := "ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/OptedOut"; ids[false] != want || ids[true] != want+"/dryrun" {
 		t.Errorf("ids: real %q, dry run %q; want %q and %q", ids[false], ids[true], want, want+"/dryrun")
 	}
+}
+
+// webhookRig is a pod stuck Terminating with a finalizer, removeFinalizers
+// true, and a mutating webhook that puts a finalizer back on every update
+// of the pod (the PATCH that clears them answers 200 with one still there).
+// A DELETE of a pod with finalizers answers 200 and leaves it (grace 0).
+func webhookRig(t *testing.T, grace int64) (*actuatorRig, Policy, *actuate.Window) {
+	t.Helper()
+	p := testPolicy()
+	p.RemoveFinalizers = true
+	live := livePod(liveDeleting, func(p *corev1.Pod) {
+		p.Finalizers = []string{"example.com/hold"}
+		p.DeletionGracePeriodSeconds = &grace
+	})
+	w := actuate.NewWindow(10, time.Minute)
+	r := newRig(t, p, false, w, live)
+	webhookPutsFinalizersBack(r)
+	return r, p, w
+}
+
+// webhookPutsFinalizersBack makes every pod PATCH of the rig's fake API
+// answer with the finalizer example.com/webhook set (a mutating webhook),
+// and a DELETE of a pod with finalizers mark it deleted (grace 0) and leave it.
+func webhookPutsFinalizersBack(r *actuatorRig) {
+	tracker := r.client.Tracker()
+	gvr := corev1.SchemeGroupVersion.WithResource("pods")
+	r.client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		o, _ := tracker.Get(gvr, "apps", "web-1")
+		cur := o.(*corev1.Pod).DeepCopy()
+		cur.Finalizers = []string{"example.com/webhook"} // the webhook's mutation
+		_ = tracker.Update(gvr, cur, "apps")
+		return true, cur, nil
+	})
+	r.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		o, _ := tracker.Get(gvr, "apps", "web-1")
+		cur := o.(*corev1.Pod).DeepCopy()
+		if len(cur.Finalizers) > 0 {
+			ts, zero := metav1.NewTime(t0), int64(0)
+			if cur.DeletionTimestamp == nil {
+				cur.DeletionTimestamp = &ts
+			}
+			cur.DeletionGracePeriodSeconds = &zero
+			_ = tracker.Update(gvr, cur, "apps")
+			return true, nil, nil
+		}
+		return false, nil, nil
+	})
+}
+
+// webhookOutcome checks what a pod whose finalizers a webhook puts back got
+// over its visits: no DELETE, no removal audit (OPS, Event, metric), no
+// slot held, and failed (id cleanup/uid-1/failed/<action>) reported once,
+// naming the finalizer.
+func webhookOutcome(t *testing.T, r *actuatorRig, w *actuate.Window, action string) {
+	t.Helper()
+	if _, err := r.client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), "apps", "web-1"); err != nil {
+		t.Fatalf("setup: the pod should still exist: %v", err)
+	}
+	var removals, failures []string
+	for _, m := range r.pub.all() {
+		switch id := m.Header.Get(nats.MsgIdHdr); {
+		case strings.Contains(m.Subject, ".failed."):
+			failures = append(failures, id)
+			if !strings.Contains(string(m.Data), "example.com/webhook") {
+				t.Errorf("the failure does not name the finalizer put back: %s", m.Data)
+			}
+		default:
+			removals = append(removals, m.Subject+" "+id)
+		}
+	}
+	evs := strings.Join(r.eventsSeen(), "\n")
+	removed := testutil.ToFloat64(r.metrics.Decisions.WithLabelValues(VerbForceDeleted, ReasonStuckTerminating)) +
+		testutil.ToFloat64(r.metrics.Decisions.WithLabelValues(VerbDeleted, ReasonFailedPod))
+	if len(removals) > 0 || strings.Contains(evs, EventForceDeleted) || strings.Contains(evs, EventDeleted) || removed > 0 || w.Len(t0) > 0 || r.countDeletes() > 0 {
+		t.Errorf("the pod is still there (a webhook re-adds its finalizer), yet: removal audits %v, Events %q, %d slots held, %d DELETEs, removal decisions %v",
+			removals, evs, w.Len(t0), r.countDeletes(), removed)
+	}
+	if strings.Join(failures, ",") != "cleanup/uid-1/failed/"+action || strings.Count(evs, "CleanupFailed") != 1 {
+		t.Errorf("failures %v, Events %q; want cleanup/uid-1/failed/%s once with one CleanupFailed Event", failures, evs, action)
+	}
+}
+
+// TestActuatorFinalizersPutBackStuckPod: when a mutating webhook re-adds a
+// finalizer on the PATCH that cleared them, the pod stays (Terminating).
+// Before, the actuator published forcedeleted (OPS and a CleanupForceDeleted
+// Event) and kept the slot, on every visit (found by review). Now it is
+// reported failed once and nothing is counted. Both shapes: grace 30 (PATCH,
+// then a DELETE that would only mark it) and grace 0 (the PATCH would have
+// removed it: deletedByUpdate).
+func TestActuatorFinalizersPutBackStuckPod(t *testing.T) {
+	for _, grace := range []int64{30, 0} {
+		t.Run(fmt.Sprintf("grace=%d", grace), func(t *testing.T) {
+			r, p, w := webhookRig(t, grace)
+			g := grace
+			state := pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) { s.Finalizers, s.DeletionGracePeriodSeconds = 1, &g })
+			var outs []string
+			for range 3 {
+				d := p.Decide(state, Facts{Now: t0})
+				if d.Action != ForceDelete || !d.RemoveFinalizers {
+					t.Fatalf("decision %+v", d)
+				}
+				if out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); err == nil || !out.Retry {
+					outs = append(outs, fmt.Sprintf("%+v %v", out, err))
+				}
+			}
+			webhookOutcome(t, r, w, "forcedelete")
+			if len(outs) > 0 {
+				t.Errorf("outcomes %v; want each visit a failure, retried with backoff", outs)
+			}
+		})
+	}
+}
+
+// TestActuatorFinalizersPutBackFailedPod: the same webhook on an Evicted pod
+// with a finalizer (removeFinalizers true, row 8). Before, the PATCH answered
+// with a finalizer, the DELETE only marked the pod deleted, it remained
+// Terminating, and the audit said deleted.
+func TestActuatorFinalizersPutBackFailedPod(t *testing.T) {
+	p := testPolicy()
+	p.RemoveFinalizers = true
+	w := actuate.NewWindow(10, time.Minute)
+	r := newRig(t, p, false, w, livePod(func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} }))
+	webhookPutsFinalizersBack(r)
+	state := pod(failed("Evicted"), func(s *events.PodState) { s.Finalizers = 1 })
+	d := p.Decide(state, Facts{Now: t0})
+	if d.Action != Delete || !d.RemoveFinalizers || d.Remains {
+		t.Fatalf("decision %+v", d)
+	}
+	for range 2 {
+		r.act.Handle(context.Background(), state, d, Facts{Now: t0})
+	}
+	webhookOutcome(t, r, w, "delete")
 }
