@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -84,7 +85,7 @@ func (j *Journal) Record(ctx context.Context, subj string, ev envelope.Event) bo
 // NewIntent builds the intent of a write whose outcome audit is (outSubject,
 // outcome). in names the object (Kind, Namespace, Name, UID) and the action;
 // its subject is ops.<cluster>.<actor>.intent.[<namespace>.]<name> and its
-// id the outcome's id + "/intent".
+// id IntentID(outcome's id, in.Time).
 func NewIntent(cluster string, in events.Intent, outSubject string, outcome envelope.Event) (string, envelope.Event, error) {
 	in.Outcome = events.IntentOutcome{Subject: outSubject, ID: outcome.ID, Source: outcome.Source, Type: outcome.Type,
 		Object: outcome.Subject, Time: outcome.Time, Data: json.RawMessage(outcome.Data)}
@@ -98,11 +99,23 @@ func NewIntent(cluster string, in events.Intent, outSubject string, outcome enve
 		object = in.Namespace + "/" + in.Name
 	}
 	tokens = append(tokens, in.Name)
-	ev, err := envelope.New(outcome.ID+"/"+VerbIntent, outcome.Source, events.TypeIntent, object, in, in.Time)
+	ev, err := envelope.New(IntentID(outcome.ID, in.Time), outcome.Source, events.TypeIntent, object, in, in.Time)
 	if err != nil {
 		return "", envelope.Event{}, err
 	}
 	return subject.Ops(cluster, in.Actor, tokens...), ev, nil
+}
+
+// IntentID is the id of the intent of one attempt at the write whose outcome
+// id is outcomeID, made at at: the outcome's id + "/intent/" + at in Unix
+// nanoseconds. Each attempt has its own (a retry after a refused write, by
+// this leader or the next), so the stream stores each attempt's intent and a
+// new leader counts the action at the latest one (SeedAndRecover); with one
+// id per outcome the stream dropped a retry's intent as a duplicate, and the
+// action was counted at its first attempt, a retry delay (up to minutes)
+// before the write. Publish retries of one attempt keep its id.
+func IntentID(outcomeID string, at time.Time) string {
+	return outcomeID + "/" + VerbIntent + "/" + strconv.FormatInt(at.UnixNano(), 10)
 }
 
 // Recovery is what a new leader reads back at leadership start.
@@ -163,9 +176,10 @@ type LiveAction struct {
 // Span from OPS, publishes (through Audit, with the outcome's own id, so a
 // copy the old leader stored after all is dropped as a duplicate) the
 // outcome of each intent whose write happened but whose outcome is missing,
-// and seeds w with every action of the last w.Per counted once: each intent
-// (deduplicated by its outcome id) plus each outcome without an intent (an
-// unjournaled write, during a NATS outage) plus, with r.Live, each action the
+// and seeds w with every action of the last w.Per counted once, by outcome
+// id, at the latest of its records (knownActions): each intent (one per
+// attempt, IntentID) and each outcome, with or without an intent (an
+// unjournaled write, during a NATS outage), plus, with r.Live, each action the
 // Kubernetes API shows that OPS knows nothing of (a write during a NATS
 // outage by a leader that died with its audits queued: its outcome is
 // rebuilt from the API and published with the original's id; a Pending one
@@ -233,7 +247,7 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 	if err != nil {
 		return fmt.Errorf("read intents on %s: %w", r.Intents, err)
 	}
-	intents := map[string]openIntent{} // by outcome id, the first one stored
+	intents := map[string]openIntent{} // by outcome id, the latest attempt's (stream order is store order)
 	var order []string
 	for _, msg := range msgs {
 		var in events.Intent
@@ -242,9 +256,9 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 			continue
 		}
 		if _, ok := intents[in.Outcome.ID]; !ok {
-			intents[in.Outcome.ID] = openIntent{at: msg.Time, in: in}
 			order = append(order, in.Outcome.ID)
 		}
+		intents[in.Outcome.ID] = openIntent{at: msg.Time, in: in}
 	}
 	outcomes := map[string]time.Time{}
 	for _, f := range r.Outcomes {
@@ -259,7 +273,7 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 			if id == "" {
 				id = msg.Header.Get(envelope.HeaderMsgID)
 			}
-			if _, ok := outcomes[id]; !ok {
+			if msg.Time.After(outcomes[id]) {
 				outcomes[id] = msg.Time
 			}
 		}
@@ -302,6 +316,7 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 	// outcome): done during a NATS outage by a leader that died with their
 	// audits queued. Their outcome is rebuilt with the original's id.
 	var rebuilt []LiveAction
+	known := map[string]time.Time{} // the latest time the API shows of an action OPS knows
 	seen, livePending := map[string]bool{}, 0
 	for _, la := range live {
 		id := la.Outcome.ID
@@ -318,10 +333,11 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 			continue
 		}
 		seen[id] = true
-		if _, ok := outcomes[id]; ok {
-			continue
-		}
-		if _, ok := intents[id]; ok {
+		_, done := outcomes[id]
+		if _, journaled := intents[id]; done || journaled {
+			if la.Time.After(known[id]) {
+				known[id] = la.Time
+			}
 			continue
 		}
 		if !la.Pending && la.Check != nil {
@@ -368,19 +384,7 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 	m.Intents.WithLabelValues("done").Add(float64(done))
 	m.Intents.WithLabelValues("pending").Add(float64(pending))
 
-	var times []time.Time
-	for _, id := range order {
-		if at := intents[id].at; at.After(windowStart) {
-			times = append(times, at)
-		}
-	}
-	unjournaled := 0
-	for id, at := range outcomes {
-		if _, ok := intents[id]; !ok && at.After(windowStart) {
-			times = append(times, at)
-			unjournaled++
-		}
-	}
+	times, unjournaled := knownActions(intents, outcomes, known, windowStart)
 	fromAPI := 0
 	for _, la := range rebuilt {
 		if la.Time.After(windowStart) {
@@ -394,6 +398,42 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 		Int("intentsCompleted", len(complete)).Int("intentsDone", done).Int("intentsPending", pending).Dur("span", span).
 		Msg("rate window seeded from OPS intents and outcomes; missing outcome audits completed")
 	return nil
+}
+
+// knownActions are the times of the window's actions OPS knows of, each
+// once (by outcome id) at the latest of its records: its latest attempt's
+// intent, its outcome (stored after the write's answer) and the API's
+// record of it (known: a CleanupIntent or outcome Event of a later attempt,
+// made while OPS was away). The latest, because the slot the old leader's
+// window held was its last attempt's, counted from the write: a retried
+// removal seeded at its first intent freed a retry delay early. unjournaled
+// counts the outcomes without an intent (writes while OPS was away).
+func knownActions(intents map[string]openIntent, outcomes, known map[string]time.Time, windowStart time.Time) ([]time.Time, int) {
+	latest := map[string]time.Time{}
+	for id, oi := range intents {
+		latest[id] = oi.at
+	}
+	unjournaled := 0
+	for id, at := range outcomes {
+		if _, ok := intents[id]; !ok && at.After(windowStart) {
+			unjournaled++
+		}
+		if at.After(latest[id]) {
+			latest[id] = at
+		}
+	}
+	for id, at := range known {
+		if at.After(latest[id]) {
+			latest[id] = at
+		}
+	}
+	var times []time.Time
+	for _, at := range latest {
+		if at.After(windowStart) {
+			times = append(times, at)
+		}
+	}
+	return times, unjournaled
 }
 
 // ErrUnverifiable wraps a Recovery.Happened error that is permanent for

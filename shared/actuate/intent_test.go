@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -51,7 +53,7 @@ func journal(t *testing.T, j *Journal, uid, name string) (string, envelope.Event
 	if err != nil {
 		t.Fatal(err)
 	}
-	if isubj != "ops.c.cleanup.intent.ns."+name || iev.ID != oev.ID+"/intent" || iev.Type != events.TypeIntent {
+	if isubj != "ops.c.cleanup.intent.ns."+name || iev.ID != oev.ID+"/intent/"+strconv.FormatInt(oev.Time.UnixNano(), 10) || iev.Type != events.TypeIntent {
 		t.Fatalf("intent %s %s %s", isubj, iev.ID, iev.Type)
 	}
 	if !j.Record(context.Background(), isubj, iev) {
@@ -380,5 +382,79 @@ func TestSeedAndRecoverUnverifiableIntent(t *testing.T) {
 	}
 	if got := w.Len(time.Now()); got != 2 {
 		t.Fatalf("window holds %d actions, want 2 (a, and u as pending)", got)
+	}
+}
+
+// TestSeedAndRecoverCountsTheLatestAttempt: a removal's first attempt
+// journals its intent and its write fails (slot given back); the retry
+// journals its own intent (one id per attempt: both are stored) and writes.
+// a's outcome was stored, b's was lost with its leader. The next leader
+// counts a at its outcome's store time and b at its retry's intent, not at
+// their first intents (a retry delay, up to minutes, before the writes: the
+// review found a removal written 1 s before the failover not counted).
+func TestSeedAndRecoverCountsTheLatestAttempt(t *testing.T) {
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-time.Second)
+	j := NewJournal(js, time.Second, nil, zerolog.Nop())
+	journal(t, j, "uid-a", "a") // the first attempts ...
+	journal(t, j, "uid-b", "b")
+	osubj, oev := journal(t, j, "uid-a", "a") // ... and the retries
+	if _, err := natsx.PublishEvent(ctx, js, osubj, oev, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	journal(t, j, "uid-b", "b")
+	intents, err := readOPS(ctx, js, "ops.c.cleanup.intent.>", start)
+	if err != nil || len(intents) == 0 {
+		t.Fatalf("no intents read back: %v", err)
+	}
+	if len(intents) != 4 {
+		t.Errorf("%d intents stored, want both attempts of a and b (a retry's intent dropped as a duplicate?)", len(intents))
+	}
+	outcomes, err := readOPS(ctx, js, "ops.c.cleanup.deleted.>", start)
+	if err != nil || len(outcomes) != 1 {
+		t.Fatalf("%d outcomes stored (%v), want a's", len(outcomes), err)
+	}
+	const per = time.Minute
+	w := NewWindow(2, per)
+	rec := Recovery{Intents: "ops.c.cleanup.intent.>", Outcomes: []string{"ops.c.cleanup.deleted.>"},
+		Happened: func(context.Context, events.Intent) (bool, error) { return true, nil }, Audit: &recorder{}}
+	if err := SeedAndRecover(ctx, js, w, rec, nil, zerolog.Nop(), nil); err != nil {
+		t.Fatal(err)
+	}
+	// An action seeded at s is in the window ending at x while s > x-per.
+	a, b := outcomes[0].Time, intents[len(intents)-1].Time
+	for _, probe := range []struct {
+		at   time.Time
+		want int
+	}{
+		{a.Add(per - time.Nanosecond), 2}, {a.Add(per), 1}, // a counts from its outcome ...
+		{b.Add(per - time.Nanosecond), 1}, {b.Add(per), 0}, // ... b from its retry's intent
+	} {
+		if got := w.Len(probe.at); got != probe.want {
+			t.Fatalf("window at +%v holds %d, want %d: a seeded at its first intent (+%v) rather than its outcome (+%v), or b at its first (+%v) rather than its retry's (+%v)?",
+				probe.at.Sub(start), got, probe.want, intents[0].Time.Sub(start), a.Sub(start), intents[1].Time.Sub(start), intents[len(intents)-1].Time.Sub(start))
+		}
+	}
+}
+
+// TestKnownActions: each action OPS knows counts once, at the latest of its
+// records: a retried one at its outcome or at a later attempt the API shows
+// (an Event written while OPS was away), even when its first intent is older
+// than the window.
+func TestKnownActions(t *testing.T) {
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	intents := map[string]openIntent{"a": {at: at(-90)}, "b": {at: at(-10)}, "c": {at: at(-80)}, "old": {at: at(-90)}}
+	outcomes := map[string]time.Time{"a": at(-30), "b": at(-9), "u": at(-5), "gone": at(-70)}
+	known := map[string]time.Time{"c": at(-2), "b": at(-20)}
+	times, unjournaled := knownActions(intents, outcomes, known, at(-60))
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	want := []time.Time{at(-30), at(-9), at(-5), at(-2)} // a's outcome, b's, u's, c's Event
+	if !slices.Equal(times, want) || unjournaled != 1 {
+		t.Fatalf("knownActions = %v, %d unjournaled; want %v, 1 (u)", times, unjournaled, want)
 	}
 }

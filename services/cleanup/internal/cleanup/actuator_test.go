@@ -680,7 +680,7 @@ func TestActuatorJournalsBeforeTheWrite(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if msg.Subject != "ops.c1.cleanup.intent.apps.web-1" || ev.ID != "cleanup/uid-1/deleted/intent" ||
+			if msg.Subject != "ops.c1.cleanup.intent.apps.web-1" || ev.ID != actuate.IntentID("cleanup/uid-1/deleted", intent.Time) ||
 				msg.Header.Get(envelope.HeaderMsgID) != ev.ID || intent.UID != "uid-1" || intent.Action != VerbDeleted ||
 				intent.Namespace != "apps" || intent.Name != "web-1" || intent.Kind != "Pod" || intent.Actor != Service {
 				t.Fatalf("intent %s %s %+v", msg.Subject, ev.ID, intent)

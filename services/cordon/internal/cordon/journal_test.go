@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 )
@@ -93,7 +94,7 @@ func TestActuatorJournalsBeforeThePatch(t *testing.T) {
 					t.Fatalf("intents stored when the patch ran: %v, want [1]", atPatch)
 				}
 				msg, ev, intent := in.intent(t, 0)
-				if msg.Subject != "ops.prod.cordon.intent.a" || ev.ID != "cordon/uid-a/"+tc.verb+"/41/intent" ||
+				if msg.Subject != "ops.prod.cordon.intent.a" || ev.ID != actuate.IntentID("cordon/uid-a/"+tc.verb+"/41", intent.Time) ||
 					msg.Header.Get(envelope.HeaderMsgID) != ev.ID || intent.UID != "uid-a" || intent.Action != tc.verb ||
 					intent.Name != "a" || intent.Namespace != "" || intent.Kind != "Node" || intent.Actor != Service {
 					t.Fatalf("intent %s %s %+v", msg.Subject, ev.ID, intent)
@@ -164,10 +165,12 @@ func TestActuatorJournalsBeforeThePatch(t *testing.T) {
 // TestActuatorRetriedCordonIntentIsRecoverable: a cordon's patch fails (a
 // 503 that wrote nothing) and the retry, on the same node version, succeeds
 // seconds later; the leader is SIGKILLed before the outcome is stored. OPS
-// deduplicated the retry's intent (same id), so it holds the first attempt's
-// outcome and time, while the mark carries the retry's time. The new
-// leader's Happened still finds the cordon: the mark's rv is the version the
-// intent was decided on, which only one patch can have been applied to.
+// holds the first attempt's intent only (the retry's has its own id, but was
+// not stored: NATS slow for it; before each attempt had its own id, the
+// stream dropped it as a duplicate), with the first attempt's outcome and
+// time, while the mark carries the retry's time. The new leader's Happened
+// still finds the cordon: the mark's rv is the version the intent was
+// decided on, which only one patch can have been applied to.
 func TestActuatorRetriedCordonIntentIsRecoverable(t *testing.T) {
 	n := apiNode("a")
 	p := seedPolicy("cordon")
@@ -195,10 +198,11 @@ func TestActuatorRetriedCordonIntentIsRecoverable(t *testing.T) {
 	if in.count() != 2 {
 		t.Fatalf("%d intents, want 2", in.count())
 	}
-	_, ev0, first := in.intent(t, 0)
-	_, ev1, _ := in.intent(t, 1)
-	if ev0.ID != ev1.ID {
-		t.Fatalf("the retry's intent id %s differs from the first's %s: not the case under test", ev1.ID, ev0.ID)
+	_, _, first := in.intent(t, 0)
+	_, _, retry := in.intent(t, 1)
+	if !retry.Time.After(first.Time) || retry.Outcome.ID != first.Outcome.ID {
+		t.Fatalf("the retry's intent (%v, %s) is not a later attempt at the first's (%v, %s): not the case under test",
+			retry.Time, retry.Outcome.ID, first.Time, first.Outcome.ID)
 	}
 	// The fake API keeps the resourceVersion the patch carried; a real one moves it on.
 	live := h.node(t, "a")
@@ -206,7 +210,7 @@ func TestActuatorRetriedCordonIntentIsRecoverable(t *testing.T) {
 	if _, err := h.client.CoreV1().Nodes().Update(context.Background(), live, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// OPS stored the first intent only (Nats-Msg-Id deduplication).
+	// OPS stored the first intent only.
 	if ok, err := h.act.Happened(context.Background(), first); err != nil || !ok {
 		t.Fatalf("the cordon happened (node %s, mark %s), but the stored intent's Happened = %v, %v",
 			live.ResourceVersion, live.Annotations[events.AnnotationAutoCordon], ok, err)
