@@ -287,3 +287,115 @@ func TestPublishSuppressedByForeignID(t *testing.T) {
 		t.Fatalf("both ids held: %+v, %v; want stored under a random fallback", a, err)
 	}
 }
+
+// TestDuplicateAckOfAVanishedHolderIsStored: the message holding an event's
+// Nats-Msg-Id was removed from OPS inside the duplicate window (OpsMaxBytes
+// discarding old messages, `nats stream rmm`). The stream then holds no copy
+// of the event, so republishing it under the fallback id cannot store it
+// twice: in both modes it is stored ("gone"), where an unreadable holder is
+// not republished (TestUnverifiedDuplicateIsNotRepublished).
+func TestDuplicateAckOfAVanishedHolderIsStored(t *testing.T) {
+	js := connectJS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, "OPS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := func() float64 { return testutil.ToFloat64(Suppressed.WithLabelValues("gone")) }
+	for i, mode := range []Unverified{UnverifiedFails, UnverifiedStands} {
+		subj := "ops.t.cordon.cordoned"
+		if mode == UnverifiedStands {
+			subj = "ops.t.report.restarts"
+		}
+		ev, _ := envelope.New("t/vanished/"+string(rune('a'+i)), "opswire/t/x", "t.v1", "", map[string]int{}, time.Now())
+		first, err := PublishEvent(ctx, js, subj, ev, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteMsg(ctx, first.Sequence); err != nil {
+			t.Fatal(err)
+		}
+		before := gone()
+		a, err := PublishEventWith(ctx, js, subj, ev, time.Second, mode)
+		info, ierr := s.Info(ctx, jetstream.WithSubjectFilter(subj))
+		if ierr != nil {
+			t.Fatal(ierr)
+		}
+		if n := info.State.Subjects[subj]; err != nil || n != 1 {
+			t.Errorf("mode %d: holder gone, republish: ack %+v, err %v; OPS holds %d copies, want 1 (stored under the fallback id)", mode, a, err, n)
+		}
+		if got := gone() - before; got != 1 {
+			t.Errorf("mode %d: suppressed{gone} rose by %v, want 1", mode, got)
+		}
+		// A retry (or the next leader) finds its fallback copy: a duplicate.
+		if a, err := PublishEventWith(ctx, js, subj, ev, time.Second, mode); err != nil || !a.Duplicate {
+			t.Errorf("mode %d: retry after the fallback copy: %+v, %v; want a duplicate", mode, a, err)
+		}
+	}
+}
+
+// notFoundStream answers a direct get "not found" while the message is
+// there: a replica still catching up answering for the stream.
+type notFoundStream struct {
+	jetstream.Stream
+	misses *atomic.Int32
+}
+
+func (s notFoundStream) GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	if s.misses.Load() > 0 {
+		s.misses.Add(-1)
+		return nil, jetstream.ErrMsgNotFound
+	}
+	return s.Stream.GetMsg(ctx, seq, opts...)
+}
+
+type laggingReplica struct {
+	jetstream.JetStream
+	misses atomic.Int32
+}
+
+func (j *laggingReplica) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	s, err := j.JetStream.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return notFoundStream{Stream: s, misses: &j.misses}, nil
+}
+
+// TestNotFoundFromALaggingReplicaIsNotGone: a direct get answered "not found"
+// by a replica that has not applied the message yet is no proof the holder is
+// gone; only the stream leader's state is. The read-back is retried and finds
+// the event itself: nothing is republished.
+func TestNotFoundFromALaggingReplicaIsNotGone(t *testing.T) {
+	base := connectJS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := EnsureStreams(ctx, base, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	subj := "ops.t.report.restarts"
+	ev, _ := envelope.New("report/t/restarts/lag", "opswire/t/report", "t.v1", "", map[string]int{}, time.Now())
+	first, err := PublishEvent(ctx, base, subj, ev, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := &laggingReplica{JetStream: base}
+	for _, mode := range []Unverified{UnverifiedFails, UnverifiedStands} {
+		js.misses.Store(2)
+		if a, err := PublishEventWith(ctx, js, subj, ev, time.Second, mode); err != nil || !a.Duplicate || a.Sequence != first.Sequence {
+			t.Errorf("mode %d: %+v, %v; want the duplicate of seq %d to stand", mode, a, err, first.Sequence)
+		}
+	}
+	s, _ := base.Stream(ctx, "OPS")
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects[subj]; n != 1 {
+		t.Errorf("OPS holds %d copies of the event, want 1", n)
+	}
+}

@@ -31,14 +31,18 @@ type storedReader interface {
 // Suppressed counts duplicate acks whose holder is not proven to be the
 // event itself. "foreign": another subject or another ce-id holds the
 // Nats-Msg-Id; the event was published again under a fallback Nats-Msg-Id, so
-// it is stored. "unverified": the holder could not be read back before the
+// it is stored. "gone": the holder was removed from the stream (discarded
+// by its limits, deleted) inside the duplicate window, so nothing holds the
+// id; the event was published again under the fallback id, as for "foreign"
+// (the stream holds no copy it could duplicate). "unverified": the holder
+// could not be read back before the
 // publish gave up reading; nothing was republished (the holder is most likely
 // the event itself, and a fallback id would store it twice): the publish
 // failed, or with UnverifiedStands its duplicate ack stood. Registered by
 // shared/app as opswire_publish_suppressed_total.
 var Suppressed = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "opswire_publish_suppressed_total",
-	Help: "Duplicate acks not proven to be the event itself (foreign: another subject or event holds the Nats-Msg-Id, republished under a fallback id; unverified: the holder could not be read back, not republished).",
+	Help: "Duplicate acks not proven to be the event itself (foreign: another subject or event holds the Nats-Msg-Id; gone: the holder was removed from the stream; both republished under a fallback id; unverified: the holder could not be read back, not republished).",
 }, []string{"result"})
 
 // Unverified is what PublishEvent does with a duplicate ack whose holder
@@ -128,8 +132,9 @@ func EventMsg(ev envelope.Event, subj, msgID string) *nats.Msg {
 // msgID (round: how many fallbacks came before). It returns "" if the
 // message holding msgID is ev itself on subj (a retry of ours, or another
 // replica of the same actor: the ack stands). If a foreign message holds it,
-// it counts and logs the suppression and returns the Nats-Msg-Id to publish
-// under next, or an error once maxFallbacks ids were all held. If the holder
+// or the holder is gone from the stream (nothing holds the id, so a fallback
+// id cannot store a second copy), it counts and logs the suppression and
+// returns the Nats-Msg-Id to publish under next, or an error once maxFallbacks ids were all held. If the holder
 // cannot be read back it retries the read until ctx ends and then returns an
 // error (UnverifiedFails).
 func CheckDuplicate(ctx context.Context, js Publisher, ack *jetstream.PubAck, subj string, ev envelope.Event, msgID string, round int, timeout time.Duration) (string, error) {
@@ -137,8 +142,8 @@ func CheckDuplicate(ctx context.Context, js Publisher, ack *jetstream.PubAck, su
 }
 
 // checkDuplicateWith is CheckDuplicate with the given treatment of an
-// unreadable holder. Only a holder proven foreign earns a fallback id: an
-// unreadable one is most likely the event itself (the usual reason for a
+// unreadable holder. Only a holder proven foreign, or proven gone, earns a
+// fallback id: an unreadable one is most likely the event itself (the usual reason for a
 // duplicate ack), and a fallback id would store it a second time.
 func checkDuplicateWith(ctx context.Context, js Publisher, ack *jetstream.PubAck, subj string, ev envelope.Event, msgID string, round int, timeout time.Duration, unverified Unverified) (string, error) {
 	rctx := ctx
@@ -172,17 +177,22 @@ func checkDuplicateWith(ctx context.Context, js Publisher, ack *jetstream.PubAck
 	if round > 0 {
 		next += "/" + nuid.Next()
 	}
+	msg := "publish suppressed by a foreign message holding its Nats-Msg-Id: republishing under a fallback id"
+	if result == "gone" {
+		msg = "duplicate ack whose holder was removed from the stream: republishing under a fallback id"
+	}
 	l.Warn().Str("id", ev.ID).Str("msg_id", msgID).Str("subject", subj).Str("held_by", stored).
 		Uint64("seq", ack.Sequence).Str("result", result).Str("fallback_msg_id", next).
-		Msg("publish suppressed by a foreign message holding its Nats-Msg-Id: republishing under a fallback id")
+		Msg(msg)
 	return next, nil
 }
 
 // readBack reads the message a duplicate ack points at, retrying a failed
 // read (with backoff) until ctx ends: a JetStream API hiccup must not pass
 // for a foreign holder. It returns "" if the holder is the event id itself on
-// subj, "foreign" and what holds the id (its subject and ce-id), or
-// "unverified" and the last read error.
+// subj, "foreign" and what holds the id (its subject and ce-id), "gone" if
+// the stream's leader confirms the holder was removed, or "unverified" and
+// the last read error.
 func readBack(ctx context.Context, js Publisher, ack *jetstream.PubAck, subj, id string, timeout time.Duration) (string, string, error) {
 	r, ok := js.(storedReader)
 	if !ok {
@@ -199,9 +209,19 @@ func readBack(ctx context.Context, js Publisher, ack *jetstream.PubAck, subj, id
 			return "foreign", m.Subject + " " + storedID, nil
 		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			// Gone (aged out, purged): nothing left to tell ours from a
-			// foreign one by, and nothing holds the id in the stream.
-			return "unverified", "", err
+			// Removed (discarded by the stream's limits, deleted, purged)
+			// inside the duplicate window: nothing holds the id in the
+			// stream, so a fallback id cannot store a second copy. But a
+			// direct get may be answered by a replica still catching up,
+			// which does not have the message yet: only the stream
+			// leader's state proves it gone; otherwise read again.
+			gone, gerr := removed(ctx, r, ack, timeout)
+			if gone {
+				return "gone", "removed from the stream", nil
+			}
+			if gerr != nil {
+				err = fmt.Errorf("%w (and the stream info confirming it failed: %v)", err, gerr)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -212,6 +232,38 @@ func readBack(ctx context.Context, js Publisher, ack *jetstream.PubAck, subj, id
 			backoff *= 2
 		}
 	}
+}
+
+// removed reports whether the stream's leader no longer holds ack.Sequence:
+// below its first sequence, or among its interior deletes. Stream info is
+// answered by the stream leader, which acknowledged the sequence, so unlike
+// a direct get it cannot miss a message it has not applied yet.
+func removed(ctx context.Context, r storedReader, ack *jetstream.PubAck, timeout time.Duration) (bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	s, err := r.Stream(rctx, ack.Stream)
+	if err != nil {
+		return false, err
+	}
+	if st := s.CachedInfo().State; st.LastSeq >= ack.Sequence && st.FirstSeq > ack.Sequence {
+		return true, nil
+	}
+	info, err := s.Info(rctx, jetstream.WithDeletedDetails(true))
+	if err != nil {
+		return false, err
+	}
+	if info.State.LastSeq < ack.Sequence {
+		return false, nil
+	}
+	if info.State.FirstSeq > ack.Sequence {
+		return true, nil
+	}
+	for _, d := range info.State.Deleted {
+		if d == ack.Sequence {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // getStored is one read of the message at ack.Sequence, bounded by timeout.
