@@ -7,6 +7,7 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 
@@ -36,7 +37,39 @@ func RESTConfig(o Options) (*rest.Config, error) {
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	_ = source
-	return cfg, nil
+	return NoWriteRetries(cfg), nil
+}
+
+// NoWriteRetries stops client-go from sending a write a second time on its
+// own, and returns cfg.
+//
+// client-go's rest client repeats any request, writes included, up to ten
+// times when the answer is a 429 or a 5xx carrying Retry-After
+// (rest/with_retry.go). The API server answers an update or a delete that
+// could not reach etcd in time with 500 and Retry-After, and by then the
+// write may have been committed. The repeat then fails the preconditions
+// opswire puts on every write (409 for a node patched on its old
+// resourceVersion, 404 for a deleted pod), and the actor took the write it
+// had done for someone else's: never audited, not counted in its rate
+// window. Without Retry-After on the answers to writes, client-go hands the
+// first answer to the actor, which holds the write in doubt until a read
+// settles it (docs/actuate.md). Reads (GET, LIST, WATCH) keep client-go's
+// retries: they change nothing.
+func NoWriteRetries(cfg *rest.Config) *rest.Config {
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return writeAnswers{next: rt} })
+	return cfg
+}
+
+// writeAnswers drops Retry-After from the answers to writes (see
+// NoWriteRetries).
+type writeAnswers struct{ next http.RoundTripper }
+
+func (w writeAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := w.next.RoundTrip(req)
+	if resp != nil && req.Method != http.MethodGet && req.Method != http.MethodHead {
+		resp.Header.Del("Retry-After")
+	}
+	return resp, err
 }
 
 // Source reports which credentials RESTConfig would use, for the startup log.
