@@ -176,10 +176,18 @@ func (a *Auditor) store(m audit) {
 		ack, err := a.pub.PublishMsg(actx, natsx.EventMsg(m.ev, m.subject, msgID))
 		cancel()
 		if err == nil && ack != nil && ack.Duplicate {
-			// Held by a foreign message (another actor's subject)? Then
-			// store it under a fallback id (docs/security.md).
+			// Held by a foreign message (another actor's subject), or
+			// by one removed from OPS? Then store it under a fallback id
+			// (docs/security.md). A holder that cannot be read back
+			// within one attempt timeout stands (UnverifiedStands,
+			// counted and logged by natsx): an audit id is one per
+			// occurrence, republished only by this actor's retry or its
+			// next leader, so the holder is almost surely this audit;
+			// a fallback copy would store it twice, and waiting for the
+			// read-back (a.ctx lives until Close) would hold every later
+			// audit behind it while the publishes themselves go through.
 			var next string
-			next, err = natsx.CheckDuplicate(a.ctx, a.pub, ack, m.subject, m.ev, msgID, round, a.attempt)
+			next, err = natsx.CheckDuplicateWith(a.ctx, a.pub, ack, m.subject, m.ev, msgID, round, a.attempt, natsx.UnverifiedStands)
 			if err != nil && a.ctx.Err() != nil {
 				return // still reading the holder back at shutdown: Close counts what is left
 			}

@@ -2,6 +2,7 @@ package actuate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -236,5 +237,66 @@ func TestAuditorNATSOutage(t *testing.T) {
 	}
 	if testutil.ToFloat64(m.AuditStored) != 3 || testutil.ToFloat64(m.AuditDropped) != 0 {
 		t.Fatalf("stored %v dropped %v", testutil.ToFloat64(m.AuditStored), testutil.ToFloat64(m.AuditDropped))
+	}
+}
+
+// unreadable publishes through JetStream but cannot read OPS back (a
+// JetStream API request failing while publishes go through).
+type unreadable struct{ jetstream.JetStream }
+
+func (unreadable) Stream(context.Context, string) (jetstream.Stream, error) {
+	return nil, errors.New("JetStream API: timeout")
+}
+
+// TestAuditorUnreadableDuplicateDoesNotStallTheQueue: an audit acknowledged
+// as a duplicate whose holder cannot be read back must not hold the queue
+// until Close (the Auditor's context lives that long). The read-back is
+// bounded to one attempt timeout and the duplicate stands (an audit id is
+// one per occurrence: the holder is almost surely this audit), counted as
+// suppressed{unverified}; it is not stored a second time, and the audit
+// behind it is stored.
+func TestAuditorUnreadableDuplicateDoesNotStallTheQueue(t *testing.T) {
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	dup := event(t, "cordon/u1/cordoned/1")
+	// Its earlier attempt was stored, its ack lost.
+	if _, err := natsx.PublishEvent(ctx, js, "ops.t.cordon.cordoned.n1", dup, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	unverified := func() float64 { return testutil.ToFloat64(natsx.Suppressed.WithLabelValues("unverified")) }
+	before := unverified()
+	m := NewMetrics(nil)
+	a := NewAuditor(unreadable{js}, 200*time.Millisecond, m, zerolog.Nop())
+	defer a.Close(100 * time.Millisecond)
+	a.Publish("ops.t.cordon.cordoned.n1", dup)
+	a.Publish("ops.t.cordon.cordoned.n2", event(t, "cordon/u2/cordoned/1"))
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Backlog() != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := a.Backlog(); n != 0 {
+		t.Fatalf("after 10 s: backlog %d (stored %v, retries %v, dropped %v); the unreadable duplicate at the head blocks the audit of n2",
+			n, testutil.ToFloat64(m.AuditStored), testutil.ToFloat64(m.AuditRetries), testutil.ToFloat64(m.AuditDropped))
+	}
+	if got := unverified() - before; got != 1 {
+		t.Errorf("suppressed{unverified} rose by %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.AuditDropped); got != 0 {
+		t.Errorf("audits dropped: %v, want 0", got)
+	}
+	s, err := js.Stream(ctx, "OPS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter("ops.t.cordon.cordoned.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n1, n2 := info.State.Subjects["ops.t.cordon.cordoned.n1"], info.State.Subjects["ops.t.cordon.cordoned.n2"]; n1 != 1 || n2 != 1 {
+		t.Errorf("OPS holds %d audits of n1 (want 1: the duplicate stood) and %d of n2 (want 1)", n1, n2)
 	}
 }

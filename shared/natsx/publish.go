@@ -53,11 +53,11 @@ type Unverified int
 const (
 	// UnverifiedFails retries the read-back until the publish's context
 	// ends and then fails the publish: the caller's own retry, or its
-	// "not stored" path, decides (intents, audits).
+	// "not stored" path, decides (intents).
 	UnverifiedFails Unverified = iota
 	// UnverifiedStands retries the read-back for one attempt timeout and
 	// then lets the duplicate ack stand: for events whose id is one per
-	// occurrence (a report tick, an image alert), where the holder is
+	// occurrence (a report tick, an image alert, an audit), where the holder is
 	// almost surely an earlier run's copy and a second copy would be
 	// delivered twice.
 	UnverifiedStands
@@ -139,6 +139,12 @@ func EventMsg(ev envelope.Event, subj, msgID string) *nats.Msg {
 // error (UnverifiedFails).
 func CheckDuplicate(ctx context.Context, js Publisher, ack *jetstream.PubAck, subj string, ev envelope.Event, msgID string, round int, timeout time.Duration) (string, error) {
 	return checkDuplicateWith(ctx, js, ack, subj, ev, msgID, round, timeout, UnverifiedFails)
+}
+
+// CheckDuplicateWith is CheckDuplicate with the given treatment of an
+// unreadable holder (the Auditor's audits stand: UnverifiedStands).
+func CheckDuplicateWith(ctx context.Context, js Publisher, ack *jetstream.PubAck, subj string, ev envelope.Event, msgID string, round int, timeout time.Duration, unverified Unverified) (string, error) {
+	return checkDuplicateWith(ctx, js, ack, subj, ev, msgID, round, timeout, unverified)
 }
 
 // checkDuplicateWith is CheckDuplicate with the given treatment of an
