@@ -410,20 +410,30 @@ func named(routes []*config.Route, name string) bool {
 
 // park dead-letters a message delivered MaxDeliver times without being
 // settled (something, perhaps this message, keeps killing notifiers) for
-// each of its (route, receiver) pairs, and acks it only if every dead
-// letter was stored; otherwise it comes back (the consumer itself has no
-// MaxDeliver, so it always does). Stored, it is a final result like any
-// other give-up: a failed outcome (reason max_deliver) per pair, counted in
-// deliveries_total and events_total, published only once all are stored so
-// a redelivery after a failed store does not report it twice.
+// each of its (route, receiver) pairs the delivered records do not call
+// settled, and acks it only if every dead letter was stored; otherwise it
+// comes back (the consumer itself has no MaxDeliver, so it always does). A
+// pair already delivered or dead-lettered (an earlier delivery got that far
+// before the crash) is skipped and reported dropped, as lookUp does for any
+// delivery: its receiver has the card, so it is no loss. Stored, the rest is
+// a final result like any other give-up: a failed outcome (reason
+// max_deliver) per pair, counted in deliveries_total and
+// events_total, published only once all are stored so a redelivery after a
+// failed store does not report it twice. The records are read, not written
+// (docs/notifier.md: a delivered record written meanwhile by a replica still
+// sending an earlier delivery must not be turned into dead).
 func (x *Dispatcher) park(ctx context.Context, p *pending, routes []*config.Route, delivered uint64) {
 	it := p.item
 	x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "max_deliver").Inc()
 	x.d.Log.Error().Str("subject", it.Subject).Str("id", it.ID).Uint64("deliveries", delivered).Msg("message redelivered too often; dead-lettering")
 	cause := errors.New("redelivered too often without being settled")
+	x.lookUp(ctx, []*pending{p}, [][]*config.Route{routes})
 	var failed []Outcome
 	for _, r := range routes {
 		for _, recv := range x.mine(r) {
+			if p.skip[r.Name+"\x00"+recv] {
+				continue
+			}
 			if err := x.deadLetter(ctx, r.Name, recv, p, reasonMaxDeliver, cause); err != nil {
 				x.deadLetterFailed(recv, 1, err)
 				return

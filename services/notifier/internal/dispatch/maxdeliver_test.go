@@ -69,3 +69,65 @@ func TestDuplicateRouteNamesDoNotDoubleCount(t *testing.T) {
 		t.Errorf("event %s listed %d times at the receiver, want 1", p.id, ids[p.id])
 	}
 }
+
+// TestMaxDeliverGiveUpDoesNotReportADeliveredPairFailed: a message given up
+// after maxDeliver deliveries has two routes to one receiver; an earlier
+// delivery got route a's card out (its record says delivered), route b is
+// what kept it unsettled. The park reads the records first: a is reported
+// dropped (already delivered), not failed, and neither dead-lettered nor
+// counted failed; only b is.
+func TestMaxDeliverGiveUpDoesNotReportADeliveredPairFailed(t *testing.T) {
+	n := notifierConfig()
+	n.MaxDeliver = 3
+	e := newEnv(t, n)
+	e.settings.MaxDeliver = 3
+	h := newHook(t)
+	p := e.publishCleanup(1, events.SeverityInfo)
+	records := &dispatch.KVDelivered{KV: e.kv}
+	if err := records.Mark(context.Background(), []string{dispatch.DeliveredKey(cluster, "a", "hook", p.id)}, dispatch.RecordDelivered); err != nil {
+		t.Fatal(err)
+	}
+	crashes := func(d *dispatch.Dispatcher, ctx context.Context, m jetstream.Msg) {
+		if md, _ := m.Metadata(); md.NumDelivered < 3 {
+			_ = m.Nak()
+			return
+		}
+		d.Handle(ctx, m)
+	}
+	ra := fastRoute("a", "hook")
+	ra.Continue = true
+	eng := e.start([]config.Route{ra, fastRoute("b", "hook")}, []dispatch.Receiver{webhookReceiver(t, "hook", h.URL)}, crashes)
+	e.waitSettled("the message acked on its last delivery")
+	// Route a's outcome (whichever it is) is published before route b's.
+	ofRoute := func(outcome, route string) []dispatch.Outcome {
+		var out []dispatch.Outcome
+		for _, o := range e.outcomesOf("hook", outcome) {
+			if o.Route == route {
+				out = append(out, o)
+			}
+		}
+		return out
+	}
+	eventually(t, 5*time.Second, "outcomes of both routes", func() bool {
+		return len(ofRoute(dispatch.OutcomeFailed, "b")) > 0 &&
+			len(ofRoute(dispatch.OutcomeFailed, "a"))+len(ofRoute(dispatch.OutcomeDropped, "a")) > 0
+	})
+	for _, o := range ofRoute(dispatch.OutcomeFailed, "a") {
+		t.Errorf("failed outcome %+v for route a, whose pair the records call delivered", o)
+	}
+	if got := ofRoute(dispatch.OutcomeDropped, "a"); len(got) != 1 || got[0].Reason != "already_delivered" {
+		t.Errorf("route a outcomes dropped %+v, want one, reason already_delivered", got)
+	}
+	if got := ofRoute(dispatch.OutcomeFailed, "b"); len(got) != 1 || got[0].Reason != "max_deliver" {
+		t.Errorf("route b outcomes failed %+v, want one, reason max_deliver", got)
+	}
+	if v := value(eng.metrics.Events.WithLabelValues("hook", dispatch.OutcomeFailed)); v != 1 {
+		t.Errorf("events_total{hook,failed} = %v, want 1 (route b only)", v)
+	}
+	if v := value(eng.metrics.DeadLetters.WithLabelValues("hook", "max_deliver")); v != 1 {
+		t.Errorf("dead_letters_total{hook,max_deliver} = %v, want 1 (route b only)", v)
+	}
+	if n, _ := h.got(); n != 0 {
+		t.Errorf("%d requests to the receiver, want none", n)
+	}
+}
