@@ -218,10 +218,12 @@ func (a *Actor) Lead(ctx context.Context) error {
 	rep := &reporter{a: a, mirror: mirror, st: st, sizes: sizes}
 	// The schedule runs the ticks after this moment: one that comes due
 	// while catch-up still retries is then run or counted, not skipped.
+	// Catch-up looks at the ticks up to the same moment, so a tick falling
+	// between the two is the schedule's alone, not run twice.
 	scheduleFrom := a.now()
 	if a.cfg.SendReport.Enable {
 		// Before answering requests, so a request answered proves it is done.
-		rep.catchUp(ctx)
+		rep.catchUp(ctx, scheduleFrom)
 	}
 	var sub *nats.Subscription
 	if !a.retryStart(ctx, "subscribe to report requests", "", func(context.Context) (err error) {

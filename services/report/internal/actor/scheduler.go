@@ -78,7 +78,9 @@ func (r *reporter) deadline(tick time.Time) time.Time {
 // not make the cluster skip a week. If the old leader did send it but died
 // before recording it, the report has the same id and JetStream drops it:
 // catchUp is validated to stay within the dedup window (nats.duplicates).
-func (r *reporter) catchUp(ctx context.Context) {
+// It considers the ticks up to now, the moment the schedule runs the ticks
+// after (runSchedule's from), so each tick is one or the other's.
+func (r *reporter) catchUp(ctx context.Context, now time.Time) {
 	a := r.a
 	window := a.cfg.SendReport.CatchUp.Duration
 	if window <= 0 {
@@ -93,7 +95,6 @@ func (r *reporter) catchUp(ctx context.Context) {
 	if !ok {
 		return // never sent a scheduled report: nothing was missed
 	}
-	now := a.now()
 	from := now.Add(-window)
 	if last.After(from) {
 		from = last
