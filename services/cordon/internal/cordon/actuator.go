@@ -136,8 +136,14 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 	// it now decides), and before any other write, so the cap and the rate
 	// window never count on a write whose fate is unknown.
 	if a.doubt != nil && (a.doubt.node.Name == n.Name || d.Action != ActionNone) {
-		if _, err := a.settle(ctx); err != nil {
+		switch v, retryIn, err := a.settle(ctx); {
+		case err != nil:
 			return actuate.Outcome{}, err
+		case v == pending:
+			// Still in doubt: this node (the write's own, or one whose
+			// write waits for it) looks again when the next settling read
+			// is due, not at once.
+			return actuate.Outcome{RequeueAfter: retryIn}, nil
 		}
 	}
 	if d.Action == ActionNone {
@@ -345,8 +351,8 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, rel
 		return actuate.Outcome{}, fmt.Errorf("build patch for node %s: %w", node.Name, err)
 	}
 	o := a.outcomeOf(node, d, now)
-	a.journal(ctx, node, o, &tr)
-	t := time.Now()
+	intent, journaled := a.journal(ctx, node, o, &tr)
+	t, sent := time.Now(), a.cfg.Now()
 	patched, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
 		return a.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "opswire-cordon"})
 	})
@@ -364,10 +370,13 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, rel
 	case inDoubt(err):
 		// The answer is lost, not the write: whether the API applied it is
 		// for a read of the node to tell (settle), not for this error.
-		a.doubt = &doubt{node: node, d: d, o: o, release: release, err: err, tr: tr}
-		switch v, serr := a.settle(ctx); {
+		// Its slot stays taken whatever the read says (settle).
+		a.doubt = &doubt{node: node, d: d, o: o, err: err, tr: tr, sent: sent, intent: intent, unjournaled: !journaled}
+		switch v, retryIn, serr := a.settle(ctx); {
 		case serr != nil:
 			return actuate.Outcome{}, serr // still in doubt: the retry settles it first
+		case v == pending:
+			return actuate.Outcome{RequeueAfter: retryIn}, nil // the next settling read
 		case v == notApplied:
 			return actuate.Outcome{}, fmt.Errorf("%s %s: %w", d.Action, node.Name, err)
 		case v == unclear:
@@ -427,20 +436,23 @@ func (a *Actuator) outcomeOf(node *corev1.Node, d Decision, now time.Time) writt
 // journal stores the write-ahead intent carrying o: a leader killed after
 // the patch but before the Auditor stored the outcome leaves the intent, and
 // the next leader publishes this very message (same id) once the live node
-// shows the patch (Happened).
-func (a *Actuator) journal(ctx context.Context, node *corev1.Node, o written, tr *trace) {
+// shows the patch (Happened). It returns the intent (nil: none, no journal or
+// not encodable) and whether it was stored; a write whose answer is lost
+// stores an unstored one again while it is in doubt (settle).
+func (a *Actuator) journal(ctx context.Context, node *corev1.Node, o written, tr *trace) (*intentMsg, bool) {
 	if o.encErr != nil || a.cfg.Intents == nil {
-		return
+		return nil, false
 	}
 	isubj, iev, err := actuate.NewIntent(a.cfg.Cluster, events.Intent{Actor: Service, Action: o.verb, Kind: "Node",
 		Name: node.Name, UID: string(node.UID)}, o.subj, o.ev)
 	if err != nil {
 		a.log.Error().Err(err).Str("node", node.Name).Msg("intent cannot be encoded: writing unjournaled")
-		return
+		return nil, false
 	}
 	t := time.Now()
-	a.cfg.Intents.Record(ctx, isubj, iev)
+	stored := a.cfg.Intents.Record(ctx, isubj, iev)
 	tr.intent = time.Since(t)
+	return &intentMsg{subj: isubj, ev: iev}, stored
 }
 
 // done finishes a write the API applied: the ledger and lastWrite learn the

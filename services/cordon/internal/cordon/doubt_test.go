@@ -86,6 +86,13 @@ func failGets(h *harness, k int) {
 	})
 }
 
+// clock makes the harness's clock settable: the returned func moves it on.
+func clock(h *harness) func(time.Duration) {
+	now := h.act.cfg.Now()
+	h.act.cfg.Now = func() time.Time { return now }
+	return func(d time.Duration) { now = now.Add(d) }
+}
+
 // verbs counts the published outcomes by verb, and the Events by reason.
 func verbs(t *testing.T, h *harness) (map[string]int, map[string]int) {
 	t.Helper()
@@ -109,8 +116,9 @@ func verbs(t *testing.T, h *harness) (map[string]int, map[string]int) {
 // either, at the retry, before anything else. A write the node shows gets
 // the success path (one cordoned message with the id built before the patch,
 // its Event, its rate slot); one the node does not show (same
-// resourceVersion) is failed, its slot given back, and the retry cordons.
-// Each attempt has exactly one outcome.
+// resourceVersion) stays in doubt until it can no longer commit (the
+// late-commit horizon), is then failed, its slot still counted, and the retry
+// cordons. Each attempt has exactly one outcome.
 func TestActuatorLostPatchAnswerIsAudited(t *testing.T) {
 	lost := map[string]error{
 		"server timeout": apierrors.NewServerTimeout(nodesGR, "patch", 1),
@@ -133,16 +141,23 @@ func TestActuatorLostPatchAnswerIsAudited(t *testing.T) {
 				n := apiNode("a")
 				p := seedPolicy("cordon")
 				h := newHarness(t, p, false, Fleet{Managed: 10}, append([]runtime.Object{n}, pods("a", 100)...)...)
-				win := actuate.NewWindow(5, time.Minute)
+				win := actuate.NewWindow(5, 10*time.Minute)
 				h.act.cfg.Limiter = win
+				advance := clock(h)
 				loseAnswer(t, h, err, tc.applied, tc.failedGets)
 				state := mirrorOf(n, 100)
-				_, aerr := h.act.Apply(context.Background(), state, false, Evaluate(p, state, false))
-				if settledAtOnce := tc.applied && tc.failedGets == 0; (aerr == nil) != settledAtOnce {
+				first, aerr := h.act.Apply(context.Background(), state, false, Evaluate(p, state, false))
+				if (aerr == nil) != (tc.failedGets == 0) {
 					t.Fatalf("first Apply: %v", aerr)
 				}
-				if got := h.pub.decisions(t); tc.failedGets > 0 && len(got) != 0 {
+				if !tc.applied && tc.failedGets == 0 && first.RequeueAfter <= 0 {
+					t.Fatalf("first Apply: %+v, want a settling read later (the node is unchanged)", first)
+				}
+				if got := h.pub.decisions(t); (tc.failedGets > 0 || !tc.applied) && len(got) != 0 {
 					t.Fatalf("published %+v while the write is in doubt, want nothing yet", got)
+				}
+				if !tc.applied {
+					advance(lateCommitHorizon(h.act.cfg.APITimeout))
 				}
 				// The retries, from the mirror's old state and from its new one.
 				for _, s := range []*events.NodeState{state, mirrorOf(h.node(t, "a"), 100)} {
@@ -151,9 +166,11 @@ func TestActuatorLostPatchAnswerIsAudited(t *testing.T) {
 						t.Fatalf("retry: %v", err)
 					}
 				}
-				wantFailed, wantPatches := 1, 2
+				// A write that was in doubt keeps its slot: not applied, it and
+				// the retry's cordon both count.
+				wantFailed, wantPatches, wantSlots := 1, 2, 2
 				if tc.applied {
-					wantFailed, wantPatches = 0, 1
+					wantFailed, wantPatches, wantSlots = 0, 1, 1
 				}
 				out, evs := verbs(t, h)
 				if out[VerbCordoned] != 1 || out[VerbFailed] != wantFailed || evs[EventCordoned] != 1 || evs[EventActionFailed] != wantFailed {
@@ -162,8 +179,8 @@ func TestActuatorLostPatchAnswerIsAudited(t *testing.T) {
 				if got := len(h.writes()); got != wantPatches {
 					t.Fatalf("%d patches, want %d", got, wantPatches)
 				}
-				if got := win.Len(h.act.cfg.Now()); got != 1 {
-					t.Errorf("rate window holds %d actions, want 1 (one cordon applied)", got)
+				if got := win.Len(h.act.cfg.Now()); got != wantSlots {
+					t.Errorf("rate window holds %d actions, want %d", got, wantSlots)
 				}
 				for _, m := range h.pub.decisions(t) {
 					if m.D.Verb == VerbCordoned && m.ID != "cordon/uid-a/cordoned/41" {

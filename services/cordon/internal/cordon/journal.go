@@ -51,7 +51,7 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 		a.ambiguous(in, "the intent's outcome does not decode")
 		return false, nil
 	}
-	v, _, why, err := a.lookBack(ctx, in.Name, in.UID, in.Action, d)
+	v, _, why, err := a.lookBack(ctx, in.Name, in.UID, in.Action, d, false)
 	if err != nil {
 		return false, fmt.Errorf("re-read node %s of an intent: %w", in.Name, err)
 	}

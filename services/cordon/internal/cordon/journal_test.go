@@ -133,8 +133,9 @@ func TestActuatorJournalsBeforeThePatch(t *testing.T) {
 			return true, nil, errors.New("API down")
 		})
 		state := mirrorOf(apiNode("a"), 100)
-		if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err == nil {
-			t.Fatal("want the patch error")
+		// The answer is lost and the node unchanged: in doubt, read again later.
+		if out, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err != nil || out.RequeueAfter <= 0 {
+			t.Fatalf("%+v, %v; want the write in doubt", out, err)
 		}
 		_, _, intent := in.intent(t, 0)
 		if ok, err := h.act.Happened(context.Background(), intent); err != nil || ok {
@@ -163,8 +164,9 @@ func TestActuatorJournalsBeforeThePatch(t *testing.T) {
 }
 
 // TestActuatorRetriedCordonIntentIsRecoverable: a cordon's patch fails (a
-// 503 that wrote nothing) and the retry, on the same node version, succeeds
-// seconds later; the leader is SIGKILLed before the outcome is stored. OPS
+// 503 that wrote nothing: in doubt until it can no longer commit, then
+// failed) and the retry, on the same node version, succeeds; the leader is
+// SIGKILLed before the outcome is stored. OPS
 // holds the first attempt's intent only (the retry's has its own id, but was
 // not stored: NATS slow for it; before each attempt had its own id, the
 // stream dropped it as a duplicate), with the first attempt's outcome and
@@ -188,10 +190,10 @@ func TestActuatorRetriedCordonIntentIsRecoverable(t *testing.T) {
 		return false, nil, nil
 	})
 	state := mirrorOf(n, 100)
-	if _, err := h.act.Apply(context.Background(), state, false, Evaluate(p, state, false)); err == nil {
-		t.Fatal("first attempt: want the 503")
+	if out, err := h.act.Apply(context.Background(), state, false, Evaluate(p, state, false)); err != nil || out.RequeueAfter <= 0 {
+		t.Fatalf("first attempt: %+v, %v; want the 503 in doubt", out, err)
 	}
-	clock = clock.Add(2 * time.Second) // the workqueue's backoff
+	clock = clock.Add(lateCommitHorizon(h.act.cfg.APITimeout)) // the node unchanged since: the 503 wrote nothing
 	if _, err := h.act.Apply(context.Background(), state, false, Evaluate(p, state, false)); err != nil {
 		t.Fatal(err)
 	}
