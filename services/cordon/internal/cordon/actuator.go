@@ -367,6 +367,14 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, rel
 		release()
 		a.stale(node.Name, "node deleted before the write")
 		return actuate.Outcome{}, nil
+	case apierrors.IsTooManyRequests(err):
+		// Throttled before it was processed (priority and fairness, a server
+		// shutting down): nothing was written, and nothing failed. Not a
+		// write in doubt, which would hold every cordon write until its
+		// late-commit horizon.
+		release()
+		a.log.Debug().Err(err).Str("node", node.Name).Msg("write throttled by the API server; retrying with backoff")
+		return actuate.Outcome{Retry: true}, nil
 	case inDoubt(err):
 		// The answer is lost, not the write: whether the API applied it is
 		// for a read of the node to tell (settle), not for this error.

@@ -20,10 +20,12 @@ import (
 // inDoubt reports whether a write's error leaves open whether the API
 // applied it. Only an answer from the API server that refused the request
 // (a 4xx status) says it did not: a client timeout, a cancelled context, a
-// reset connection, a 5xx (a 504 or 500 timeout: the server may still commit
-// the write to etcd; a 503 from a proxy in front of it) or a 429 (client-go
-// retries those, and an earlier attempt may have been applied) do not. 404
-// and 409 are refusals the caller handles before this.
+// reset connection or a 5xx (a 504 or 500 timeout: the server may still
+// commit the write to etcd; a 503 from a proxy in front of it) do not. A 429
+// is given before the request is processed (priority and fairness, a server
+// shutting down), and since client-go no longer sends a write again on its
+// own (kube.NoWriteRetries), no earlier attempt of it can have been applied.
+// 404, 409 and 429 are refusals the caller handles before this.
 func inDoubt(err error) bool {
 	if err == nil {
 		return false
@@ -33,7 +35,7 @@ func inDoubt(err error) bool {
 		return true // no answer from the API server at all
 	}
 	code := status.Status().Code
-	refused := code >= http.StatusBadRequest && code < http.StatusInternalServerError && code != http.StatusTooManyRequests
+	refused := code >= http.StatusBadRequest && code < http.StatusInternalServerError
 	return !refused
 }
 

@@ -34,7 +34,7 @@ func TestInDoubt(t *testing.T) {
 		{"500 server timeout", apierrors.NewServerTimeout(nodesGR, "patch", 1), true},
 		{"500", apierrors.NewInternalError(errors.New("etcd")), true},
 		{"503", apierrors.NewServiceUnavailable("etcd leader change"), true},
-		{"429", apierrors.NewTooManyRequests("slow down", 1), true},
+		{"429 (handled before: not processed)", apierrors.NewTooManyRequests("slow down", 1), false},
 		{"403", apierrors.NewForbidden(nodesGR, "a", errors.New("rbac")), false},
 		{"422", apierrors.NewInvalid(schema.GroupKind{Kind: "Node"}, "a", nil), false},
 		{"400", apierrors.NewBadRequest("bad patch"), false},
@@ -216,5 +216,44 @@ func TestActuatorNoWriteWhileInDoubt(t *testing.T) {
 	}
 	if len(got) != 2 || got["cordoned/a"] != 1 || got["cordoned/b"] != 1 || len(h.writes()) != 2 {
 		t.Fatalf("published %v, %d patches; want a's and b's cordons once each", got, len(h.writes()))
+	}
+}
+
+// TestActuatorThrottledPatchIsRetriedQuietly: a 429 is given before the
+// request is processed, so the patch wrote nothing: no failed audit, no write
+// in doubt holding every other cordon until the late-commit horizon, the
+// slot given back, and the next Apply writes at once.
+func TestActuatorThrottledPatchIsRetriedQuietly(t *testing.T) {
+	a := apiNode("a")
+	p := seedPolicy("cordon")
+	h := newHarness(t, p, false, Fleet{Managed: 10}, append([]runtime.Object{a}, pods("a", 100)...)...)
+	throttled := true
+	h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !throttled {
+			return false, nil, nil
+		}
+		throttled = false
+		return true, nil, apierrors.NewTooManyRequests("the apiserver is shutting down, please try again later", 1)
+	})
+	s := mirrorOf(a, 100)
+	o, err := h.act.Apply(context.Background(), s, false, Evaluate(p, s, false))
+	if err != nil || !o.Retry || o.RequeueAfter != 0 {
+		t.Fatalf("throttled patch: %+v, %v; want a quiet retry", o, err)
+	}
+	if h.act.doubt != nil {
+		t.Fatal("a throttled patch was held in doubt")
+	}
+	if got := h.pub.decisions(t); len(got) != 0 {
+		t.Fatalf("published %v for a patch that wrote nothing, want nothing", got)
+	}
+	if _, err := h.act.Apply(context.Background(), s, false, Evaluate(p, s, false)); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, m := range h.pub.decisions(t) {
+		got[m.D.Verb]++
+	}
+	if got[VerbCordoned] != 1 || len(got) != 1 {
+		t.Fatalf("after the retry published %v, want one cordoned", got)
 	}
 }
