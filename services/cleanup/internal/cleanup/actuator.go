@@ -144,6 +144,7 @@ func (a *Actuator) Forget(uid string) {
 		a.metrics.InDoubt.WithLabelValues("happened").Inc()
 		a.complete(rm, rm.lost.op+"; its answer was lost, and the mirror saw the pod leave")
 	}
+	a.doubts.forget(uid)
 	a.reported.Reset(uid)
 	a.removed.forget(uid)
 }
@@ -359,9 +360,10 @@ func (a *Actuator) remove(ctx context.Context, live *corev1.Pod, rm *removal) (O
 	rv := live.ResourceVersion
 	clearedFinalizers := false
 	if rm.d.RemoveFinalizers {
+		sent := a.cfg.WindowNow()
 		patched, err := a.clearFinalizers(ctx, live)
 		a.answered(rm.slot, rm.ann)
-		if stop, out, err := a.answer(rm, "remove finalizers", err); stop {
+		if stop, out, err := a.answer(rm, sentWrite(opRemoveFinalizers, live, rv, sent), err); stop {
 			return out, err
 		}
 		if len(patched.Finalizers) > 0 {
@@ -377,6 +379,7 @@ func (a *Actuator) remove(ctx context.Context, live *corev1.Pod, rm *removal) (O
 		}
 		rv, clearedFinalizers = patched.ResourceVersion, true
 	}
+	sent := a.cfg.WindowNow()
 	err := a.deletePod(ctx, live, rm.d, rv)
 	a.answered(rm.slot, rm.ann)
 	if clearedFinalizers && apierrors.IsNotFound(err) {
@@ -385,7 +388,7 @@ func (a *Actuator) remove(ctx context.Context, live *corev1.Pod, rm *removal) (O
 		a.complete(rm, "finalizers cleared; gone before the delete")
 		return Outcome{}, nil
 	}
-	if stop, out, err := a.answer(rm, "delete", err); stop {
+	if stop, out, err := a.answer(rm, sentWrite(opDelete, live, rv, sent), err); stop {
 		return out, err
 	}
 	a.complete(rm, "delete")
@@ -469,16 +472,32 @@ func deletedByUpdate(live *corev1.Pod) bool {
 	return live.DeletionTimestamp != nil && (live.DeletionGracePeriodSeconds == nil || *live.DeletionGracePeriodSeconds == 0)
 }
 
-// answer handles the answer to a write of rm (classify); stop is false when
-// it was carried out. NotFound: the pod is already gone, which is the goal.
+// sentWrite describes a write of op to the live pod with resourceVersion
+// precondition rv, sent at sent: what its settlement reads, if its answer
+// is lost.
+func sentWrite(op string, live *corev1.Pod, rv string, sent time.Time) *errInDoubt {
+	return &errInDoubt{op: op, rv: rv, sent: sent, deleting: live.DeletionTimestamp != nil, grace: live.DeletionGracePeriodSeconds}
+}
+
+// answer handles the answer to the write w of rm (classify); stop is false
+// when it was carried out. NotFound: the pod is already gone, which is the
+// goal; while an earlier write of this pod that was in doubt may still land
+// (doubts.mayLand), that is this removal happening: published, slot kept.
 // Conflict: the pod changed (or was recreated) since the re-read; look
 // again. 429: not processed; retried with backoff. Any other 4xx is a
 // refusal: reported failed once, retried with backoff. Anything else leaves
-// the outcome unknown: an *errInDoubt, and the slot stays taken.
-func (a *Actuator) answer(rm *removal, op string, err error) (stop bool, out Outcome, _ error) {
+// the outcome unknown: w (an *errInDoubt) with err, and the slot stays
+// taken.
+func (a *Actuator) answer(rm *removal, w *errInDoubt, err error) (stop bool, out Outcome, _ error) {
+	op := w.op
 	kind := classify(err)
 	if kind == answerDone {
 		return false, Outcome{}, nil
+	}
+	if kind == answerGone && a.doubts.mayLand(rm.state.UID, a.cfg.WindowNow()) {
+		a.metrics.InDoubt.WithLabelValues("happened").Inc()
+		a.complete(rm, op+" answered 404, within the late-commit horizon of an earlier write in doubt")
+		return true, Outcome{}, nil
 	}
 	if kind != answerUnknown {
 		rm.release()
@@ -495,7 +514,8 @@ func (a *Actuator) answer(rm *removal, op string, err error) (stop bool, out Out
 	a.metrics.APIErrors.WithLabelValues(op).Inc()
 	switch kind {
 	case answerUnknown:
-		return true, Outcome{}, &errInDoubt{op: op, err: err}
+		w.err = err
+		return true, Outcome{}, w
 	case answerRefused:
 		a.reportOnce(rm.state, rm.d, VerbFailed, fmt.Sprintf("%s: %v", op, err))
 	}

@@ -329,7 +329,7 @@ func TestActuator(t *testing.T) {
 				return true, nil, apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
 			},
 			writes:  []string{"delete pods"},
-			outcome: Outcome{Retry: true},
+			outcome: Outcome{RequeueAfter: minRecheck}, // visited again to settle it
 		},
 	}
 	for _, tc := range tests {

@@ -232,6 +232,12 @@ func (c *Controller) sync(ctx context.Context, s State, k string) (Outcome, erro
 	if !ok {
 		return Outcome{}, nil
 	}
+	// A removal of this pod in doubt is settled first, whatever the pod's
+	// decision is now: a pod whose lost write made it Terminating decides
+	// Wait, and one that changed may decide None, and neither reaches Handle.
+	if settled, out, err := c.act.resolve(ctx, p.UID); settled {
+		return out, err
+	}
 	nodes, counted := c.nodeCount()
 	if !counted {
 		// Fail safe: without a count the brake cannot hold (Run counts

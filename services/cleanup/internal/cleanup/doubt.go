@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/actuate"
 )
 
 // A removal write (the finalizer PATCH or the DELETE) whose answer is lost
@@ -18,12 +21,63 @@ import (
 // refusal published failed and gave the slot back, and the retry's re-read
 // then found the pod gone and published nothing: a removal never audited
 // and not counted (found by review). Such a write is *in doubt* instead:
-// nothing is published, the slot is kept, and the removal (its journaled
-// outcome) is remembered until it is settled the way a new leader's
-// recovery settles an intent (Happened): the pod gone, or another UID under
-// its name, means it happened and its outcome is published as if the answer
-// had come; the same pod still there means it did not, which is then
-// reported failed and the pod is handled as usual.
+// nothing is published, the slot is kept, the write is not sent again, and
+// the removal (its journaled outcome) is remembered until it is settled:
+// the pod gone, or another UID under its name, means it happened and its
+// outcome is published as if the answer had come.
+//
+// The same pod still there is no proof that it did not: the API server's
+// timeout filter answers 504 and lets the handler run on, and a read (even
+// a quorum read) does not wait for a write still in progress, so the write
+// can commit after a read that saw the pod unchanged; its preconditions
+// (UID and resourceVersion) still hold then. A retry's DELETE then answered
+// 404 and published nothing: a removal by this leader audited failed, never
+// deleted, and not counted (found by review). What the read may conclude,
+// per write (judge):
+//   - the resourceVersion is the write's precondition: the write may still
+//     land, so it stays in doubt, until lateCommitAfter has passed since it
+//     was sent; then it did not happen (final);
+//   - it moved on without the write's mark: the precondition can no longer
+//     hold, so the write can never land: it did not happen (final);
+//   - the DELETE's mark (deletionTimestamp set, or its grace period
+//     shortened): the API server carries out a DELETE as an update that marks
+//     the pod, then (grace 0, no finalizers) a removal at the new
+//     resourceVersion, so a read between the two sees the mark of our very
+//     write. For a deletion requested (finalizers keep the pod) that is the
+//     outcome: it happened. Otherwise the removal is under way: in doubt
+//     until the pod leaves or the horizon passes;
+//   - the finalizer PATCH's mark (no finalizers left): the patch is done
+//     (ours or the finalizers' own controllers'), the removal is not: the
+//     slot is given back and the pod handled as usual (its DELETE follows),
+//     with nothing reported.
+// A write that did not happen is reported failed (once), its slot given
+// back and the pod handled as usual (the write retried). For lateCommitAfter
+// after the write in doubt was sent, a retry's 404 counts as this removal
+// happening (the pod gone: the same conclusion the settling read draws).
+
+// lateCommitAfter bounds, past the client's own API deadline
+// (ActuatorConfig.APITimeout, how long a write may take to reach the API
+// server at all), how long after it was sent a write whose answer was lost
+// can still commit: the API server's default request timeout (60 s,
+// --request-timeout), after which its handler's context ends and storage
+// calls stop, plus a margin for an etcd proposal already under way and for
+// a handler that only notices its context at its next storage call. Until
+// then, the same pod still there, unchanged, is no proof that the write did
+// not happen.
+const lateCommitAfter = 60*time.Second + 20*time.Second
+
+// minRecheck is the shortest wait between two settling reads of a write in
+// doubt. The waits double with the time since the write was sent (the
+// settling reads come at about 2, 4, 8 ... times the answer's delay) and end
+// at the horizon, so a write in doubt costs a handful of GETs, never a
+// spin; the mirror's news of the pod (it left, it changed) settles it sooner.
+const minRecheck = time.Second
+
+// Write kinds: the op of an errInDoubt.
+const (
+	opRemoveFinalizers = "remove finalizers"
+	opDelete           = "delete"
+)
 
 // answer is what the API server's answer to a write says about it.
 type answer int
@@ -71,15 +125,24 @@ func classify(err error) answer {
 
 // errInDoubt is the error of a write whose answer left its outcome unknown.
 type errInDoubt struct {
-	op  string
+	op  string // opRemoveFinalizers or opDelete
 	err error
+	// The write as sent: its resourceVersion precondition, when it was sent
+	// (the window's monotonic clock), and the pod's deletion state before
+	// it (what a DELETE's mark is told from).
+	rv       string
+	sent     time.Time
+	deleting bool
+	grace    *int64
 }
 
 func (e *errInDoubt) Error() string { return e.op + ": " + e.err.Error() }
 func (e *errInDoubt) Unwrap() error { return e.err }
 
-// maxDoubts bounds the removals remembered in doubt. Past it a write whose
-// answer is lost is reported failed, as before (a report, never silence).
+// maxDoubts bounds the removals remembered in doubt (and, apart, the pods
+// whose earlier write in doubt may still land: late). Past it a write whose
+// answer is lost is reported failed and retried (a report, never silence),
+// and its slot is kept: it may have happened, so it counts.
 const maxDoubts = 4096
 
 // doubts are the removal writes of this leader that were sent and not yet
@@ -94,6 +157,10 @@ const maxDoubts = 4096
 type doubts struct {
 	mu sync.Mutex
 	m  map[string]*doubt
+	// late holds, by pod UID, until when a write of a removal that was in
+	// doubt and settled as not happened may still land (a retry's 404 then
+	// counts as it happening). Entries expire; bounded by maxDoubts.
+	late map[string]time.Time
 }
 
 type doubt struct {
@@ -102,7 +169,39 @@ type doubt struct {
 	gone    bool // the mirror saw the pod leave meanwhile
 }
 
-func newDoubts() *doubts { return &doubts{m: map[string]*doubt{}} }
+func newDoubts() *doubts { return &doubts{m: map[string]*doubt{}, late: map[string]time.Time{}} }
+
+// lateUntil remembers that an earlier write of uid may land until until.
+func (s *doubts) lateUntil(uid string, until, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.late) >= maxDoubts {
+		for k, t := range s.late {
+			if !now.Before(t) {
+				delete(s.late, k)
+			}
+		}
+		if len(s.late) >= maxDoubts {
+			return
+		}
+	}
+	if until.After(s.late[uid]) {
+		s.late[uid] = until
+	}
+}
+
+// mayLand reports whether an earlier write of uid in doubt may still land
+// at now.
+func (s *doubts) mayLand(uid string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.late[uid]
+	if ok && !now.Before(t) {
+		delete(s.late, uid)
+		return false
+	}
+	return ok
+}
 
 // send records that a write of rm is on its way. False: the memory is full,
 // and the write is not tracked.
@@ -182,14 +281,21 @@ func (s *doubts) left(uid string) *removal {
 	return d.rm
 }
 
+// forget drops what is remembered about uid's late writes (the pod left).
+func (s *doubts) forget(uid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.late, uid)
+}
+
 // unanswered handles a removal write whose answer was lost: nothing is
-// published and the slot is kept until it is settled (resolve, or the
-// mirror seeing the pod leave). Untracked (the memory of doubts is full):
-// reported failed and retried, as before.
+// published, the write is not sent again, and the slot is kept until it is
+// settled (resolve, or the mirror seeing the pod leave); the pod is visited
+// again to settle it (recheck). Untracked (the memory of doubts is full):
+// reported failed and retried, and the slot kept (it may have happened).
 func (a *Actuator) unanswered(rm *removal, lost *errInDoubt, tracked bool) (Outcome, error) {
 	pod := rm.state.Namespace + "/" + rm.state.Name
 	if !tracked {
-		rm.release()
 		a.reportOnce(rm.state, rm.d, VerbFailed, lost.Error())
 		return Outcome{Retry: true}, fmt.Errorf("pod %s: %w (too many writes in doubt to remember this one)", pod, lost)
 	}
@@ -202,37 +308,115 @@ func (a *Actuator) unanswered(rm *removal, lost *errInDoubt, tracked bool) (Outc
 	}
 	a.log.Warn().Err(lost).Str("pod", pod).Str("uid", rm.state.UID).Str("verb", rm.verb).
 		Msg("the answer to a removal write was lost: in doubt until the pod is read again")
-	return Outcome{Retry: true}, nil
+	return Outcome{RequeueAfter: a.recheck(lost.sent)}, nil
+}
+
+// horizon is how long after it was sent a write in doubt may still land.
+func (a *Actuator) horizon() time.Duration { return a.cfg.APITimeout + lateCommitAfter }
+
+// recheck is the wait before the next settling read of a write sent at
+// sent: as long as the time since (at least minRecheck), and never past the
+// horizon.
+func (a *Actuator) recheck(sent time.Time) time.Duration {
+	now := a.cfg.WindowNow()
+	next := max(now.Sub(sent), minRecheck)
+	if left := sent.Add(a.horizon()).Sub(now); left > 0 && left < next {
+		next = left
+	}
+	return next
+}
+
+// verdict is what a settling read concludes about a write in doubt.
+type verdict int
+
+const (
+	stillInDoubt verdict = iota // it may still land
+	happened                    // the removal happened: publish its outcome
+	notHappened                 // final: it did not and cannot land any more
+	patched                     // the finalizer patch's effect is there; the removal goes on
+)
+
+// judge reads the live pod (same UID) for the write in doubt w of rm
+// (package comment above: per write kind).
+func (a *Actuator) judge(rm *removal, w *errInDoubt, live *corev1.Pod) (verdict, string) {
+	over := !a.cfg.WindowNow().Before(w.sent.Add(a.horizon()))
+	if live.ResourceVersion == w.rv {
+		if over {
+			return notHappened, "the pod is unchanged past the late-commit horizon"
+		}
+		return stillInDoubt, ""
+	}
+	if w.op == opRemoveFinalizers {
+		if len(live.Finalizers) == 0 {
+			return patched, ""
+		}
+		return notHappened, "the pod changed without it since"
+	}
+	marked := live.DeletionTimestamp != nil && (!w.deleting || !sameGrace(w.grace, live.DeletionGracePeriodSeconds))
+	switch {
+	case !marked:
+		return notHappened, "the pod changed without it since"
+	case rm.verb == VerbDeletionRequested:
+		return happened, "the pod is Terminating"
+	case over:
+		return notHappened, "the pod is still there, marked for deletion, past the late-commit horizon"
+	}
+	return stillInDoubt, "" // the DELETE's first step: the pod's removal follows
+}
+
+func sameGrace(a, b *int64) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // resolve settles a removal of pod uid in doubt, on the pod's next visit,
-// the way a new leader settles an intent (Happened). It happened: its
-// journaled outcome is published (same id, same Event) and its slot kept;
-// settled is true. It did not (the same pod is still there): the slot is
-// given back, it is reported failed (once), and settled is false, so the
-// caller handles the pod as usual (a retry of the write). A failed re-read
-// keeps it in doubt for the next visit.
+// with one GET. It happened (the pod gone, another UID under its name, or
+// judge): its journaled outcome is published (same id, same Event) and its
+// slot kept; settled is true. Still in doubt: nothing changes, settled is
+// true and the pod is visited again (recheck). It did not happen (judge,
+// final): the slot is given back, it is reported failed (once), and settled
+// is false, so the caller handles the pod as usual (a retry of the write);
+// for a finalizer patch whose effect is there, the same without the report.
+// A failed re-read keeps it in doubt for the next visit.
 func (a *Actuator) resolve(ctx context.Context, uid string) (settled bool, out Outcome, err error) {
 	rm := a.doubts.waiting(uid)
 	if rm == nil {
 		return false, Outcome{}, nil
 	}
-	in := events.Intent{Action: rm.verb, Namespace: rm.state.Namespace, Name: rm.state.Name, UID: uid}
-	happened, err := a.Happened(ctx, in)
-	if err != nil {
-		return true, Outcome{Retry: true}, fmt.Errorf("settle the %s of pod %s/%s, whose answer was lost: %w",
-			rm.lost.op, in.Namespace, in.Name, err)
+	ns, name := rm.state.Namespace, rm.state.Name
+	live, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Pod, error) {
+		return a.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	})
+	v, why := happened, "the pod is gone"
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		a.metrics.APIErrors.WithLabelValues("get_pod").Inc()
+		return true, Outcome{Retry: true}, fmt.Errorf("settle the %s of pod %s/%s, whose answer was lost: %w", rm.lost.op, ns, name, err)
+	case string(live.UID) != uid:
+		why = "another pod holds its name"
+	default:
+		v, why = a.judge(rm, rm.lost, live)
+	}
+	if v == stillInDoubt {
+		return true, Outcome{RequeueAfter: a.recheck(rm.lost.sent)}, nil
 	}
 	if a.doubts.take(uid) == nil {
 		return true, Outcome{}, nil // the mirror saw the pod leave and settled it meanwhile
 	}
-	if happened {
+	if v == happened {
 		a.metrics.InDoubt.WithLabelValues("happened").Inc()
-		a.complete(rm, rm.lost.op+"; its answer was lost, and the pod is gone")
+		a.complete(rm, rm.lost.op+"; its answer was lost, and "+why)
 		return true, Outcome{}, nil
 	}
 	a.metrics.InDoubt.WithLabelValues("not_happened").Inc()
 	rm.release()
-	a.reportOnce(rm.state, rm.d, VerbFailed, rm.lost.Error()+"; its answer was lost, and the pod is still there")
+	now := a.cfg.WindowNow()
+	a.doubts.lateUntil(uid, rm.lost.sent.Add(a.horizon()), now)
+	if v == notHappened {
+		a.reportOnce(rm.state, rm.d, VerbFailed, rm.lost.Error()+"; its answer was lost, and "+why)
+	}
 	return false, Outcome{}, nil
 }

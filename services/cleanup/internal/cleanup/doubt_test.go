@@ -91,8 +91,8 @@ func TestActuatorDeleteAnswerLost(t *testing.T) {
 			state := pod(failed("Evicted"))
 			d := testPolicy().Decide(state, Facts{Now: t0})
 			out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
-			if err != nil || !out.Retry || len(r.pub.all()) != 0 || len(r.eventsSeen()) != 0 || w.Len(t0) != 1 {
-				t.Fatalf("first visit: %+v %v, OPS %v, window %d; want a retry, nothing published, the slot kept",
+			if err != nil || out.RequeueAfter <= 0 || len(r.pub.all()) != 0 || len(r.eventsSeen()) != 0 || w.Len(t0) != 1 {
+				t.Fatalf("first visit: %+v %v, OPS %v, window %d; want a visit again, nothing published, the slot kept",
 					out, err, opsIDs(r), w.Len(t0))
 			}
 			out, err = r.act.Handle(context.Background(), state, d, Facts{Now: t0}) // the controller's retry
@@ -152,11 +152,14 @@ func TestActuatorDeleteAnswerLostMirrorSawItGo(t *testing.T) {
 }
 
 // TestActuatorDeleteAnswerLostNotHappened: the answer was lost and the
-// write did not happen (the same pod is still there at the next visit): it
-// is reported failed once, its slot given back, and the write retried.
+// write did not happen, and the pod changed since (someone else's write:
+// its resourceVersion moved on, no deletion mark), so the DELETE's
+// precondition can never hold: it did not happen, final at once. It is
+// reported failed once, its slot given back, and the write retried.
 func TestActuatorDeleteAnswerLostNotHappened(t *testing.T) {
 	w := actuate.NewWindow(10, time.Minute)
 	r := newRig(t, testPolicy(), false, w, livePod())
+	gvr := corev1.SchemeGroupVersion.WithResource("pods")
 	lost := true
 	r.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if lost {
@@ -168,6 +171,11 @@ func TestActuatorDeleteAnswerLostNotHappened(t *testing.T) {
 	state := pod(failed("Evicted"))
 	d := testPolicy().Decide(state, Facts{Now: t0})
 	r.act.Handle(context.Background(), state, d, Facts{Now: t0})
+	// Someone labels the pod: a new resourceVersion, no deletion mark.
+	changed := livePod(func(p *corev1.Pod) { p.ResourceVersion, p.Labels = "8", map[string]string{"team": "a"} })
+	if err := r.client.Tracker().Update(gvr, changed, "apps"); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); err != nil || out != (Outcome{}) {
 		t.Fatalf("second visit: %+v %v", out, err)
 	}

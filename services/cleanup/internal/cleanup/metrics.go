@@ -74,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"why"}),
 		InDoubt: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opswire_cleanup_writes_in_doubt_total",
-			Help: "Removal writes whose answer was lost (how=unanswered), and how they were settled: happened (audited then) or not_happened (reported failed, retried).",
+			Help: "Removal writes whose answer was lost (how=unanswered), and how they were settled: happened (audited then) or not_happened (reported failed and retried, or a finalizer patch done and the removal going on).",
 		}, []string{"how"}),
 	}
 	if reg != nil {
