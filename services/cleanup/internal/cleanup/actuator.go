@@ -580,8 +580,10 @@ func IntentSubjects(cluster string) string {
 
 // Happened is the live check of a new leader for an intent without its
 // outcome in OPS: the removal happened when the pod is gone or another pod
-// (another UID) now holds its name; the same pod still there means the
-// write did not happen (or its deletion is pending), and the normal
+// (another UID) now holds its name; the same pod still there past the
+// late-commit horizon of the intent's time means the write did not happen
+// (or its deletion is pending); within it the write may still commit, and
+// Happened returns an error so the recovery retries, and the normal
 // processing of the pod takes it from there; except for a deletionrequested
 // intent, whose write leaves the pod Terminating (deletionTimestamp set).
 func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error) {
@@ -608,8 +610,24 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 	}
 	// A delete that finalizers hold leaves the same pod, now Terminating:
 	// that is the deletionrequested outcome.
-	return in.Action == VerbDeletionRequested && live.DeletionTimestamp != nil, nil
+	if in.Action == VerbDeletionRequested && live.DeletionTimestamp != nil {
+		return true, nil
+	}
+	if until := in.Time.Add(a.horizon()); a.cfg.Now().Before(until) {
+		// The old leader's write may still commit (its answer was lost as
+		// its term ended): the same pod is no proof yet. Not
+		// ErrUnverifiable (final for the record): the recovery retries, and
+		// this leader writes nothing before it completes.
+		return false, fmt.Errorf("pod %s/%s still there, but the intent's write may still commit until %s (late-commit horizon): %w",
+			in.Namespace, in.Name, until.UTC().Format(time.RFC3339), errNotYetDecided)
+	}
+	return false, nil
 }
+
+// errNotYetDecided: the live pod does not show an intent's write, which may
+// still commit (within the late-commit horizon of the intent's time).
+// Transient: SeedAndRecover retries the recovery.
+var errNotYetDecided = errors.New("not decided yet")
 
 // podName checks that namespace/name can be a pod's: a namespace is a
 // DNS-1123 label, a pod name a DNS-1123 subdomain (what the API server

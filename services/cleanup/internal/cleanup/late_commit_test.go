@@ -6,14 +6,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 )
 
@@ -195,5 +198,91 @@ func TestControllerSettlesDeletionRequestedInDoubt(t *testing.T) {
 	out, err := ctl.sync(context.Background(), state, "apps/web-1")
 	if ids := opsIDs(r); err != nil || strings.Join(ids, ",") != "cleanup/uid-1/deletionrequested" || w.Len(t0) != 1 {
 		t.Fatalf("second visit: %+v %v, OPS %v, window %d; want deletionrequested once, 1 slot", out, err, ids, w.Len(t0))
+	}
+}
+
+// TestDeleteInDoubtAcrossTermEnd: leader 1's DELETE is
+// answered 504 and its commit has not landed yet; leader 1 holds it in doubt
+// (3466ea7), then its term ends. Leader 2 starts 20 s after the write, inside
+// the late-commit horizon. Its recovery asks Happened about the open intent:
+// the same pod, unchanged, which 3466ea7 says is no proof within the horizon,
+// yet Happened answers a final false and the recovery completes. The commit
+// lands at 30 s; leader 2's next visit finds the pod gone (404 on its
+// re-read), and nothing ever publishes the removal leader 1 did.
+//
+// Recovery is simulated as SeedAndRecover does it: Happened until it answers
+// without an error (5 s between attempts); true publishes the intent's
+// outcome.
+func TestDeleteInDoubtAcrossTermEnd(t *testing.T) {
+	r := newRig(t, testPolicy(), false, actuate.NewWindow(10, time.Minute), livePod())
+	now := t0
+	r.act.cfg.WindowNow = func() time.Time { return now }
+	r.act.cfg.Now = func() time.Time { return now }
+	in := &intentRec{stored: true}
+	r.act.cfg.Intents = in
+	loseFirstDelete(r, nil)
+	state := pod(failed("Evicted"))
+	d := testPolicy().Decide(state, Facts{Now: t0})
+	out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
+	if err != nil || len(opsIDs(r)) != 0 || len(in.msgs) != 1 {
+		t.Fatalf("leader 1: %+v %v, OPS %v, %d intents; want the DELETE in doubt", out, err, opsIDs(r), len(in.msgs))
+	}
+	var intent events.Intent
+	if _, err := envelope.Decode(in.msgs[0].Header, in.msgs[0].Data, events.TypeIntent, &intent); err != nil {
+		t.Fatal(err)
+	}
+	// Leader 1's term ends. Leader 2, 20 s after the write.
+	now = t0.Add(20 * time.Second)
+	pub2 := &recPub{}
+	act2 := NewActuator(r.client, pub2, record.NewFakeRecorder(100), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
+		Now: func() time.Time { return now }, WindowNow: func() time.Time { return now },
+	})
+	landed := false
+	land := func() {
+		if !landed {
+			landed = true
+			_ = r.client.Tracker().Delete(podsGVR, "apps", "web-1")
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		if !now.Before(t0.Add(30 * time.Second)) {
+			land()
+		}
+		happened, err := act2.Happened(context.Background(), intent)
+		t.Logf("recovery attempt %d at +%s: Happened = %v, %v", attempt, now.Sub(t0), happened, err)
+		if err == nil {
+			if happened {
+				o := intent.Outcome
+				pub2.Publish(o.Subject, envelope.Event{ID: o.ID, Source: o.Source, Type: o.Type, Time: o.Time, Subject: o.Object, Data: o.Data})
+			}
+			break
+		}
+		if attempt > 40 {
+			t.Fatal("recovery never completes")
+		}
+		now = now.Add(5 * time.Second)
+	}
+	if now.Before(t0.Add(30 * time.Second)) {
+		now = t0.Add(30 * time.Second)
+	}
+	land() // leader 1's DELETE commits
+	now = now.Add(time.Second)
+	out, err = act2.Handle(context.Background(), state, d, Facts{Now: now})
+	t.Logf("leader 2's visit: %+v %v", out, err)
+	act2.Forget("uid-1") // the mirror saw the pod leave
+	var ids []string
+	for _, m := range append(r.pub.all(), pub2.all()...) {
+		ids = append(ids, m.Subject+" "+m.Header.Get(nats.MsgIdHdr))
+	}
+	t.Logf("OPS %v; DELETEs sent %d", ids, r.countDeletes())
+	deleted := 0
+	for _, m := range append(r.pub.all(), pub2.all()...) {
+		if m.Header.Get(nats.MsgIdHdr) == "cleanup/uid-1/deleted" {
+			deleted++
+		}
+	}
+	if deleted != 1 {
+		t.Errorf("leader 1's DELETE removed the pod (late commit), but its deleted audit was published %d times, want once", deleted)
 	}
 }

@@ -3,6 +3,7 @@ package cordon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -40,8 +41,10 @@ func IntentSubjects(cluster string) string {
 //     opswire's taint.
 //
 // Everything else is false, and nothing is published for the intent: the
-// node still has the version the intent was decided on (the patch did not
-// happen), the node is gone or replaced, or the live state is ambiguous
+// node still has the version the intent was decided on past the late-commit
+// horizon of the intent's time (the patch did not happen; within the horizon
+// it may still commit, and Happened returns an error so the recovery retries
+// until the node moves on or the horizon passes), the node is gone or replaced, or the live state is ambiguous
 // (a person undid the cordon since, another write re-marked the node).
 // The intent still counts in the rate window. An API error (other than
 // NotFound) fails the check, and the recovery retries.
@@ -55,11 +58,26 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 	if err != nil {
 		return false, fmt.Errorf("re-read node %s of an intent: %w", in.Name, err)
 	}
+	if v == unchanged {
+		if until := in.Time.Add(lateCommitHorizon(a.cfg.APITimeout)); a.cfg.Now().Before(until) {
+			// The old leader's write may still commit (its answer was lost
+			// as its term ended): an unchanged node is no proof yet. Not
+			// ErrUnverifiable (which is final for the record): the recovery
+			// retries, and this leader writes nothing before it completes.
+			return false, fmt.Errorf("node %s unchanged, but the intent's write may still commit until %s (late-commit horizon): %w",
+				in.Name, until.UTC().Format(time.RFC3339), errNotYetDecided)
+		}
+	}
 	if v == unclear {
 		a.ambiguous(in, why)
 	}
 	return v == applied, nil
 }
+
+// errNotYetDecided: the live object does not show an intent's write, which
+// may still commit (within the late-commit horizon of the intent's time).
+// Transient: SeedAndRecover retries the recovery.
+var errNotYetDecided = errors.New("not decided yet")
 
 // sameWrite reports whether mark m was written by the cordon decided as d.
 // The mark records the resourceVersion the patch was preconditioned on, and

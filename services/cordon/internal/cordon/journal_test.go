@@ -4,18 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/envelope"
@@ -138,8 +141,15 @@ func TestActuatorJournalsBeforeThePatch(t *testing.T) {
 			t.Fatalf("%+v, %v; want the write in doubt", out, err)
 		}
 		_, _, intent := in.intent(t, 0)
+		// Within the late-commit horizon an unchanged node is no proof:
+		// the recovery retries (an error, not ErrUnverifiable).
+		advance := clock(h)
+		if ok, err := h.act.Happened(context.Background(), intent); err == nil || ok || errors.Is(err, actuate.ErrUnverifiable) {
+			t.Fatalf("patch failed, within the horizon: Happened = %v, %v; want a retryable error", ok, err)
+		}
+		advance(lateCommitHorizon(h.act.cfg.APITimeout))
 		if ok, err := h.act.Happened(context.Background(), intent); err != nil || ok {
-			t.Fatalf("patch failed: Happened = %v, %v; want false", ok, err)
+			t.Fatalf("patch failed, past the horizon: Happened = %v, %v; want false", ok, err)
 		}
 	})
 	t.Run("refusal and dry run", func(t *testing.T) {
@@ -283,6 +293,8 @@ func TestActuatorHappened(t *testing.T) {
 			}
 		})
 	}
+	// The intents above are older than the late-commit horizon (an
+	// unchanged node within it: TestActuatorJournalsBeforeThePatch).
 	h := newHarness(t, seedPolicy(EffectCordon), false, Fleet{Managed: 10})
 	h.client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("API down")
@@ -385,5 +397,130 @@ func TestActuatorLiveReleases(t *testing.T) {
 		u.Reason != "2 pods <= minPods 2" || u.Replica != "r1" || u.Node != "n-u" ||
 		h2.Verb != VerbHandedOver || h2.Mode != EffectTaint || h2.Severity != events.SeverityWarning {
 		t.Fatalf("live releases %+v", got)
+	}
+}
+
+// TestInDoubtAcrossTermEnd: leader 1's cordon of a is
+// answered 504 and its commit has not landed (the server's handler runs on
+// for up to its 60 s request timeout); leader 1 holds it in doubt, then its
+// term ends (the usual cause: the same API/etcd trouble stops its lease
+// renewals). Leader 2 starts 20 s after the write, well inside the late-commit
+// horizon. Its recovery asks Happened about the open intent: the node is
+// unchanged, which within the horizon is no proof (the point of c90270b),
+// yet Happened answers a final false, the recovery completes and leader 2
+// acts. Then the late commit lands at 30 s.
+//
+// Recovery is simulated as SeedAndRecover does it: Happened until it answers
+// without an error (an error retries the whole recovery, 5 s later here);
+// true publishes the intent's outcome. Then leader 2 decides b (cap 1).
+//
+// Want: a's cordon, which happened, audited once; never two cordoned nodes
+// under a cap of 1.
+func TestInDoubtAcrossTermEnd(t *testing.T) {
+	p := withPolicy(EffectCordon, func(p *Policy) { p.MaxCordonedNodes = 1 })
+	names := []string{"a", "b"}
+	for i := range 8 {
+		names = append(names, fmt.Sprintf("free-%d", i))
+	}
+	var objs []runtime.Object
+	var mirror staticNodes
+	for _, n := range names {
+		count := 0
+		if n == "a" || n == "b" {
+			count = 100
+			objs = append(objs, pods(n, 100)...)
+		}
+		objs = append(objs, apiNode(n))
+		mirror = append(mirror, mirrorOf(apiNode(n), count))
+	}
+	h := newHarness(t, p, false, Fleet{Managed: 10}, objs...)
+	in := &intentRec{stored: true}
+	h.act.cfg.Intents = in
+	advance := clock(h)
+	t0 := h.act.cfg.Now()
+	var late k8stesting.Action // a's PATCH: answered 504, its commit not landed yet
+	h.client.PrependReactor("patch", "nodes", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		if late == nil && act.(k8stesting.PatchAction).GetName() == "a" {
+			late = act
+			return true, nil, apierrors.NewTimeoutError("request did not complete within the allotted timeout", 0)
+		}
+		return false, nil, nil
+	})
+	land := func() { // the late commit: the patch applied, the rv moved on
+		if late == nil {
+			return
+		}
+		if _, _, err := k8stesting.ObjectReaction(h.client.Tracker())(late); err != nil {
+			t.Fatal(err)
+		}
+		late = nil
+		n := h.node(t, "a")
+		n.ResourceVersion = "42"
+		if err := h.client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), n, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	landAt := t0.Add(30 * time.Second)
+
+	// Leader 1.
+	sa := mirror[0]
+	out, err := h.act.Apply(context.Background(), sa, false, Evaluate(p, sa, false))
+	if err != nil || out.RequeueAfter <= 0 || len(h.pub.decisions(t)) != 0 || in.count() != 1 {
+		t.Fatalf("leader 1: %+v %v, %d published, %d intents; want a's cordon in doubt", out, err, len(h.pub.decisions(t)), in.count())
+	}
+	_, _, intent := in.intent(t, 0)
+	// Leader 1's term ends; its actuator (and its doubt) is dropped.
+
+	// Leader 2, 20 s after the write.
+	advance(20 * time.Second)
+	pub2, ledger2 := &recordingPublisher{}, NewLedger(false)
+	act2 := NewActuator(h.client, pub2, record.NewFakeRecorder(100), ledger2, NewFleets(mirror, ledger2, p, h.client, 0),
+		ActuatorConfig{Cluster: "prod", Policy: p, Identity: "replica-b", Now: h.act.cfg.Now}, h.m, zerolog.Nop())
+	for attempt := 1; ; attempt++ {
+		if !h.act.cfg.Now().Before(landAt) {
+			land()
+		}
+		happened, err := act2.Happened(context.Background(), intent)
+		t.Logf("recovery attempt %d at +%s: Happened = %v, %v", attempt, h.act.cfg.Now().Sub(t0), happened, err)
+		if err == nil {
+			if happened {
+				o := intent.Outcome
+				pub2.Publish(o.Subject, envelope.Event{ID: o.ID, Source: o.Source, Type: o.Type, Time: o.Time, Subject: o.Object, Data: o.Data})
+			}
+			break
+		}
+		if attempt > 40 {
+			t.Fatal("recovery never completes")
+		}
+		advance(5 * time.Second)
+	}
+	sb := mirror[1]
+	out, err = act2.Apply(context.Background(), sb, false, Evaluate(p, sb, false))
+	t.Logf("leader 2, b at +%s: %+v %v", h.act.cfg.Now().Sub(t0), out, err)
+	if h.act.cfg.Now().Before(landAt) {
+		advance(landAt.Sub(h.act.cfg.Now()))
+	}
+	land()
+
+	cordoned := 0
+	for _, n := range names {
+		if h.node(t, n).Spec.Unschedulable {
+			cordoned++
+		}
+	}
+	auditedA := 0
+	for _, m := range append(h.pub.decisions(t), pub2.decisions(t)...) {
+		t.Logf("published %s %s", m.Subject, m.ID)
+		if m.D.Node == "a" && m.D.Verb == VerbCordoned {
+			auditedA++
+		}
+	}
+	t.Logf("a cordoned=%v, b cordoned=%v; nodes cordoned %d (cap 1); a's cordon audited %d times",
+		h.node(t, "a").Spec.Unschedulable, h.node(t, "b").Spec.Unschedulable, cordoned, auditedA)
+	if cordoned > 1 {
+		t.Errorf("%d nodes cordoned under a cap of 1: leader 2 cordoned b while leader 1's cordon of a could still commit", cordoned)
+	}
+	if h.node(t, "a").Spec.Unschedulable && auditedA != 1 {
+		t.Errorf("a's cordon happened (late commit) but was audited %d times, want once", auditedA)
 	}
 }
