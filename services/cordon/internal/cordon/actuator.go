@@ -169,8 +169,14 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 		// Held through the re-reads, the intent and the patch, the slot
 		// counts from when this call returns, just after the patch's answer
 		// (unless released: nothing was written): the window counts the
-		// write when it reached the API, not when it was decided on.
-		defer func() { slot.Settle(a.cfg.Now()) }()
+		// write when it reached the API, not when it was decided on. A write
+		// in doubt keeps it held until a read decides it (settle): a late
+		// commit counts from when it is seen, not from the lost answer.
+		defer func() {
+			if a.doubt == nil || a.doubt.slot != slot {
+				slot.Settle(a.cfg.Now())
+			}
+		}()
 	}
 	release := slot.Release
 	tr := trace{start: start}
@@ -223,7 +229,7 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 		a.announced.Reset(n.Name)
 		return actuate.Outcome{}, nil
 	}
-	return a.write(ctx, node, live, release, tr)
+	return a.write(ctx, node, live, slot, tr)
 }
 
 // reverify re-reads the node and recounts its pods from the API, and runs
@@ -341,9 +347,10 @@ type trace struct {
 }
 
 // write patches the node with a resourceVersion precondition, then records
-// the Event and the audit message. release gives the rate-window slot back
-// when nothing was written.
-func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, release func(), tr trace) (actuate.Outcome, error) {
+// the Event and the audit message. slot (nil: no window) is given back when
+// nothing was written, and handed to the doubt when the answer is lost.
+func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, slot *actuate.Slot, tr trace) (actuate.Outcome, error) {
+	release := slot.Release
 	now := a.cfg.Now()
 	patch, err := a.patchFor(node, d, now)
 	if err != nil {
@@ -378,8 +385,9 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, rel
 	case inDoubt(err):
 		// The answer is lost, not the write: whether the API applied it is
 		// for a read of the node to tell (settle), not for this error.
-		// Its slot stays taken whatever the read says (settle).
-		a.doubt = &doubt{node: node, d: d, o: o, err: err, tr: tr, sent: sent, intent: intent, unjournaled: !journaled}
+		// Its slot stays held with it and is settled (never given back)
+		// when a read decides it (settle).
+		a.doubt = &doubt{node: node, d: d, o: o, err: err, tr: tr, sent: sent, intent: intent, unjournaled: !journaled, slot: slot}
 		switch v, retryIn, serr := a.settle(ctx); {
 		case serr != nil:
 			return actuate.Outcome{}, serr // still in doubt: the retry settles it first
@@ -590,6 +598,7 @@ func (a *Actuator) Forget(name string) {
 	delete(a.simSeq, name)
 	if a.doubt != nil && a.doubt.node.Name == name {
 		a.log.Warn().Str("node", name).Str("id", a.doubt.o.id).Msg("node deleted while a write to it was in doubt; no outcome published")
+		a.doubt.slot.Settle(a.cfg.Now()) // it may have been written: counted
 		a.doubt = nil
 	}
 }

@@ -89,6 +89,12 @@ type doubt struct {
 	// leader's recovery and its rate window.
 	intent      *intentMsg
 	unjournaled bool
+	// slot is the write's rate-window slot (nil: no window), held while in
+	// doubt and settled when a read decides the write: from that read
+	// (applied: a late commit counts from when it was seen, not from the
+	// lost answer; not applied or unclear: from the decision, never given
+	// back).
+	slot *actuate.Slot
 }
 
 // intentMsg is a write-ahead intent ready to be stored: its subject and event.
@@ -191,7 +197,10 @@ func carriesMark(node *corev1.Node) bool {
 //
 // The slot stays taken in every case: a write that was in doubt counts in
 // the rate window (a late commit, or a horizon too short for this API
-// server, must not let another write through in its place).
+// server, must not let another write through in its place). It is held
+// while the write is pending and settled at the verdict, so the window
+// counts the write from the read that decided it (for a late commit: from
+// when it was seen, at or after it landed).
 //
 // When the node cannot be read the write stays in doubt and the error says
 // so: no other write goes out until a later call settles it.
@@ -223,6 +232,7 @@ func (a *Actuator) settle(ctx context.Context) (v verdict, retryIn time.Duration
 		v = notApplied
 	}
 	a.doubt = nil
+	w.slot.Settle(a.cfg.Now())
 	switch v {
 	case applied:
 		a.log.Info().AnErr("lost", w.err).Str("node", w.node.Name).Str("id", w.o.id).Msg("write in doubt: the node shows it; finishing it")

@@ -182,3 +182,70 @@ func TestActuatorLostUncordonThenCordonedBySomeoneElse(t *testing.T) {
 		t.Errorf("published %v; want the uncordon audited", verb)
 	}
 }
+
+// TestLateCommitCountsInTheWindowFromItsCommit: window of
+// 1 write per minute. a's cordon is answered 504 at t0 and its commit lands
+// at t0+61 s (inside the late-commit horizon, 85 s: the server's handler runs
+// for up to 60 s after it received the request). The slot of the write in
+// doubt was settled at the lost answer (t0), so it had left the window when
+// b's next attempt settled a's write as applied at t0+62 s, and b was
+// cordoned at once: two cordons one second apart under max 1 per minute
+// (found by review). The slot is now held with the doubt and settled at the
+// read that decides it.
+//
+// Want: a write shown applied later than its answer counts in the window from
+// when it was seen applied (the latest it can have happened), so b waits.
+func TestLateCommitCountsInTheWindowFromItsCommit(t *testing.T) {
+	a, b := apiNode("a"), apiNode("b")
+	p := seedPolicy("cordon")
+	h := newHarness(t, p, false, Fleet{Managed: 10}, append([]runtime.Object{a, b}, append(pods("a", 100), pods("b", 100)...)...)...)
+	win := actuate.NewWindow(1, time.Minute)
+	h.act.cfg.Limiter = win
+	advance := clock(h)
+	t0 := h.act.cfg.Now()
+	var late k8stesting.Action
+	h.client.PrependReactor("patch", "nodes", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		if late == nil && act.(k8stesting.PatchAction).GetName() == "a" {
+			late = act
+			return true, nil, apierrors.NewTimeoutError("request did not complete within the allotted timeout", 0)
+		}
+		return false, nil, nil
+	})
+	var writes []time.Duration // when each cordon reached the API (after t0)
+	h.client.PrependReactor("patch", "nodes", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		if act.(k8stesting.PatchAction).GetName() == "b" {
+			writes = append(writes, h.act.cfg.Now().Sub(t0))
+		}
+		return false, nil, nil
+	})
+	sa, sb := mirrorOf(a, 100), mirrorOf(b, 100)
+	out, err := h.act.Apply(context.Background(), sa, false, Evaluate(p, sa, false))
+	if err != nil || out.RequeueAfter <= 0 {
+		t.Fatalf("a: %+v %v; want it in doubt", out, err)
+	}
+	// b waits on a's doubt meanwhile (its settling reads find a unchanged).
+	for h.act.cfg.Now().Sub(t0) < 61*time.Second {
+		out, err = h.act.Apply(context.Background(), sb, false, Evaluate(p, sb, false))
+		if err != nil || out.RequeueAfter <= 0 || h.node(t, "b").Spec.Unschedulable {
+			t.Fatalf("b at +%s while a is in doubt: %+v %v", h.act.cfg.Now().Sub(t0), out, err)
+		}
+		advance(min(out.RequeueAfter, t0.Add(61*time.Second).Sub(h.act.cfg.Now())))
+	}
+	// a's late commit lands at t0+61 s.
+	if _, _, err := k8stesting.ObjectReaction(h.client.Tracker())(late); err != nil {
+		t.Fatal(err)
+	}
+	writes = append(writes, 61*time.Second)
+	n := h.node(t, "a")
+	n.ResourceVersion = "42"
+	if err := h.client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), n, ""); err != nil {
+		t.Fatal(err)
+	}
+	advance(time.Second)
+	out, err = h.act.Apply(context.Background(), sb, false, Evaluate(p, sb, false))
+	verb, _ := verbs(t, h)
+	t.Logf("b at +%s: %+v %v; published %v; cordons reached the API at %v (a's commit, then b's)", h.act.cfg.Now().Sub(t0), out, err, verb, writes)
+	if h.node(t, "a").Spec.Unschedulable && h.node(t, "b").Spec.Unschedulable {
+		t.Errorf("a (committed at +61s) and b (at +62s) both cordoned within one window of max 1 per minute: a's slot counted from its lost answer at +0s")
+	}
+}
