@@ -136,7 +136,15 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 	// it now decides), and before any other write, so the cap and the rate
 	// window never count on a write whose fate is unknown.
 	if a.doubt != nil && (a.doubt.node.Name == n.Name || d.Action != ActionNone) {
-		switch v, retryIn, err := a.settle(ctx); {
+		w := a.doubt
+		v, retryIn, err := a.settle(ctx)
+		if w.node.Name != n.Name && (err != nil || v == pending) && !w.heldLogged {
+			w.heldLogged = true
+			a.log.Warn().AnErr("lost", w.err).Str("node", n.Name).Str("inDoubt", w.node.Name).Str("id", w.o.id).
+				Time("sent", w.sent).Dur("horizon", lateCommitHorizon(a.cfg.APITimeout)).
+				Msg("write held: another node's write is in doubt (its answer was lost); no cordon write goes out until a read decides it, at the latest at its late-commit horizon")
+		}
+		switch {
 		case err != nil:
 			return actuate.Outcome{}, err
 		case v == pending:
@@ -388,6 +396,7 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, slo
 		// Its slot stays held with it and is settled (never given back)
 		// when a read decides it (settle).
 		a.doubt = &doubt{node: node, d: d, o: o, err: err, tr: tr, sent: sent, intent: intent, unjournaled: !journaled, slot: slot}
+		a.m.WritesInDoubt.WithLabelValues(doubtUnanswered).Inc()
 		switch v, retryIn, serr := a.settle(ctx); {
 		case serr != nil:
 			return actuate.Outcome{}, serr // still in doubt: the retry settles it first
@@ -599,6 +608,7 @@ func (a *Actuator) Forget(name string) {
 	if a.doubt != nil && a.doubt.node.Name == name {
 		a.log.Warn().Str("node", name).Str("id", a.doubt.o.id).Msg("node deleted while a write to it was in doubt; no outcome published")
 		a.doubt.slot.Settle(a.cfg.Now()) // it may have been written: counted
+		a.m.WritesInDoubt.WithLabelValues(doubtNodeDeleted).Inc()
 		a.doubt = nil
 	}
 }

@@ -95,6 +95,9 @@ type doubt struct {
 	// lost answer; not applied or unclear: from the decision, never given
 	// back).
 	slot *actuate.Slot
+	// heldLogged: the Warn that another node's write waits for this one was
+	// logged (once per doubt, not per node and retry).
+	heldLogged bool
 }
 
 // intentMsg is a write-ahead intent ready to be stored: its subject and event.
@@ -233,6 +236,14 @@ func (a *Actuator) settle(ctx context.Context) (v verdict, retryIn time.Duration
 	}
 	a.doubt = nil
 	w.slot.Settle(a.cfg.Now())
+	switch v {
+	case applied:
+		a.m.WritesInDoubt.WithLabelValues(doubtApplied).Inc()
+	case notApplied:
+		a.m.WritesInDoubt.WithLabelValues(doubtNotApplied).Inc()
+	default:
+		a.m.WritesInDoubt.WithLabelValues(doubtUnclear).Inc()
+	}
 	switch v {
 	case applied:
 		a.log.Info().AnErr("lost", w.err).Str("node", w.node.Name).Str("id", w.o.id).Msg("write in doubt: the node shows it; finishing it")

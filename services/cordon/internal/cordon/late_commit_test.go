@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -247,5 +248,9 @@ func TestLateCommitCountsInTheWindowFromItsCommit(t *testing.T) {
 	t.Logf("b at +%s: %+v %v; published %v; cordons reached the API at %v (a's commit, then b's)", h.act.cfg.Now().Sub(t0), out, err, verb, writes)
 	if h.node(t, "a").Spec.Unschedulable && h.node(t, "b").Spec.Unschedulable {
 		t.Errorf("a (committed at +61s) and b (at +62s) both cordoned within one window of max 1 per minute: a's slot counted from its lost answer at +0s")
+	}
+	// The stall is visible: one write unanswered, then decided applied.
+	if u, ap := testutil.ToFloat64(h.m.WritesInDoubt.WithLabelValues(doubtUnanswered)), testutil.ToFloat64(h.m.WritesInDoubt.WithLabelValues(doubtApplied)); u != 1 || ap != 1 {
+		t.Errorf("opswire_cordon_writes_in_doubt_total: unanswered %v, applied %v; want 1, 1", u, ap)
 	}
 }

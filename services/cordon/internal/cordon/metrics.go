@@ -19,6 +19,11 @@ type Metrics struct {
 	// count showed before its departure totals (Changes).
 	Postponed  prometheus.Counter
 	Reconciles prometheus.Counter
+	// WritesInDoubt counts writes whose answer was lost (unanswered) and
+	// how each was decided (applied, not_applied, unclear, node_deleted):
+	// unanswered minus the rest is the write in doubt now, which holds
+	// every other cordon write.
+	WritesInDoubt *prometheus.CounterVec // {how}
 }
 
 // NewMetrics registers the metrics on reg (nil: unregistered, for tests).
@@ -52,18 +57,34 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Reconciles: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "opswire_cordon_reconciles_total", Help: "Node reconciliations run.",
 		}),
+		WritesInDoubt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_cordon_writes_in_doubt_total",
+			Help: "Node writes whose answer was lost (unanswered) and how they were decided (applied, not_applied, unclear, node_deleted); while one is in doubt no other cordon write goes out.",
+		}, []string{"how"}),
 	}
 	// The closed label sets start at zero, so rate() and alerts see them
 	// before the first event.
 	for _, r := range []string{"cap-reached", "rate-limited"} {
 		m.Refusals.WithLabelValues(r)
 	}
+	for _, h := range []string{doubtUnanswered, doubtApplied, doubtNotApplied, doubtUnclear, doubtNodeDeleted} {
+		m.WritesInDoubt.WithLabelValues(h)
+	}
 	for _, d := range []string{"false", "true"} {
 		m.Uncordons.WithLabelValues(d)
 		m.Handovers.WithLabelValues(d)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Cordons, m.Uncordons, m.Handovers, m.Refusals, m.Failures, m.Stale, m.Held, m.Postponed, m.Reconciles)
+		reg.MustRegister(m.Cordons, m.Uncordons, m.Handovers, m.Refusals, m.Failures, m.Stale, m.Held, m.Postponed, m.Reconciles, m.WritesInDoubt)
 	}
 	return m
 }
+
+// The how of opswire_cordon_writes_in_doubt_total.
+const (
+	doubtUnanswered  = "unanswered"
+	doubtApplied     = "applied"
+	doubtNotApplied  = "not_applied"
+	doubtUnclear     = "unclear"
+	doubtNodeDeleted = "node_deleted"
+)
