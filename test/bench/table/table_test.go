@@ -167,3 +167,36 @@ func TestCleanupAPIRows(t *testing.T) {
 		})
 	}
 }
+
+// TestReactionRowsUseTheirTriggersFloor: each reaction row is judged against
+// the informer seeing its own trigger, for the same samples: a cordon's is a
+// pod's creation, a cleanup's a status write, an uncordon's a deletion (not the
+// pool of creations and status writes, which mixed cleanup's faster trigger
+// into cordon's floor and cordon's slower one into cleanup's).
+func TestReactionRowsUseTheirTriggersFloor(t *testing.T) {
+	metrics := "25 cordon-p99-ms	20 cleanup-p99-ms	30 uncordon-p99-ms	8 floor-p99-ms	10 floor-create-p99-ms	5 floor-status-p99-ms	12 floor-delete-p99-ms	9 cordon-in-p99-ms"
+	want := map[string]struct {
+		floor, ratio string
+		verdict      Verdict
+	}{
+		"1 Reaction: node crosses maxPods → cordoned, p99":      {"10.0 ms", "2.50×", Met},
+		"1 Reaction: evicted pod → deleted, p99":                {"5.0 ms", "4.00×", Met},
+		"1 Reaction: node back at minPods → uncordoned, p99":    {"12.0 ms", "2.50×", Met},
+		"1 Reaction, cordon's steps: trigger → the actuator st": {"10.0 ms", "—", NoTarget},
+	}
+	seen := 0
+	for _, r := range Rows(Parse(strings.NewReader("BenchmarkReaction5000-2   	       1	32366096065 ns/op	" + metrics + "\n"))) {
+		for prefix, w := range want {
+			if !strings.HasPrefix(r.Figure, prefix) {
+				continue
+			}
+			seen++
+			if r.Floor != w.floor || r.Verdict != w.verdict || (w.ratio != "—" && r.Ratio != w.ratio) {
+				t.Errorf("%s: floor %s ratio %s verdict %v, want floor %s ratio %s verdict %v", r.Figure, r.Floor, r.Ratio, r.Verdict, w.floor, w.ratio, w.verdict)
+			}
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("matched %d rows, want %d", seen, len(want))
+	}
+}
