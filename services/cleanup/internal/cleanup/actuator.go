@@ -115,6 +115,11 @@ type Actuator struct {
 	// recovery attempt; bounded by maxRefused.
 	refusedMu sync.Mutex
 	refused   map[types.UID]struct{}
+
+	// started is when this actuator (one per term) was built, on the API
+	// server's clock: a CleanupIntent Event created before it can be an
+	// earlier leader's removal whose write may still commit (LiveActions).
+	started time.Time
 }
 
 // maxRefused bounds Actuator.refused: past it the set starts over (a flood
@@ -134,7 +139,7 @@ func NewActuator(client kubernetes.Interface, audit actuate.Audit, recorder reco
 		cfg.APITimeout = actuate.DefaultAPITimeout
 	}
 	return &Actuator{client: client, audit: audit, recorder: recorder, metrics: m, log: log, cfg: cfg,
-		reported: actuate.NewAnnounced(), removed: newRemovedUIDs(removedTTL), doubts: newDoubts()}
+		reported: actuate.NewAnnounced(), removed: newRemovedUIDs(removedTTL), doubts: newDoubts(), started: cfg.Now()}
 }
 
 // Forget drops what was remembered about a pod that left the cluster. A

@@ -140,6 +140,7 @@ type liveAction struct {
 	outcome  envelope.Event
 	happened bool
 	event    *corev1.Event // the Event whose time counts
+	created  time.Time     // the latest creationTimestamp of its Events (the API server's clock)
 }
 
 // readRemovalEvent checks a removal Event and rebuilds its outcome audit
@@ -227,7 +228,7 @@ func (a *Actuator) readRemovalEvent(ev *corev1.Event, now time.Time) (*liveActio
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errInvalid, err)
 	}
-	return &liveAction{at: at, subject: subj, outcome: out, happened: ev.Reason != EventIntent,
+	return &liveAction{at: at, subject: subj, outcome: out, happened: ev.Reason != EventIntent, created: ev.CreationTimestamp.Time,
 		in: events.Intent{Actor: Service, Action: verb, Kind: "Pod", Namespace: ns, Name: name, UID: uid}}, nil
 }
 
@@ -276,7 +277,11 @@ func bound(s string) string {
 //   - a CleanupIntent Event without its outcome Event (the recorder is
 //     asynchronous: a SIGKILL loses what it has not sent): the pod is
 //     re-read (Happened); gone or replaced means the removal happened,
-//     otherwise it is Pending (it counts, nothing is published).
+//     otherwise it is Pending (it counts, nothing is published); but for
+//     an Event created before this term, the same pod within the
+//     late-commit horizon of the Event's creation is not decided yet (an
+//     earlier leader's write in doubt may still commit): an error, and the
+//     recovery retries, as for an OPS intent.
 //
 // An intent and an outcome Event of the same removal (pod UID and verb: the
 // outcome id cleanup/<uid>/<verb>) are one action, at the latest slot time
@@ -344,6 +349,9 @@ func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.
 			act.at, act.outcome, act.event = la.at, la.outcome, la.event
 		}
 		act.happened = act.happened || la.happened
+		if la.created.After(act.created) {
+			act.created = la.created
+		}
 	}
 	var out []actuate.LiveAction
 	for _, id := range order {
@@ -356,7 +364,19 @@ func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.
 			in := act.in
 			la.Check = &in
 		} else {
-			ok, err := a.Happened(ctx, act.in)
+			// The writes follow their CleanupIntent Event, so they were
+			// sent after its creation: until the late-commit horizon of
+			// that time the same pod is no proof that they did not happen
+			// (Happened), for an Event created before this term (an
+			// earlier leader's). One created since cannot be an earlier
+			// term's write in doubt, and is not waited for: Events are
+			// not authenticated, and one written on and on must not hold
+			// the recovery back for ever.
+			in := act.in
+			if !act.created.After(a.started) {
+				in.Time = act.created
+			}
+			ok, err := a.Happened(ctx, in)
 			if errors.Is(err, actuate.ErrUnverifiable) {
 				a.refuse(act.event, fmt.Errorf("%w: %w", errInvalid, err))
 				continue
