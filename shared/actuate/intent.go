@@ -142,6 +142,16 @@ type Recovery struct {
 	// intent counts in the window and has its rebuilt outcome published. An
 	// error retries the whole recovery (fail closed: no action before).
 	Live func(ctx context.Context, since time.Time) ([]LiveAction, error)
+	// LateCommit is how long after its intent a write whose answer was lost
+	// (or whose leader died while it was under way) can still commit: the
+	// actor's late-commit horizon. With it, an intent whose write happened
+	// but whose outcome is missing counts in the window from the read that
+	// showed it happened, at most LateCommit after the intent was stored, as
+	// the old leader counts a write in doubt from the read that decides it:
+	// a late commit counted from its intent freed its slot up to LateCommit
+	// early, and the new leader's next write went out less than Per after
+	// the commit. 0: from the intent.
+	LateCommit time.Duration
 }
 
 // LiveAction is one action of an actor found in the Kubernetes API at
@@ -201,7 +211,7 @@ func SeedAndRecover(ctx context.Context, js jetstream.JetStream, w *Window, r Re
 	defer m.Recovering.Set(0)
 	for attempt := 1; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, recoveryAttemptTimeout)
-		err := recoverOnce(rctx, js, w, r, m, log, now())
+		err := recoverOnce(rctx, js, w, r, m, log, now)
 		cancel()
 		if err == nil {
 			return nil
@@ -237,7 +247,8 @@ type openIntent struct {
 	in events.Intent
 }
 
-func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recovery, m *Metrics, log zerolog.Logger, start time.Time) error {
+func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recovery, m *Metrics, log zerolog.Logger, now func() time.Time) error {
+	start := now()
 	span := max(r.Span, w.Per)
 	if r.Span == 0 {
 		span = max(DefaultRecoverySpan, w.Per)
@@ -286,6 +297,7 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 	}
 	// Verify every open intent first; publish only once all are known.
 	var complete []events.Intent
+	happenedAt := map[string]time.Time{} // a completed intent: when its write was seen to have happened
 	done, pending := 0, 0
 	for _, id := range order {
 		oi := intents[id]
@@ -308,6 +320,7 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 		}
 		if happened {
 			complete = append(complete, oi.in)
+			happenedAt[id] = now()
 		} else {
 			pending++
 		}
@@ -317,6 +330,14 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 	// audits queued. Their outcome is rebuilt with the original's id.
 	var rebuilt []LiveAction
 	known := map[string]time.Time{} // the latest time the API shows of an action OPS knows
+	if r.LateCommit > 0 {
+		// A completed intent's write may have committed late, up to the
+		// read that showed it (and at most LateCommit after its intent):
+		// it counts from then, not from its intent.
+		for id, at := range happenedAt {
+			known[id] = minTime(at, intents[id].at.Add(r.LateCommit))
+		}
+	}
 	seen, livePending := map[string]bool{}, 0
 	for _, la := range live {
 		id := la.Outcome.ID
@@ -404,7 +425,8 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 // once (by outcome id) at the latest of its records: its latest attempt's
 // intent, its outcome (stored after the write's answer) and the API's
 // record of it (known: a CleanupIntent or outcome Event of a later attempt,
-// made while OPS was away). The latest, because the slot the old leader's
+// made while OPS was away; with Recovery.LateCommit, the read that showed a
+// completed intent's write happened). The latest, because the slot the old leader's
 // window held was its last attempt's, counted from the write: a retried
 // removal seeded at its first intent freed a retry delay early. unjournaled
 // counts the outcomes without an intent (writes while OPS was away).
@@ -452,3 +474,10 @@ func Unverifiable(err error) bool {
 
 // ErrIncompleteRecovery: a Recovery needs Happened and Audit.
 var ErrIncompleteRecovery = errors.New("actuate: Recovery.Happened and Recovery.Audit are required")
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

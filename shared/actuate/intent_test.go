@@ -442,6 +442,79 @@ func TestSeedAndRecoverCountsTheLatestAttempt(t *testing.T) {
 	}
 }
 
+// TestSeedAndRecoverCountsALateCommitFromItsRead: the old leader's write of
+// a lost its answer as its term ended, and the new leader's recovery finds
+// the object unchanged (Happened: not decided yet, an error that retries the
+// recovery) until the late commit lands 700 ms after the intent; the next
+// attempt completes the intent. The write happened at the commit, not at its
+// intent: with Recovery.LateCommit it counts in the window from the read that
+// showed it (at most LateCommit after its intent), as the old leader counts a
+// write in doubt from the read that decides it. Counted from its intent it
+// freed its slot that much early, and the new leader's next write went out
+// less than Per after the commit (cordon: a late commit 30 s into a window of
+// 1 per minute let the next cordon through 30 s after it).
+func TestSeedAndRecoverCountsALateCommitFromItsRead(t *testing.T) {
+	const per = 3 * time.Second
+	for _, tc := range []struct {
+		name       string
+		lateCommit time.Duration
+		from       string // when the write counts: "read", "horizon" or "intent"
+	}{
+		{"seen within the horizon: from the read", 10 * time.Second, "read"},
+		{"seen past the horizon: from the horizon", 200 * time.Millisecond, "horizon"},
+		{"no horizon: from the intent", 0, "intent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, js := natstest.Connect(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now().Add(-time.Second)
+			journal(t, NewJournal(js, time.Second, nil, zerolog.Nop()), "uid-a", "a")
+			intents, err := readOPS(ctx, js, "ops.c.cleanup.intent.>", start)
+			if err != nil || len(intents) != 1 {
+				t.Fatalf("%d intents read back (%v), want a's", len(intents), err)
+			}
+			stored := intents[0].Time
+			commit := time.Now().Add(700 * time.Millisecond)
+			var seen time.Time
+			rec := Recovery{Intents: "ops.c.cleanup.intent.>", Outcomes: []string{"ops.c.cleanup.deleted.>"}, Audit: &recorder{},
+				LateCommit: tc.lateCommit,
+				Happened: func(context.Context, events.Intent) (bool, error) {
+					if time.Now().Before(commit) {
+						return false, errors.New("unchanged, and the write may still commit")
+					}
+					seen = time.Now()
+					return true, nil
+				}}
+			w := NewWindow(1, per)
+			if err := SeedAndRecover(ctx, js, w, rec, nil, zerolog.Nop(), nil); err != nil {
+				t.Fatal(err)
+			}
+			if seen.IsZero() {
+				t.Fatal("the recovery completed without seeing the write")
+			}
+			// An action seeded at s is in the window ending at x while s > x-per.
+			from, slack := stored, time.Duration(0)
+			switch tc.from {
+			case "read":
+				from, slack = seen, 100*time.Millisecond // counted just after the read returned
+			case "horizon":
+				from = stored.Add(tc.lateCommit)
+			}
+			if got := w.Len(from.Add(per - time.Nanosecond)); got != 1 {
+				t.Errorf("window at %s after the intent holds %d, want 1: the write (intent stored, seen happened %s after it) freed its slot before %s + Per",
+					from.Add(per-time.Nanosecond).Sub(stored), got, seen.Sub(stored), tc.from)
+			}
+			if got := w.Len(from.Add(per + slack)); got != 0 {
+				t.Errorf("window at %s after the intent holds %d, want 0: counted later than %s", from.Add(per+slack).Sub(stored), got, tc.from)
+			}
+		})
+	}
+}
+
 // TestKnownActions: each action OPS knows counts once, at the latest of its
 // records: a retried one at its outcome or at a later attempt the API shows
 // (an Event written while OPS was away), even when its first intent is older

@@ -74,6 +74,18 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 	return v == applied, nil
 }
 
+// Recovery is what a new leader's SeedAndRecover reads back with: the
+// intents and outcomes of this actor, Happened, LiveActions, the audit
+// publisher, and the
+// late-commit horizon, so an intent whose write Happened shows (a late
+// commit of the old leader's write in doubt) counts in the window from the
+// read that showed it, at most the horizon after its intent, not from the
+// intent: as settle counts a write in doubt from the read that decides it.
+func (a *Actuator) Recovery() actuate.Recovery {
+	return actuate.Recovery{Intents: IntentSubjects(a.cfg.Cluster), Outcomes: ActionSubjects(a.cfg.Cluster),
+		Happened: a.Happened, Audit: a.audit, Live: a.LiveActions, LateCommit: lateCommitHorizon(a.cfg.APITimeout)}
+}
+
 // errNotYetDecided: the live object does not show an intent's write, which
 // may still commit (within the late-commit horizon of the intent's time).
 // Transient: SeedAndRecover retries the recovery.

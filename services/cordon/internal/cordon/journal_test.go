@@ -524,3 +524,19 @@ func TestInDoubtAcrossTermEnd(t *testing.T) {
 		t.Errorf("a's cordon happened (late commit) but was audited %d times, want once", auditedA)
 	}
 }
+
+// TestActuatorRecovery: the recovery a new leader runs with carries the
+// late-commit horizon, so the old leader's write in doubt that Happened finds
+// committed late counts in the window from that read, not from its intent
+// (actuate.TestSeedAndRecoverCountsALateCommitFromItsRead): counted from its
+// intent, a commit 30 s after it, at 1 cordon per minute, let the new
+// leader's next cordon through 30 s after the commit.
+func TestActuatorRecovery(t *testing.T) {
+	h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10})
+	r := h.act.Recovery()
+	if r.LateCommit != lateCommitHorizon(h.act.cfg.APITimeout) || r.Happened == nil || r.Live == nil || r.Audit == nil ||
+		r.Intents != IntentSubjects(h.act.cfg.Cluster) || len(r.Outcomes) != len(ActionSubjects(h.act.cfg.Cluster)) {
+		t.Fatalf("recovery %+v: want this actor's subjects, Happened, Live, the audit and LateCommit = the late-commit horizon %s",
+			r, lateCommitHorizon(h.act.cfg.APITimeout))
+	}
+}

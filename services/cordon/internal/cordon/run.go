@@ -89,9 +89,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 			// its audit queued) has its audit rebuilt; nothing is written
 			// before all of that is done.
 			if !dryRun {
-				rec := actuate.Recovery{Intents: IntentSubjects(rt.Cluster), Outcomes: ActionSubjects(rt.Cluster),
-					Happened: act.Happened, Audit: audit, Live: act.LiveActions}
-				if err := actuate.SeedAndRecover(gctx, js, window, rec, wm, rt.Log, nil); err != nil {
+				if err := actuate.SeedAndRecover(gctx, js, window, act.Recovery(), wm, rt.Log, nil); err != nil {
 					return nil
 				}
 			}
