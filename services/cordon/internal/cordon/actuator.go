@@ -613,6 +613,24 @@ func (a *Actuator) Forget(name string) {
 	}
 }
 
+// EndTerm is called once the term's last Apply has returned: a write still
+// in doubt is left to its intent (the next leader's recovery decides it,
+// Happened) and counted as term_ended, so that unanswered minus the decided
+// ones stays the write in doubt now. The metrics outlive the term (a replica
+// that is leader again later, or a standby, reported one in doubt for good).
+func (a *Actuator) EndTerm() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.doubt == nil {
+		return
+	}
+	a.log.Warn().AnErr("lost", a.doubt.err).Str("node", a.doubt.node.Name).Str("id", a.doubt.o.id).
+		Msg("term over with a write in doubt: the next leader's recovery decides it from its intent")
+	a.doubt.slot.Settle(a.cfg.Now()) // it may have been written: counted
+	a.m.WritesInDoubt.WithLabelValues(doubtTermEnded).Inc()
+	a.doubt = nil
+}
+
 // newestRV returns the newer of two resourceVersions (etcd revisions; ""
 // or unparsable count as older).
 func newestRV(a, b string) string {

@@ -82,6 +82,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.EnqueueAll()
 	for c.processNext(ctx) {
 	}
+	c.act.EndTerm()
 	return nil
 }
 

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -177,5 +179,48 @@ func (c *collected) count(verb string) int {
 		default:
 			return c.seen[verb]
 		}
+	}
+}
+
+// TestControllerTermEndsWithAWriteInDoubt: a's cordon is answered 504 and
+// never commits, and the term ends while it is in doubt (the next leader's
+// recovery decides it from its intent). opswire_cordon_writes_in_doubt_total
+// outlives the term, and its unanswered minus the decided ones is documented
+// as the write in doubt now: the term's end must decide it (term_ended), or
+// this replica reports a write in doubt for good, as a standby and in its
+// later terms.
+func TestControllerTermEndsWithAWriteInDoubt(t *testing.T) {
+	a := apiNode("a")
+	p := seedPolicy("cordon")
+	h := newHarness(t, p, false, Fleet{Managed: 10}, append([]runtime.Object{a}, pods("a", 100)...)...)
+	loseAnswer(t, h, apierrors.NewTimeoutError("request did not complete within the allotted timeout", 0), false, 0)
+	ctrl := NewController(staticNodes{mirrorOf(a, 100)}, NewChanges(), p, h.ledger, h.act, time.Hour, h.m, zerolog.Nop())
+	how := func(h *harness, label string) float64 {
+		return testutil.ToFloat64(h.m.WritesInDoubt.WithLabelValues(label))
+	}
+	ctx, endTerm := context.WithCancel(context.Background())
+	defer endTerm()
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); how(h, doubtUnanswered) < 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a's cordon not in doubt after 10s")
+		}
+	}
+	endTerm()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the controller did not stop 10s after its term ended")
+	}
+	open := how(h, doubtUnanswered)
+	for _, l := range []string{doubtApplied, doubtNotApplied, doubtUnclear, doubtNodeDeleted, "term_ended"} {
+		open -= how(h, l)
+	}
+	if verb, _ := verbs(t, h); open != 0 || len(verb) != 0 {
+		t.Errorf("after the term: writes in doubt now (unanswered - decided) = %v, published %v; want 0 (decided term_ended), nothing published", open, verb)
 	}
 }

@@ -59,7 +59,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		WritesInDoubt: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opswire_cordon_writes_in_doubt_total",
-			Help: "Node writes whose answer was lost (unanswered) and how they were decided (applied, not_applied, unclear, node_deleted); while one is in doubt no other cordon write goes out.",
+			Help: "Node writes whose answer was lost (unanswered) and how they were decided (applied, not_applied, unclear, node_deleted, term_ended: left to the next leader); while one is in doubt no other cordon write goes out.",
 		}, []string{"how"}),
 	}
 	// The closed label sets start at zero, so rate() and alerts see them
@@ -67,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"cap-reached", "rate-limited"} {
 		m.Refusals.WithLabelValues(r)
 	}
-	for _, h := range []string{doubtUnanswered, doubtApplied, doubtNotApplied, doubtUnclear, doubtNodeDeleted} {
+	for _, h := range []string{doubtUnanswered, doubtApplied, doubtNotApplied, doubtUnclear, doubtNodeDeleted, doubtTermEnded} {
 		m.WritesInDoubt.WithLabelValues(h)
 	}
 	for _, d := range []string{"false", "true"} {
@@ -87,4 +87,7 @@ const (
 	doubtNotApplied  = "not_applied"
 	doubtUnclear     = "unclear"
 	doubtNodeDeleted = "node_deleted"
+	// doubtTermEnded: the term ended with the write in doubt; the next
+	// leader's recovery decides it from its intent.
+	doubtTermEnded = "term_ended"
 )
