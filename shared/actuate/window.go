@@ -119,8 +119,9 @@ func (w *Window) removeAt(t time.Time) {
 
 // Slot is one action held in a Window (Window.Hold). Its owner reports each
 // write's answer (Wrote), then ends it: Settle when it may have written,
-// Release when it certainly did not (also after Settle, once a later read
-// showed the write did not happen). A nil Slot (no window: dry run, no
+// Release when it certainly did not. A write in doubt is settled, never
+// released: it may commit after any read that shows it did not happen yet
+// (cordon holds it until a read decides it, and settles it then). A nil Slot (no window: dry run, no
 // limiter) does nothing.
 type Slot struct {
 	w        *Window
@@ -167,8 +168,8 @@ func (s *Slot) Settle(now time.Time) {
 
 // Release gives the slot back: the action wrote nothing (the object was
 // gone, no longer qualified, or the API refused the write). After Settle it
-// takes the settled action back out (cordon: a write in doubt that a later
-// read shows not applied). A second Release does nothing.
+// takes the settled action back out (no actor does: a write that was in
+// doubt counts). A second Release does nothing.
 func (s *Slot) Release() {
 	if s == nil {
 		return
