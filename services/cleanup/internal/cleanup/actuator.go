@@ -116,9 +116,11 @@ type Actuator struct {
 	refusedMu sync.Mutex
 	refused   map[types.UID]struct{}
 
-	// started is when this actuator (one per term) was built, on the API
-	// server's clock: a CleanupIntent Event created before it can be an
-	// earlier leader's removal whose write may still commit (LiveActions).
+	// started is when this actuator (one per term) was built, on this
+	// replica's clock: a CleanupIntent Event created before it (its
+	// creationTimestamp, the API server's clock: a skew between the two only
+	// moves the bound by as much) can be an earlier leader's removal whose
+	// write may still commit (LiveActions).
 	started time.Time
 }
 

@@ -390,3 +390,14 @@ func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.
 	}
 	return out, nil
 }
+
+// Recovery is what a new leader's SeedAndRecover reads back with: this
+// actor's intents and outcomes, Happened, LiveActions, the audit publisher
+// and the late-commit horizon, so an intent whose write Happened shows (the
+// old leader's removal in doubt, committed late) counts in the window from
+// the read that showed it, at most the horizon after its intent, not from
+// the intent: as the old leader counts a write in doubt from its answer.
+func (a *Actuator) Recovery() actuate.Recovery {
+	return actuate.Recovery{Intents: IntentSubjects(a.cfg.Cluster), Outcomes: ActionSubjects(a.cfg.Cluster),
+		Happened: a.Happened, Audit: a.audit, Live: a.LiveActions, LateCommit: a.horizon()}
+}

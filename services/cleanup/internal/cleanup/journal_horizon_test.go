@@ -132,3 +132,18 @@ func liveSummary(las []actuate.LiveAction) []string {
 	}
 	return out
 }
+
+// TestActuatorRecovery: the recovery a new leader runs with is this actor's
+// (subjects, Happened, Live, the audit) with LateCommit = the late-commit
+// horizon, so a removal of the old term that committed late counts in the
+// window from the read that showed it, not from its intent (a slot freed up
+// to the horizon early otherwise: SeedAndRecover's test shows the rule).
+func TestActuatorRecovery(t *testing.T) {
+	r := newRig(t, testPolicy(), false, nil)
+	rec := r.act.Recovery()
+	if rec.LateCommit != r.act.cfg.APITimeout+lateCommitAfter || rec.LateCommit <= 0 || rec.Happened == nil || rec.Live == nil ||
+		rec.Audit == nil || rec.Intents != IntentSubjects(r.act.cfg.Cluster) || len(rec.Outcomes) != len(ActionSubjects(r.act.cfg.Cluster)) {
+		t.Fatalf("recovery %+v: want this actor's subjects, Happened, Live, the audit and LateCommit = the late-commit horizon %s",
+			rec, r.act.cfg.APITimeout+lateCommitAfter)
+	}
+}

@@ -128,9 +128,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		// cleanup's own Events are read (LiveActions): a leader SIGKILLed
 		// during a NATS outage left its removals only there.
 		if !dryRun {
-			rec := actuate.Recovery{Intents: IntentSubjects(rt.Cluster), Outcomes: ActionSubjects(rt.Cluster),
-				Happened: act.Happened, Audit: audit, Live: act.LiveActions}
-			if err := actuate.SeedAndRecover(lctx, js, window, rec, wm, log, time.Now); err != nil {
+			if err := actuate.SeedAndRecover(lctx, js, window, act.Recovery(), wm, log, time.Now); err != nil {
 				return nil
 			}
 		}
