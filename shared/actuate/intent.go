@@ -106,6 +106,62 @@ func NewIntent(cluster string, in events.Intent, outSubject string, outcome enve
 	return subject.Ops(cluster, in.Actor, tokens...), ev, nil
 }
 
+// NewAnswer builds the answer record of the intent iev (as NewIntent built
+// it, stored on isubj): the same intent with Answered set to why, on the same
+// subject, id iev.ID + "/answered". An actor stores it once every write of
+// the attempt was answered and none can still commit (a refusal, a conflict,
+// a 429: processed or turned away, never applied later). A new leader's
+// recovery then knows that an unchanged object means "did not happen" at
+// once, instead of waiting out the late-commit horizon for an attempt whose
+// answer may have been lost (SeedAndRecover). Without it (not stored: NATS
+// away, the actor killed first) the recovery waits, as it must.
+func NewAnswer(isubj string, iev envelope.Event, why string) (string, envelope.Event, error) {
+	var in events.Intent
+	if err := json.Unmarshal(iev.Data, &in); err != nil {
+		return "", envelope.Event{}, fmt.Errorf("decode intent %s: %w", iev.ID, err)
+	}
+	if why == "" {
+		why = "answered"
+	}
+	in.Answered = why
+	ev, err := envelope.New(iev.ID+"/answered", iev.Source, events.TypeIntent, iev.Subject, in, in.Time)
+	if err != nil {
+		return "", envelope.Event{}, err
+	}
+	return isubj, ev, nil
+}
+
+// Answers is implemented by a Journal: an actor whose Intents is one stores
+// the answer record of an intent whose attempt ended without a write that
+// can still commit (NewAnswer). Test recorders may leave it out.
+type Answers interface {
+	// Answer stores the answer record of the intent (isubj, iev), once,
+	// within the journal's timeout; false: not stored (the next leader
+	// then waits out the late-commit horizon, as without it).
+	Answer(ctx context.Context, isubj string, iev envelope.Event, why string) bool
+}
+
+var _ Answers = (*Journal)(nil)
+
+// Answer stores the answer record of the intent (isubj, iev) (Answers).
+func (j *Journal) Answer(ctx context.Context, isubj string, iev envelope.Event, why string) bool {
+	subj, ev, err := NewAnswer(isubj, iev, why)
+	if err != nil {
+		j.log.Error().Err(err).Str("id", iev.ID).Msg("intent answer cannot be encoded")
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, j.timeout)
+	defer cancel()
+	if _, err := natsx.PublishEvent(rctx, j.pub, subj, ev, j.timeout); err != nil {
+		j.m.Intents.WithLabelValues("answer_unstored").Inc()
+		j.log.Warn().Err(err).Str("id", ev.ID).Str("subject", subj).
+			Msg("intent answer not stored in OPS in time: a new leader waits out the late-commit horizon for it")
+		return false
+	}
+	j.m.Intents.WithLabelValues("answered").Inc()
+	return true
+}
+
 // IntentID is the id of the intent of one attempt at the write whose outcome
 // id is outcomeID, made at at: the outcome's id + "/intent/" + at in Unix
 // nanoseconds. Each attempt has its own (a retry after a refused write, by
@@ -264,6 +320,17 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 		var in events.Intent
 		if _, err := envelope.Decode(msg.Header, msg.Data, events.TypeIntent, &in); err != nil || in.Outcome.ID == "" {
 			log.Warn().Err(err).Str("subject", msg.Subject).Msg("malformed intent in OPS: ignored")
+			continue
+		}
+		if in.Answered != "" {
+			// An answer record closes its own attempt only (the same
+			// intent time): stored after the write's answer, it can come
+			// after a later attempt's intent, which stays open. Alone (its
+			// intent older than the span, or never stored) it is no intent.
+			if cur, ok := intents[in.Outcome.ID]; ok && cur.in.Time.Equal(in.Time) {
+				cur.in.Answered = in.Answered
+				intents[in.Outcome.ID] = cur
+			}
 			continue
 		}
 		if _, ok := intents[in.Outcome.ID]; !ok {

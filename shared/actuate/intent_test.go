@@ -531,3 +531,79 @@ func TestKnownActions(t *testing.T) {
 		t.Fatalf("knownActions = %v, %d unjournaled; want %v, 1 (u)", times, unjournaled, want)
 	}
 }
+
+// TestSeedAndRecoverHandsHappenedTheAnswer: an attempt's answer record
+// (NewAnswer: its writes were answered, none can still commit) reaches
+// Happened as the intent marked Answered, so an actor need not wait out the
+// late-commit horizon for it. It closes its own attempt only: a's answered
+// attempt is marked; b's answer of attempt 1, stored after attempt 2's
+// intent (answer records are stored after the write's answer), leaves
+// attempt 2 open; c has no answer; d's answer without its intent (older than
+// the span, or never stored) is no intent at all.
+func TestSeedAndRecoverHandsHappenedTheAnswer(t *testing.T) {
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
+		t.Fatal(err)
+	}
+	j := NewJournal(js, time.Second, nil, zerolog.Nop())
+	attempt := func(name string, n int) (string, envelope.Event) {
+		osubj, oev := outcome(t, "uid-"+name, name)
+		isubj, iev, err := NewIntent("c", events.Intent{Actor: "cleanup", Action: "deleted", Kind: "Pod", Namespace: "ns", Name: name,
+			UID: "uid-" + name, Time: oev.Time.Add(time.Duration(n) * time.Second)}, osubj, oev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return isubj, iev
+	}
+	record := func(subj string, ev envelope.Event) {
+		if !j.Record(ctx, subj, ev) {
+			t.Fatalf("intent %s not stored", ev.ID)
+		}
+	}
+	answer := func(subj string, ev envelope.Event) {
+		if !j.Answer(ctx, subj, ev, "refused") {
+			t.Fatalf("answer of %s not stored", ev.ID)
+		}
+	}
+	as, a1 := attempt("a", 1)
+	record(as, a1)
+	answer(as, a1)
+	bs, b1 := attempt("b", 1)
+	_, b2 := attempt("b", 2)
+	record(bs, b1)
+	record(bs, b2)
+	answer(bs, b1) // attempt 1's answer, stored after attempt 2's intent
+	cs, c1 := attempt("c", 1)
+	record(cs, c1)
+	ds, d1 := attempt("d", 1)
+	answer(ds, d1)
+
+	got := map[string]events.Intent{}
+	rec := Recovery{Intents: "ops.c.cleanup.intent.>", Outcomes: []string{"ops.c.cleanup.deleted.>"}, Audit: &recorder{},
+		Happened: func(_ context.Context, in events.Intent) (bool, error) {
+			got[in.Name] = in
+			return false, nil
+		}}
+	if err := SeedAndRecover(ctx, js, NewWindow(10, time.Minute), rec, nil, zerolog.Nop(), nil); err != nil {
+		t.Fatal(err)
+	}
+	var b2in events.Intent
+	if err := json.Unmarshal(b2.Data, &b2in); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		answered string
+		at       time.Time
+	}{"a": {"refused", time.Time{}}, "b": {"", b2in.Time}, "c": {"", time.Time{}}}
+	if len(got) != len(want) {
+		t.Fatalf("Happened asked about %d objects (%v), want a, b and c (d's answer alone is no intent)", len(got), got)
+	}
+	for name, w := range want {
+		in, ok := got[name]
+		if !ok || in.Answered != w.answered || (!w.at.IsZero() && !in.Time.Equal(w.at)) {
+			t.Errorf("%s: Happened got %+v (asked: %v), want answered %q (attempt at %v)", name, in, ok, w.answered, w.at)
+		}
+	}
+}

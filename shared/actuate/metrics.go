@@ -21,7 +21,8 @@ type Metrics struct {
 	WindowSeeded prometheus.Gauge
 	// Intents counts write-ahead intents by result: journaled (stored
 	// before the write), unjournaled (not stored in time: the write went
-	// ahead without one), and at leadership start completed (the write
+	// ahead without one), answered / answer_unstored (an attempt's answer
+	// record, NewAnswer, stored or not), and at leadership start completed (the write
 	// happened, its outcome audit was missing and is published now), done
 	// (the outcome is in OPS), pending (the object is unchanged: no write),
 	// rebuilt (shown by the API, unknown to OPS: outcome rebuilt, published).
@@ -54,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "opswire_rate_window_seeded_actions", Help: "Actions of the current rate window found in OPS when this leader started.",
 		}),
 		Intents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "opswire_intents_total", Help: "Write-ahead intents by result (journaled, unjournaled; at leadership start: completed, done, pending, rebuilt).",
+			Name: "opswire_intents_total", Help: "Write-ahead intents by result (journaled, unjournaled; answered, answer_unstored: an attempt's answer record; at leadership start: completed, done, pending, rebuilt).",
 		}, []string{"result"}),
 		Recovering: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "opswire_recovering", Help: "1 while a new leader recovers its rate window and missing audits (no action until done).",

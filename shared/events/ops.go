@@ -30,6 +30,11 @@ type Intent struct {
 	Time      time.Time `json:"time"`
 	// Outcome is the audit message the write produces, as it will be stored.
 	Outcome IntentOutcome `json:"outcome"`
+	// Answered is set on an intent's answer record only (actuate.NewAnswer):
+	// the attempt's writes were answered and none of them can still commit
+	// (refused, conflicted, throttled; why, e.g. "refused"). A new leader
+	// then need not wait for a late commit of this attempt.
+	Answered string `json:"answered,omitempty"`
 }
 
 // IntentOutcome is an audit message carried inside an Intent.

@@ -281,16 +281,20 @@ func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Po
 // journaled with its intent, published once the removal is known to have
 // happened (by the write's answer, or by settling a write in doubt).
 type removal struct {
-	state   *events.PodState
-	d       Decision
-	verb    string
-	subj    string
-	ev      envelope.Event
-	encErr  error
-	ann     map[string]string // the journal, on the outcome Event
-	slot    *actuate.Slot     // the removal's place in the rate window (nil in dry run)
-	release func()            // gives the deletion slot back
-	lost    *errInDoubt       // the write whose answer was lost
+	state  *events.PodState
+	d      Decision
+	verb   string
+	subj   string
+	ev     envelope.Event
+	encErr error
+	ann    map[string]string // the journal, on the outcome Event
+	// isubj and iev are its intent as stored in OPS (iev.ID "": not stored
+	// there), for its answer record (answerIntent).
+	isubj   string
+	iev     envelope.Event
+	slot    *actuate.Slot // the removal's place in the rate window (nil in dry run)
+	release func()        // gives the deletion slot back
+	lost    *errInDoubt   // the write whose answer was lost
 }
 
 // newRemoval builds the removal of the live pod decided d, with its verb and
@@ -350,7 +354,11 @@ func (a *Actuator) journal(ctx context.Context, live *corev1.Pod, rm *removal) e
 		return nil
 	}
 	rm.ann = journalAnnotations(iev, a.cfg.WindowNow()) // each write's answer moves it (answered)
-	if a.cfg.Intents == nil || a.cfg.Intents.Record(ctx, isubj, iev) {
+	if a.cfg.Intents == nil {
+		return nil
+	}
+	if a.cfg.Intents.Record(ctx, isubj, iev) {
+		rm.isubj, rm.iev = isubj, iev
 		return nil
 	}
 	if err := a.journalEvent(ctx, live, rm.verb, rm.ann); err != nil {
@@ -370,11 +378,11 @@ func (a *Actuator) remove(ctx context.Context, live *corev1.Pod, rm *removal) (O
 		sent := a.cfg.WindowNow()
 		patched, err := a.clearFinalizers(ctx, live)
 		a.answered(rm.slot, rm.ann)
-		if stop, out, err := a.answer(rm, sentWrite(opRemoveFinalizers, live, rv, sent), err); stop {
+		if stop, out, err := a.answer(ctx, rm, sentWrite(opRemoveFinalizers, live, rv, sent), err); stop {
 			return out, err
 		}
 		if len(patched.Finalizers) > 0 {
-			return a.finalizersPutBack(rm, patched.Finalizers)
+			return a.finalizersPutBack(ctx, rm, patched.Finalizers)
 		}
 		if deletedByUpdate(live) {
 			// The pod was already being deleted with grace 0 (or none): the
@@ -395,7 +403,7 @@ func (a *Actuator) remove(ctx context.Context, live *corev1.Pod, rm *removal) (O
 		a.complete(rm, "finalizers cleared; gone before the delete")
 		return Outcome{}, nil
 	}
-	if stop, out, err := a.answer(rm, sentWrite(opDelete, live, rv, sent), err); stop {
+	if stop, out, err := a.answer(ctx, rm, sentWrite(opDelete, live, rv, sent), err); stop {
 		return out, err
 	}
 	a.complete(rm, "delete")
@@ -461,9 +469,11 @@ func (a *Actuator) answered(slot *actuate.Slot, ann map[string]string) {
 // finalizers, and retried with the pod's backoff. This is also what the
 // journal's recovery concludes: the intent stored before the patch has no
 // outcome, and Happened sees the same pod, so a new leader counts it
-// pending and publishes nothing.
-func (a *Actuator) finalizersPutBack(rm *removal, kept []string) (Outcome, error) {
+// pending and publishes nothing (at once: the attempt's answer record says
+// none of its writes can still commit).
+func (a *Actuator) finalizersPutBack(ctx context.Context, rm *removal, kept []string) (Outcome, error) {
 	rm.release()
+	a.answerIntent(ctx, rm, "finalizers kept")
 	a.metrics.Rechecks.WithLabelValues("finalizers_put_back").Inc()
 	msg := fmt.Sprintf("remove finalizers: the API server answered with finalizers %s set again (a mutating admission webhook?); the pod stays",
 		strings.Join(kept, ", "))
@@ -495,7 +505,7 @@ func sentWrite(op string, live *corev1.Pod, rv string, sent time.Time) *errInDou
 // refusal: reported failed once, retried with backoff. Anything else leaves
 // the outcome unknown: w (an *errInDoubt) with err, and the slot stays
 // taken.
-func (a *Actuator) answer(rm *removal, w *errInDoubt, err error) (stop bool, out Outcome, _ error) {
+func (a *Actuator) answer(ctx context.Context, rm *removal, w *errInDoubt, err error) (stop bool, out Outcome, _ error) {
 	op := w.op
 	kind := classify(err)
 	if kind == answerDone {
@@ -508,6 +518,11 @@ func (a *Actuator) answer(rm *removal, w *errInDoubt, err error) (stop bool, out
 	}
 	if kind != answerUnknown {
 		rm.release()
+	}
+	switch kind {
+	case answerChanged, answerThrottled, answerRefused:
+		// Turned away, never applied later: the attempt is over.
+		a.answerIntent(ctx, rm, kind.String())
 	}
 	switch kind {
 	case answerGone:
@@ -527,6 +542,21 @@ func (a *Actuator) answer(rm *removal, w *errInDoubt, err error) (stop bool, out
 		a.reportOnce(rm.state, rm.d, VerbFailed, fmt.Sprintf("%s: %v", op, err))
 	}
 	return true, Outcome{Retry: true}, fmt.Errorf("%s pod %s/%s: %w", op, rm.state.Namespace, rm.state.Name, err)
+}
+
+// answerIntent stores the answer record of rm's intent (actuate.NewAnswer)
+// once its attempt ended with the pod still there and no write of it that
+// can still commit: a new leader then takes the same pod for "did not
+// happen" at once instead of waiting out the late-commit horizon. Not while
+// an earlier write of the pod in doubt may still land (or that memory is
+// full and may have lost one), and not for an intent OPS did not store
+// (nothing to answer; a CleanupIntent Event is waited for as before).
+func (a *Actuator) answerIntent(ctx context.Context, rm *removal, why string) {
+	ans, ok := a.cfg.Intents.(actuate.Answers)
+	if !ok || rm.iev.ID == "" || !a.doubts.certain(rm.state.UID, a.cfg.WindowNow()) {
+		return
+	}
+	ans.Answer(ctx, rm.isubj, rm.iev, why)
 }
 
 // reportOnce publishes a decision unless the same verb and reason was already
@@ -620,7 +650,8 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 	if in.Action == VerbDeletionRequested && live.DeletionTimestamp != nil {
 		return true, nil
 	}
-	if until := in.Time.Add(a.horizon()); a.cfg.Now().Before(until) {
+	if until := in.Time.Add(a.horizon()); in.Answered == "" && a.cfg.Now().Before(until) {
+		// (An answered attempt, actuate.NewAnswer, cannot commit late.)
 		// The old leader's write may still commit (its answer was lost as
 		// its term ended): the same pod is no proof yet. Not
 		// ErrUnverifiable (final for the record): the recovery retries, and

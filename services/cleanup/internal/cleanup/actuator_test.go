@@ -633,9 +633,21 @@ func TestActuatorFinalizerRemovalCountsAgainstCap(t *testing.T) {
 
 // intentRec records intents; stored is what Record answers.
 type intentRec struct {
-	mu     sync.Mutex
-	stored bool
-	msgs   []*nats.Msg
+	mu      sync.Mutex
+	stored  bool
+	msgs    []*nats.Msg
+	answers []*nats.Msg // answer records (actuate.Answers), apart from the intents
+}
+
+func (r *intentRec) Answer(_ context.Context, isubj string, iev envelope.Event, why string) bool {
+	subj, ev, err := actuate.NewAnswer(isubj, iev, why)
+	if err != nil {
+		panic(err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.answers = append(r.answers, ev.Msg(subj))
+	return r.stored
 }
 
 func (r *intentRec) Record(_ context.Context, subj string, ev envelope.Event) bool {

@@ -91,6 +91,23 @@ const (
 	answerUnknown                 // no answer, a timeout, a 5xx: it may have happened
 )
 
+// String names the answer, as an intent's answer record says it.
+func (k answer) String() string {
+	switch k {
+	case answerDone:
+		return "done"
+	case answerGone:
+		return "gone"
+	case answerChanged:
+		return "conflict"
+	case answerThrottled:
+		return "throttled"
+	case answerRefused:
+		return "refused"
+	}
+	return "unknown"
+}
+
 // classify reads a write's error. Only a status the API server wrote
 // itself tells what happened: a 4xx is decided before anything is stored,
 // and 429 is given before the request is processed. Everything else leaves
@@ -201,6 +218,18 @@ func (s *doubts) mayLand(uid string, now time.Time) bool {
 		return false
 	}
 	return ok
+}
+
+// certain reports that no earlier write of uid can still land: none is
+// remembered in doubt, and the memory of those is not full (a full one may
+// have dropped one).
+func (s *doubts) certain(uid string, now time.Time) bool {
+	if s.mayLand(uid, now) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.late) < maxDoubts
 }
 
 // send records that a write of rm is on its way. False: the memory is full,

@@ -388,6 +388,7 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, slo
 		// write in doubt, which would hold every cordon write until its
 		// late-commit horizon.
 		release()
+		a.answerIntent(ctx, intent, journaled, "throttled")
 		a.log.Debug().Err(err).Str("node", node.Name).Msg("write throttled by the API server; retrying with backoff")
 		return actuate.Outcome{Retry: true}, nil
 	case inDoubt(err):
@@ -410,6 +411,7 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, slo
 		return actuate.Outcome{}, nil
 	case err != nil:
 		release()
+		a.answerIntent(ctx, intent, journaled, "refused")
 		a.fail(node, d, err)
 		return actuate.Outcome{}, fmt.Errorf("%s %s: %w", d.Action, node.Name, err)
 	}
@@ -478,6 +480,17 @@ func (a *Actuator) journal(ctx context.Context, node *corev1.Node, o written, tr
 	stored := a.cfg.Intents.Record(ctx, isubj, iev)
 	tr.intent = time.Since(t)
 	return &intentMsg{subj: isubj, ev: iev}, stored
+}
+
+// answerIntent stores the answer record of a stored intent whose patch was
+// answered and not applied (refused, throttled): the next leader need not
+// wait out the late-commit horizon for it on an unchanged node
+// (actuate.NewAnswer). A conflict needs none: the node's resourceVersion
+// moved, which Happened takes as final already.
+func (a *Actuator) answerIntent(ctx context.Context, intent *intentMsg, journaled bool, why string) {
+	if ans, ok := a.cfg.Intents.(actuate.Answers); ok && intent != nil && journaled {
+		ans.Answer(ctx, intent.subj, intent.ev, why)
+	}
 }
 
 // done finishes a write the API applied: the ledger and lastWrite learn the

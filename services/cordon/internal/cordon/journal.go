@@ -58,7 +58,9 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 	if err != nil {
 		return false, fmt.Errorf("re-read node %s of an intent: %w", in.Name, err)
 	}
-	if v == unchanged {
+	if v == unchanged && in.Answered == "" {
+		// (An answered attempt, actuate.NewAnswer, cannot commit late: its
+		// unchanged node is final.)
 		if until := in.Time.Add(lateCommitHorizon(a.cfg.APITimeout)); a.cfg.Now().Before(until) {
 			// The old leader's write may still commit (its answer was lost
 			// as its term ended): an unchanged node is no proof yet. Not

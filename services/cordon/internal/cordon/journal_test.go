@@ -39,6 +39,23 @@ func (r *intentRec) Record(_ context.Context, subj string, ev envelope.Event) bo
 	return r.stored
 }
 
+// answerRec is an intentRec that also records answer records (actuate.Answers).
+type answerRec struct {
+	intentRec
+	answers []*nats.Msg
+}
+
+func (r *answerRec) Answer(_ context.Context, isubj string, iev envelope.Event, why string) bool {
+	subj, ev, err := actuate.NewAnswer(isubj, iev, why)
+	if err != nil {
+		panic(err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.answers = append(r.answers, ev.Msg(subj))
+	return r.stored
+}
+
 func (r *intentRec) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -538,5 +555,68 @@ func TestActuatorRecovery(t *testing.T) {
 		r.Intents != IntentSubjects(h.act.cfg.Cluster) || len(r.Outcomes) != len(ActionSubjects(h.act.cfg.Cluster)) {
 		t.Fatalf("recovery %+v: want this actor's subjects, Happened, Live, the audit and LateCommit = the late-commit horizon %s",
 			r, lateCommitHorizon(h.act.cfg.APITimeout))
+	}
+}
+
+// TestAnsweredPatchIsNotWaitedFor: a patch answered with a refusal (403) or
+// a 429 cannot commit later, so the actuator stores its intent's answer
+// record (actuate.NewAnswer) and a new leader's Happened takes the unchanged
+// node for "did not happen" at once; without the record (f540516's rule) it
+// waited the whole late-commit horizon, 85 s, idle (found by review). A
+// write in doubt (504) and an intent OPS did not store get no record: the
+// next leader waits for those, as it must.
+func TestAnsweredPatchIsNotWaitedFor(t *testing.T) {
+	gr := corev1.Resource("nodes")
+	tests := []struct {
+		name    string
+		answer  error
+		stored  bool
+		answers int
+		why     string
+	}{
+		{"403 refused", apierrors.NewForbidden(gr, "a", errors.New("denied")), true, 1, "refused"},
+		{"429 throttled", apierrors.NewTooManyRequests("slow down", 1), true, 1, "throttled"},
+		{"504, in doubt", apierrors.NewTimeoutError("request did not complete within the allotted timeout", 0), true, 0, ""},
+		{"403, intent not stored", apierrors.NewForbidden(gr, "a", errors.New("denied")), false, 0, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := withPolicy(EffectCordon, func(*Policy) {})
+			objs := append(pods("a", 100), apiNode("a"))
+			h := newHarness(t, p, false, Fleet{Managed: 10}, objs...)
+			in := &answerRec{intentRec: intentRec{stored: tc.stored}}
+			h.act.cfg.Intents = in
+			advance := clock(h)
+			h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, tc.answer
+			})
+			sa := mirrorOf(apiNode("a"), 100)
+			_, _ = h.act.Apply(context.Background(), sa, false, Evaluate(p, sa, false))
+			if in.count() != 1 || len(in.answers) != tc.answers {
+				t.Fatalf("%d intents, %d answer records; want 1, %d", in.count(), len(in.answers), tc.answers)
+			}
+			if tc.answers == 0 {
+				return
+			}
+			var answered events.Intent
+			if _, err := envelope.Decode(in.answers[0].Header, in.answers[0].Data, events.TypeIntent, &answered); err != nil {
+				t.Fatal(err)
+			}
+			_, _, intent := in.intent(t, 0)
+			if answered.Answered != tc.why || !answered.Time.Equal(intent.Time) || in.answers[0].Subject != in.msgs[0].Subject {
+				t.Fatalf("answer record %+v on %s; want the intent's attempt answered %q on its subject", answered, in.answers[0].Subject, tc.why)
+			}
+			// A new leader, 20 s later: the unchanged node, within the horizon.
+			advance(20 * time.Second)
+			pub2, ledger2 := &recordingPublisher{}, NewLedger(false)
+			act2 := NewActuator(h.client, pub2, record.NewFakeRecorder(10), ledger2, NewFleets(staticNodes{sa}, ledger2, p, h.client, 0),
+				ActuatorConfig{Cluster: "prod", Policy: p, Identity: "replica-b", Now: h.act.cfg.Now}, NewMetrics(nil), zerolog.Nop())
+			if ok, err := act2.Happened(context.Background(), answered); ok || err != nil {
+				t.Fatalf("Happened(answered intent) = %v, %v; want false at once", ok, err)
+			}
+			if _, err := act2.Happened(context.Background(), intent); !errors.Is(err, errNotYetDecided) {
+				t.Fatalf("Happened(intent without its answer) = %v; want not decided yet (within the horizon)", err)
+			}
+		})
 	}
 }

@@ -1,0 +1,170 @@
+package cleanup
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/envelope"
+	"github.com/opswire/opswire/shared/events"
+)
+
+// TestRecoveryAfterAnsweredRefusal: leader 1's DELETE gets a definite
+// answer that it did not happen (409: the pod changed since the re-read;
+// 403: an admission webhook denied it; 429: turned away), and its term ends
+// before the retry. Its intent has no outcome. Happened cannot tell such a
+// write from one whose answer was lost, so leader 2 waited the whole
+// late-commit horizon (about 90 s: recovery retried, nothing acted on) for a
+// write that was answered; a pod a webhook keeps refusing is retried from a
+// fresh backoff each term, so every takeover paid it (found by review). Now
+// leader 1 stores the attempt's answer record (actuate.NewAnswer), the
+// recovery hands Happened the intent marked answered, and the same pod is
+// "did not happen" at once. Without the record (not stored) it still waits.
+func TestRecoveryAfterAnsweredRefusal(t *testing.T) {
+	gr := schema.GroupResource{Resource: "pods"}
+	tests := []struct {
+		name     string
+		answer   error
+		changed  bool // the pod's resourceVersion moved on (the cause of the 409)
+		why      string
+		unstored bool // the answer record was not stored
+	}{
+		{"409 conflict", apierrors.NewConflict(gr, "web-1", errors.New("the object has been modified")), true, "conflict", false},
+		{"403 denied by admission", apierrors.NewForbidden(gr, "web-1", errors.New("admission webhook denied the request")), false, "refused", false},
+		{"429 throttled", apierrors.NewTooManyRequests("slow down", 1), false, "throttled", false},
+		{"403, its answer record not stored", apierrors.NewForbidden(gr, "web-1", errors.New("denied")), false, "refused", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, testPolicy(), false, actuate.NewWindow(10, time.Minute), livePod())
+			now := t0
+			r.act.cfg.WindowNow = func() time.Time { return now }
+			r.act.cfg.Now = func() time.Time { return now }
+			in := &intentRec{stored: true}
+			r.act.cfg.Intents = in
+			r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, tc.answer
+			})
+			state := pod(failed("Evicted"))
+			d := testPolicy().Decide(state, Facts{Now: t0})
+			out, _ := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
+			if !out.Retry || len(in.msgs) != 1 || r.act.doubts.waiting("uid-1") != nil || len(in.answers) != 1 {
+				t.Fatalf("leader 1: %+v, %d intents, %d answer records; want the refusal answered, retried, nothing in doubt, one answer record",
+					out, len(in.msgs), len(in.answers))
+			}
+			if tc.changed {
+				if err := r.client.Tracker().Update(podsGVR, livePod(func(p *corev1.Pod) { p.ResourceVersion = "8" }), "apps"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			intent := decodeIntent(t, in.msgs[0])
+			answered := decodeIntent(t, in.answers[0])
+			if answered.Answered != tc.why || !answered.Time.Equal(intent.Time) || answered.Outcome.ID != intent.Outcome.ID ||
+				in.answers[0].Subject != in.msgs[0].Subject || in.answers[0].Header.Get(envelope.HeaderID) != in.msgs[0].Header.Get(envelope.HeaderID)+"/answered" {
+				t.Fatalf("answer record %+v on %s (id %s); want the intent's attempt, answered %q, on its subject, id <intent>/answered",
+					answered, in.answers[0].Subject, in.answers[0].Header.Get(envelope.HeaderID), tc.why)
+			}
+			// Leader 1's term ends before its retry; leader 2, 5 s later,
+			// with the intent as the recovery hands it (merged with its
+			// answer record when that was stored).
+			now = t0.Add(5 * time.Second)
+			act2 := NewActuator(r.client, &recPub{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+				Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
+				Now: func() time.Time { return now }, WindowNow: func() time.Time { return now },
+			})
+			check := intent
+			if !tc.unstored {
+				check = answered
+			}
+			happened, err := act2.Happened(context.Background(), check)
+			if tc.unstored {
+				if !errors.Is(err, errNotYetDecided) {
+					t.Fatalf("leader 2's check without the answer record = %v, %v; want not decided yet (within the horizon)", happened, err)
+				}
+				return
+			}
+			if err != nil || happened {
+				t.Fatalf("leader 2's check of an answered refusal = %v, %v; want false at once (the write was answered: nothing in doubt)", happened, err)
+			}
+		})
+	}
+}
+
+// TestAnswerRecordOnlyWhenNothingCanLand: the attempt's answer record is
+// stored for a refusal, and for finalizers put back (the pod stays, no
+// DELETE); not for a write in doubt, nor for a refusal while an earlier
+// write of the pod that was in doubt may still land, nor for an intent OPS
+// did not store.
+func TestAnswerRecordOnlyWhenNothingCanLand(t *testing.T) {
+	gr := schema.GroupResource{Resource: "pods"}
+	denied := apierrors.NewForbidden(gr, "web-1", errors.New("denied"))
+	tests := []struct {
+		name        string
+		intentKept  bool
+		earlierLate bool  // an earlier write of the pod may still land
+		deleteErr   error // the DELETE's answer
+		want        int   // answer records
+	}{
+		{"refused", true, false, denied, 1},
+		{"refused, an earlier write may land", true, true, denied, 0},
+		{"refused, intent not stored in OPS", false, false, denied, 0},
+		{"answer lost", true, false, errors.New("connection reset by peer"), 0},
+		{"deleted", true, false, nil, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, testPolicy(), false, actuate.NewWindow(10, time.Minute), livePod())
+			now := t0
+			r.act.cfg.WindowNow = func() time.Time { return now }
+			r.act.cfg.Now = func() time.Time { return now }
+			in := &intentRec{stored: tc.intentKept}
+			r.act.cfg.Intents = in
+			if tc.earlierLate {
+				r.act.doubts.lateUntil("uid-1", now.Add(time.Minute), now)
+			}
+			r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return tc.deleteErr != nil, nil, tc.deleteErr
+			})
+			state := pod(failed("Evicted"))
+			_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: t0}), Facts{Now: t0})
+			if len(in.answers) != tc.want {
+				t.Fatalf("%d answer records, want %d", len(in.answers), tc.want)
+			}
+		})
+	}
+	t.Run("finalizers put back", func(t *testing.T) {
+		p := testPolicy()
+		p.RemoveFinalizers = true
+		r := newRig(t, p, false, actuate.NewWindow(10, time.Minute), livePod(func(p *corev1.Pod) { p.Finalizers = []string{"example.com/keep"} }))
+		in := &intentRec{stored: true}
+		r.act.cfg.Intents = in
+		r.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, livePod(func(p *corev1.Pod) { p.Finalizers = []string{"example.com/keep"}; p.ResourceVersion = "9" }), nil
+		})
+		state := pod(failed("Evicted"))
+		_, _ = r.act.Handle(context.Background(), state, p.Decide(state, Facts{Now: t0}), Facts{Now: t0})
+		if len(in.answers) != 1 || decodeIntent(t, in.answers[0]).Answered != "finalizers kept" {
+			t.Fatalf("%d answer records; want one, answered \"finalizers kept\"", len(in.answers))
+		}
+	})
+}
+
+func decodeIntent(t *testing.T, m *nats.Msg) events.Intent {
+	t.Helper()
+	var in events.Intent
+	if _, err := envelope.Decode(m.Header, m.Data, events.TypeIntent, &in); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
