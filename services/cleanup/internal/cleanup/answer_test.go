@@ -3,6 +3,7 @@ package cleanup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -167,4 +168,88 @@ func decodeIntent(t *testing.T, m *nats.Msg) events.Intent {
 		t.Fatal(err)
 	}
 	return in
+}
+
+// TestAnswerRecordNotWhileAForgottenWriteMayLand: answerIntent's
+// doubts.certain must not say "nothing can land" for a pod whose earlier
+// write in doubt the memory could not keep. Found by review: with the
+// memory of writes in doubt full, a lost answer was reported failed and
+// retried untracked, and nothing remembered that the write may still land;
+// the retry's 429 then stored an answer record, and a new leader took the
+// same pod for "did not happen" at once (the record closes the latest
+// attempt) while the first DELETE could still commit: unaudited and not
+// counted. Likewise a settled write whose entry the full memory of late
+// writes dropped, once that memory drained below full.
+func TestAnswerRecordNotWhileAForgottenWriteMayLand(t *testing.T) {
+	tests := []struct {
+		name    string
+		setup   func(r *actuatorRig, now time.Time) // before the first visit
+		between func(r *actuatorRig, now time.Time) // before the retry (now: its time)
+		lost    bool                                // a first visit whose DELETE loses its answer
+	}{
+		{"doubts full at the lost answer, still full at the retry",
+			func(r *actuatorRig, _ time.Time) { fillDoubts(r) }, func(*actuatorRig, time.Time) {}, true},
+		{"doubts full at the lost answer, drained before the retry",
+			func(r *actuatorRig, _ time.Time) { fillDoubts(r) },
+			func(r *actuatorRig, _ time.Time) {
+				for uid := range r.act.doubts.m {
+					r.act.doubts.answered(uid)
+				}
+			}, true},
+		{"late full when the earlier write settled, drained before the retry",
+			func(r *actuatorRig, now time.Time) {
+				for i := range maxDoubts {
+					r.act.doubts.lateUntil(fmt.Sprintf("other-%d", i), now.Add(time.Second), now)
+				}
+				// uid-1's earlier write, settled not happened, may land
+				// for another minute: not kept (the memory is full).
+				r.act.doubts.lateUntil("uid-1", now.Add(time.Minute), now)
+			},
+			func(r *actuatorRig, now time.Time) {
+				// The others expired; a later entry purges them.
+				r.act.doubts.lateUntil("other", now.Add(time.Minute), now)
+			}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, testPolicy(), false, actuate.NewWindow(10, time.Minute), livePod())
+			now := t0
+			r.act.cfg.WindowNow = func() time.Time { return now }
+			r.act.cfg.Now = func() time.Time { return now }
+			in := &intentRec{stored: true}
+			r.act.cfg.Intents = in
+			deletes := 0
+			r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				deletes++
+				if deletes == 1 && tc.lost {
+					return true, nil, errors.New("connection reset by peer")
+				}
+				return true, nil, apierrors.NewTooManyRequests("slow down", 1)
+			})
+			tc.setup(r, now)
+			state := pod(failed("Evicted"))
+			d := testPolicy().Decide(state, Facts{Now: t0})
+			if tc.lost {
+				if out, _ := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); !out.Retry {
+					t.Fatalf("first visit %+v: want the untracked lost answer reported and retried", out)
+				}
+			}
+			now = t0.Add(2 * time.Second)
+			tc.between(r, now)
+			_, _ = r.act.Handle(context.Background(), state, d, Facts{Now: now}) // the retry: 429
+			if want := map[bool]int{true: 2, false: 1}[tc.lost]; deletes != want {
+				t.Fatalf("%d DELETEs, want %d", deletes, want)
+			}
+			if len(in.answers) != 0 {
+				t.Fatalf("%d answer records for %d intents; want none: the earlier DELETE may still commit", len(in.answers), len(in.msgs))
+			}
+		})
+	}
+}
+
+// fillDoubts fills the memory of writes in doubt with other pods' writes.
+func fillDoubts(r *actuatorRig) {
+	for i := range maxDoubts {
+		r.act.doubts.send(&removal{state: &events.PodState{UID: fmt.Sprintf("other-%d", i)}})
+	}
 }

@@ -175,9 +175,13 @@ type doubts struct {
 	mu sync.Mutex
 	m  map[string]*doubt
 	// late holds, by pod UID, until when a write of a removal that was in
-	// doubt and settled as not happened may still land (a retry's 404 then
-	// counts as it happening). Entries expire; bounded by maxDoubts.
+	// doubt and settled as not happened (or whose lost answer was not
+	// tracked) may still land (a retry's 404 then counts as it happening).
+	// Entries expire; bounded by maxDoubts.
 	late map[string]time.Time
+	// dropped is until when a write that late had no room for may still
+	// land: no pod is certain (certain) before then.
+	dropped time.Time
 }
 
 type doubt struct {
@@ -199,6 +203,9 @@ func (s *doubts) lateUntil(uid string, until, now time.Time) {
 			}
 		}
 		if len(s.late) >= maxDoubts {
+			if until.After(s.dropped) {
+				s.dropped = until
+			}
 			return
 		}
 	}
@@ -221,15 +228,16 @@ func (s *doubts) mayLand(uid string, now time.Time) bool {
 }
 
 // certain reports that no earlier write of uid can still land: none is
-// remembered in doubt, and the memory of those is not full (a full one may
-// have dropped one).
+// remembered as one that may, and none the memory of those had no room for
+// (lateUntil) may still land either. Being full now is not the test: one
+// dropped while it was full may still land after it drained.
 func (s *doubts) certain(uid string, now time.Time) bool {
 	if s.mayLand(uid, now) {
 		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.late) < maxDoubts
+	return !now.Before(s.dropped)
 }
 
 // send records that a write of rm is on its way. False: the memory is full,
@@ -325,6 +333,10 @@ func (s *doubts) forget(uid string) {
 func (a *Actuator) unanswered(rm *removal, lost *errInDoubt, tracked bool) (Outcome, error) {
 	pod := rm.state.Namespace + "/" + rm.state.Name
 	if !tracked {
+		// Not settled, but it may still land until its horizon: as for a
+		// write settled not happened (resolve), a retry's 404 is this
+		// removal, and no answer record says nothing can land.
+		a.doubts.lateUntil(rm.state.UID, lost.sent.Add(a.horizon()), a.cfg.WindowNow())
 		a.reportOnce(rm.state, rm.d, VerbFailed, lost.Error())
 		return Outcome{Retry: true}, fmt.Errorf("pod %s: %w (too many writes in doubt to remember this one)", pod, lost)
 	}
