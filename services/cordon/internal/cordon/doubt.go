@@ -39,6 +39,14 @@ func inDoubt(err error) bool {
 	return !refused
 }
 
+// requestTimeout reports a 408: a refusal for inDoubt, but one no API server
+// sends itself (a proxy in front of it does, and its request may have gone
+// on), so it is no proof that the write cannot commit later.
+func requestTimeout(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && status.Status().Code == http.StatusRequestTimeout
+}
+
 // serverRequestTimeout is the API server's default --request-timeout. Its
 // timeout filter answers 504 at that point but lets the handler run on, and
 // the handler's etcd transaction (bounded by the request's deadline, the same

@@ -577,6 +577,7 @@ func TestAnsweredPatchIsNotWaitedFor(t *testing.T) {
 		{"403 refused", apierrors.NewForbidden(gr, "a", errors.New("denied")), true, 1, "refused"},
 		{"429 throttled", apierrors.NewTooManyRequests("slow down", 1), true, 1, "throttled"},
 		{"504, in doubt", apierrors.NewTimeoutError("request did not complete within the allotted timeout", 0), true, 0, ""},
+		{"408, a proxy's: no proof", apierrors.NewGenericServerResponse(408, "patch", gr, "a", "", 0, true), true, 0, ""},
 		{"403, intent not stored", apierrors.NewForbidden(gr, "a", errors.New("denied")), false, 0, ""},
 	}
 	for _, tc := range tests {
