@@ -519,9 +519,15 @@ func (a *Actuator) answer(ctx context.Context, rm *removal, w *errInDoubt, err e
 	if kind != answerUnknown {
 		rm.release()
 	}
-	switch kind {
-	case answerChanged, answerThrottled, answerRefused:
-		// Turned away, never applied later: the attempt is over.
+	switch {
+	case kind == answerChanged && op == opDelete:
+		// No answer record: a DELETE's 409 can come after its first
+		// storage step (the deletion mark of a grace-0 delete) committed,
+		// when the pod changed before the second: the pod then goes
+		// anyway, and the next leader's wait may still see it go.
+	case kind == answerChanged, kind == answerThrottled, kind == answerRefused:
+		// Turned away before anything was stored, never applied later:
+		// the attempt is over.
 		a.answerIntent(ctx, rm, kind.String())
 	}
 	switch kind {

@@ -38,27 +38,33 @@ func TestRecoveryAfterAnsweredRefusal(t *testing.T) {
 		name     string
 		answer   error
 		changed  bool // the pod's resourceVersion moved on (the cause of the 409)
+		patch    bool // the answer is the finalizer patch's (removeFinalizers), not the DELETE's
 		why      string
 		unstored bool // the answer record was not stored
 	}{
-		{"409 conflict", apierrors.NewConflict(gr, "web-1", errors.New("the object has been modified")), true, "conflict", false},
-		{"403 denied by admission", apierrors.NewForbidden(gr, "web-1", errors.New("admission webhook denied the request")), false, "refused", false},
-		{"429 throttled", apierrors.NewTooManyRequests("slow down", 1), false, "throttled", false},
-		{"403, its answer record not stored", apierrors.NewForbidden(gr, "web-1", errors.New("denied")), false, "refused", true},
+		{"409 conflict of the finalizer patch", apierrors.NewConflict(gr, "web-1", errors.New("the object has been modified")), true, true, "conflict", false},
+		{"403 denied by admission", apierrors.NewForbidden(gr, "web-1", errors.New("admission webhook denied the request")), false, false, "refused", false},
+		{"429 throttled", apierrors.NewTooManyRequests("slow down", 1), false, false, "throttled", false},
+		{"403, its answer record not stored", apierrors.NewForbidden(gr, "web-1", errors.New("denied")), false, false, "refused", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, testPolicy(), false, actuate.NewWindow(10, time.Minute), livePod())
+			p, live, verb := testPolicy(), livePod(), "delete"
+			if tc.patch {
+				p.RemoveFinalizers, verb = true, "patch"
+				live = livePod(func(p *corev1.Pod) { p.Finalizers = []string{"example.com/keep"} })
+			}
+			r := newRig(t, p, false, actuate.NewWindow(10, time.Minute), live)
 			now := t0
 			r.act.cfg.WindowNow = func() time.Time { return now }
 			r.act.cfg.Now = func() time.Time { return now }
 			in := &intentRec{stored: true}
 			r.act.cfg.Intents = in
-			r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			r.client.PrependReactor(verb, "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 				return true, nil, tc.answer
 			})
 			state := pod(failed("Evicted"))
-			d := testPolicy().Decide(state, Facts{Now: t0})
+			d := p.Decide(state, Facts{Now: t0})
 			out, _ := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
 			if !out.Retry || len(in.msgs) != 1 || r.act.doubts.waiting("uid-1") != nil || len(in.answers) != 1 {
 				t.Fatalf("leader 1: %+v, %d intents, %d answer records; want the refusal answered, retried, nothing in doubt, one answer record",
@@ -121,6 +127,7 @@ func TestAnswerRecordOnlyWhenNothingCanLand(t *testing.T) {
 		{"refused, an earlier write may land", true, true, denied, 0},
 		{"refused, intent not stored in OPS", false, false, denied, 0},
 		{"answer lost", true, false, errors.New("connection reset by peer"), 0},
+		{"DELETE 409: its first storage step may have committed", true, false, apierrors.NewConflict(gr, "web-1", errors.New("modified")), 0},
 		{"deleted", true, false, nil, 0},
 	}
 	for _, tc := range tests {
