@@ -54,12 +54,7 @@ func TestRecoveryAfterAnsweredRefusal(t *testing.T) {
 				p.RemoveFinalizers, verb = true, "patch"
 				live = livePod(func(p *corev1.Pod) { p.Finalizers = []string{"example.com/keep"} })
 			}
-			r := newRig(t, p, false, actuate.NewWindow(10, time.Minute), live)
-			now := t0
-			r.act.cfg.WindowNow = func() time.Time { return now }
-			r.act.cfg.Now = func() time.Time { return now }
-			in := &intentRec{stored: true}
-			r.act.cfg.Intents = in
+			r, in, now := answerRig(t, p, true, live)
 			r.client.PrependReactor(verb, "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 				return true, nil, tc.answer
 			})
@@ -85,10 +80,10 @@ func TestRecoveryAfterAnsweredRefusal(t *testing.T) {
 			// Leader 1's term ends before its retry; leader 2, 5 s later,
 			// with the intent as the recovery hands it (merged with its
 			// answer record when that was stored).
-			now = t0.Add(5 * time.Second)
+			*now = t0.Add(5 * time.Second)
 			act2 := NewActuator(r.client, &recPub{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 				Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
-				Now: func() time.Time { return now }, WindowNow: func() time.Time { return now },
+				Now: func() time.Time { return *now }, WindowNow: func() time.Time { return *now },
 			})
 			check := intent
 			if !tc.unstored {
@@ -132,14 +127,9 @@ func TestAnswerRecordOnlyWhenNothingCanLand(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, testPolicy(), false, actuate.NewWindow(10, time.Minute), livePod())
-			now := t0
-			r.act.cfg.WindowNow = func() time.Time { return now }
-			r.act.cfg.Now = func() time.Time { return now }
-			in := &intentRec{stored: tc.intentKept}
-			r.act.cfg.Intents = in
+			r, in, now := answerRig(t, testPolicy(), tc.intentKept, livePod())
 			if tc.earlierLate {
-				r.act.doubts.lateUntil("uid-1", now.Add(time.Minute), now)
+				r.act.doubts.lateUntil("uid-1", now.Add(time.Minute), *now)
 			}
 			r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 				return tc.deleteErr != nil, nil, tc.deleteErr
@@ -219,12 +209,7 @@ func TestAnswerRecordNotWhileAForgottenWriteMayLand(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, testPolicy(), false, actuate.NewWindow(10, time.Minute), livePod())
-			now := t0
-			r.act.cfg.WindowNow = func() time.Time { return now }
-			r.act.cfg.Now = func() time.Time { return now }
-			in := &intentRec{stored: true}
-			r.act.cfg.Intents = in
+			r, in, now := answerRig(t, testPolicy(), true, livePod())
 			deletes := 0
 			r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 				deletes++
@@ -233,7 +218,7 @@ func TestAnswerRecordNotWhileAForgottenWriteMayLand(t *testing.T) {
 				}
 				return true, nil, apierrors.NewTooManyRequests("slow down", 1)
 			})
-			tc.setup(r, now)
+			tc.setup(r, *now)
 			state := pod(failed("Evicted"))
 			d := testPolicy().Decide(state, Facts{Now: t0})
 			if tc.lost {
@@ -241,9 +226,9 @@ func TestAnswerRecordNotWhileAForgottenWriteMayLand(t *testing.T) {
 					t.Fatalf("first visit %+v: want the untracked lost answer reported and retried", out)
 				}
 			}
-			now = t0.Add(2 * time.Second)
-			tc.between(r, now)
-			_, _ = r.act.Handle(context.Background(), state, d, Facts{Now: now}) // the retry: 429
+			*now = t0.Add(2 * time.Second)
+			tc.between(r, *now)
+			_, _ = r.act.Handle(context.Background(), state, d, Facts{Now: *now}) // the retry: 429
 			if want := map[bool]int{true: 2, false: 1}[tc.lost]; deletes != want {
 				t.Fatalf("%d DELETEs, want %d", deletes, want)
 			}
@@ -259,4 +244,18 @@ func fillDoubts(r *actuatorRig) {
 	for i := range maxDoubts {
 		r.act.doubts.send(&removal{state: &events.PodState{UID: fmt.Sprintf("other-%d", i)}})
 	}
+}
+
+// answerRig is a rig whose actuator reads its clocks from now (set it to move
+// them) and stores its intents, and their answer records, in in.
+func answerRig(t *testing.T, p Policy, stored bool, live *corev1.Pod) (r *actuatorRig, in *intentRec, now *time.Time) {
+	t.Helper()
+	r = newRig(t, p, false, actuate.NewWindow(10, time.Minute), live)
+	clock := t0
+	now = &clock
+	r.act.cfg.WindowNow = func() time.Time { return *now }
+	r.act.cfg.Now = func() time.Time { return *now }
+	in = &intentRec{stored: stored}
+	r.act.cfg.Intents = in
+	return r, in, now
 }
