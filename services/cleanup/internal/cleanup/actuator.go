@@ -520,6 +520,11 @@ func (a *Actuator) answer(ctx context.Context, rm *removal, w *errInDoubt, err e
 		rm.release()
 	}
 	switch {
+	case kind == answerGone:
+		// Someone else removed the pod (no write of this leader can
+		// land: doubts.certain): the next leader must not take the pod's
+		// absence for this attempt's removal and publish it.
+		a.answerIntent(ctx, rm, kind.String())
 	case kind == answerChanged && op == opDelete:
 		// No answer record: a DELETE's 409 can come after its first
 		// storage step (the deletion mark of a grace-0 delete) committed,
@@ -551,9 +556,11 @@ func (a *Actuator) answer(ctx context.Context, rm *removal, w *errInDoubt, err e
 }
 
 // answerIntent stores the answer record of rm's intent (actuate.NewAnswer)
-// once its attempt ended with the pod still there and no write of it that
-// can still commit: a new leader then takes the same pod for "did not
-// happen" at once instead of waiting out the late-commit horizon. Not while
+// once its attempt ended without removing the pod (refused, turned away, or
+// the pod already gone by another's hand) and no write of it can still
+// commit: a new leader then takes the attempt for "did not happen" at once,
+// instead of waiting out the late-commit horizon for the same pod, or
+// publishing a removal it did not make for a pod that is gone. Not while
 // an earlier write of the pod in doubt may still land (or that memory is
 // full and may have lost one), and not for an intent OPS did not store
 // (nothing to answer; a CleanupIntent Event is waited for as before).
@@ -629,7 +636,13 @@ func IntentSubjects(cluster string) string {
 // Happened returns an error so the recovery retries, and the normal
 // processing of the pod takes it from there; except for a deletionrequested
 // intent, whose write leaves the pod Terminating (deletionTimestamp set).
+// An answered attempt (actuate.NewAnswer: refused, turned away, or the pod
+// already gone when its write came) did not happen, whatever the pod's state
+// now: a pod someone else removed since is not this actor's removal.
 func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error) {
+	if in.Answered != "" {
+		return false, nil
+	}
 	if err := podName(in.Namespace, in.Name); err != nil {
 		// client-go refuses such a name before any request: retrying
 		// cannot help.
@@ -656,8 +669,7 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 	if in.Action == VerbDeletionRequested && live.DeletionTimestamp != nil {
 		return true, nil
 	}
-	if until := in.Time.Add(a.horizon()); in.Answered == "" && a.cfg.Now().Before(until) {
-		// (An answered attempt, actuate.NewAnswer, cannot commit late.)
+	if until := in.Time.Add(a.horizon()); a.cfg.Now().Before(until) {
 		// The old leader's write may still commit (its answer was lost as
 		// its term ended): the same pod is no proof yet. Not
 		// ErrUnverifiable (final for the record): the recovery retries, and

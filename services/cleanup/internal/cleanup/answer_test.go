@@ -41,11 +41,16 @@ func TestRecoveryAfterAnsweredRefusal(t *testing.T) {
 		patch    bool // the answer is the finalizer patch's (removeFinalizers), not the DELETE's
 		why      string
 		unstored bool // the answer record was not stored
+		gone     bool // the answer is the DELETE's 404: someone else removed the pod
 	}{
-		{"409 conflict of the finalizer patch", apierrors.NewConflict(gr, "web-1", errors.New("the object has been modified")), true, true, "conflict", false},
-		{"403 denied by admission", apierrors.NewForbidden(gr, "web-1", errors.New("admission webhook denied the request")), false, false, "refused", false},
-		{"429 throttled", apierrors.NewTooManyRequests("slow down", 1), false, false, "throttled", false},
-		{"403, its answer record not stored", apierrors.NewForbidden(gr, "web-1", errors.New("denied")), false, false, "refused", true},
+		{"409 conflict of the finalizer patch", apierrors.NewConflict(gr, "web-1", errors.New("the object has been modified")), true, true, "conflict", false, false},
+		{"403 denied by admission", apierrors.NewForbidden(gr, "web-1", errors.New("admission webhook denied the request")), false, false, "refused", false, false},
+		{"429 throttled", apierrors.NewTooManyRequests("slow down", 1), false, false, "throttled", false, false},
+		{"403, its answer record not stored", apierrors.NewForbidden(gr, "web-1", errors.New("denied")), false, false, "refused", true, false},
+		// The pod is gone for leader 2 too: without the record its absence
+		// read as this removal, published deleted for a pod opswire did not
+		// remove (found by review).
+		{"404: someone else removed the pod", apierrors.NewNotFound(gr, "web-1"), false, false, "gone", false, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,12 +66,17 @@ func TestRecoveryAfterAnsweredRefusal(t *testing.T) {
 			state := pod(failed("Evicted"))
 			d := p.Decide(state, Facts{Now: t0})
 			out, _ := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
-			if !out.Retry || len(in.msgs) != 1 || r.act.doubts.waiting("uid-1") != nil || len(in.answers) != 1 {
-				t.Fatalf("leader 1: %+v, %d intents, %d answer records; want the refusal answered, retried, nothing in doubt, one answer record",
+			if out.Retry == tc.gone || len(in.msgs) != 1 || r.act.doubts.waiting("uid-1") != nil || len(in.answers) != 1 {
+				t.Fatalf("leader 1: %+v, %d intents, %d answer records; want the write answered, retried unless the pod is gone, nothing in doubt, one answer record",
 					out, len(in.msgs), len(in.answers))
 			}
 			if tc.changed {
 				if err := r.client.Tracker().Update(podsGVR, livePod(func(p *corev1.Pod) { p.ResourceVersion = "8" }), "apps"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.gone {
+				if err := r.client.Tracker().Delete(podsGVR, live.Namespace, live.Name); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -123,6 +133,8 @@ func TestAnswerRecordOnlyWhenNothingCanLand(t *testing.T) {
 		{"refused, intent not stored in OPS", false, false, denied, 0},
 		{"answer lost", true, false, errors.New("connection reset by peer"), 0},
 		{"DELETE 409: its first storage step may have committed", true, false, apierrors.NewConflict(gr, "web-1", errors.New("modified")), 0},
+		{"404: removed by someone else", true, false, apierrors.NewNotFound(gr, "web-1"), 1},
+		{"404, an earlier write may land: this removal, published", true, true, apierrors.NewNotFound(gr, "web-1"), 0},
 		{"deleted", true, false, nil, 0},
 	}
 	for _, tc := range tests {
