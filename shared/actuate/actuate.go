@@ -16,6 +16,14 @@ import (
 // DefaultAPITimeout bounds one Kubernetes API call of an actuator.
 const DefaultAPITimeout = 10 * time.Second
 
+// DefaultServerRequestTimeout is the API server's default --request-timeout.
+// Its timeout filter answers 504 at that point but lets the handler run on,
+// and the handler's etcd transaction (bounded by the request's deadline, the
+// same timeout) can still commit until then: a write whose answer was lost
+// may land up to this long after the server received it. The actors take it
+// from kube.serverRequestTimeout.
+const DefaultServerRequestTimeout = 60 * time.Second
+
 // Outcome tells the controller what to do with an object's key after the
 // actuator handled a decision on it. It is the first result of every
 // actuator method, `func(ctx, object, decision) (Outcome, error)`:

@@ -61,9 +61,25 @@ func (c *Controller) validate(p string, errs *Errors) {
 type Kube struct {
 	QPS   float32 `json:"qps"`
 	Burst int     `json:"burst"`
+	// ServerRequestTimeout is the API server's --request-timeout (60s
+	// unless the cluster's operator changed it). A write whose answer was
+	// lost can still commit until the API server gives up on it: cordon and
+	// cleanup hold such a write in doubt, and a new leader waits for one,
+	// for this long past their own deadline. A value shorter than the
+	// server's lets them take a write that still lands for one that did
+	// not; a longer one only waits longer.
+	ServerRequestTimeout Duration `json:"serverRequestTimeout"`
 }
 
-func (k *Kube) setDefaults() { k.QPS, k.Burst = 50, 100 }
+// maxServerRequestTimeout bounds kube.serverRequestTimeout: a new leader
+// may sit idle for about that long after a takeover, so a typo ("60m")
+// must not make it an hour.
+const maxServerRequestTimeout = 10 * time.Minute
+
+func (k *Kube) setDefaults() {
+	k.QPS, k.Burst = 50, 100
+	k.ServerRequestTimeout = D(60 * time.Second)
+}
 
 func (k *Kube) validate(p string, errs *Errors) {
 	if k.QPS <= 0 {
@@ -71,6 +87,9 @@ func (k *Kube) validate(p string, errs *Errors) {
 	}
 	if k.Burst < 1 {
 		errs.add(join(p, "burst"), "must be at least 1")
+	}
+	if d := k.ServerRequestTimeout.Duration; d < time.Second || d > maxServerRequestTimeout {
+		errs.add(join(p, "serverRequestTimeout"), "must be between 1s and %v (the API server's --request-timeout; its default is 60s)", maxServerRequestTimeout)
 	}
 }
 

@@ -23,6 +23,7 @@ func TestSeedConfigLoadsWithSameMeaning(t *testing.T) {
 		{"sendReport.apiurl", c.SendReport.APIURL.Value(), "https://open.feishu.cn/open-apis/bot/v2/hook/xxx"},
 		{"sendReport.enable", c.SendReport.Enable, true},
 		{"autoCordon.interval", c.AutoCordon.Interval.Duration, time.Minute},
+		{"kube.serverRequestTimeout", c.Kube.ServerRequestTimeout.Duration, 60 * time.Second},
 		{"autoCordon.maxPods", c.AutoCordon.MaxPods, 100},
 		{"autoCordon.minPods", c.AutoCordon.MinPods, 90},
 		{"delException.interval", c.DelException.Interval.Duration, 2 * time.Minute},
@@ -71,6 +72,8 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		{"bad cluster name", "cluster:\n  name: a.b\n", []string{"cluster.name"}},
 		{"image cap zero", "watcher:\n  nodeStatusMaxImages: 0\n", []string{"watcher.nodeStatusMaxImages"}},
 		{"duplicate by case", "autoCordon:\n  maxPods: 10\n  MaxPods: 20\n", []string{"autoCordon.maxPods"}},
+		{"API server request timeout zero", "kube:\n  serverRequestTimeout: 0s\n", []string{"kube.serverRequestTimeout"}},
+		{"API server request timeout an hour (a typo for 60s?)", "kube:\n  serverRequestTimeout: 60m\n", []string{"kube.serverRequestTimeout"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

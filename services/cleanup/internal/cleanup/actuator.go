@@ -63,6 +63,10 @@ type ActuatorConfig struct {
 	Limiter *actuate.Window
 	// APITimeout bounds each API call (actuate.DefaultAPITimeout when 0).
 	APITimeout time.Duration
+	// ServerRequestTimeout is the API server's --request-timeout
+	// (kube.serverRequestTimeout; actuate.DefaultServerRequestTimeout when
+	// 0): part of the late-commit horizon of a write whose answer was lost.
+	ServerRequestTimeout time.Duration
 	// Now is the clock of decisions and audit times: the API server's
 	// (ServerClock.Now; time.Now when nil).
 	Now func() time.Time
@@ -139,6 +143,9 @@ func NewActuator(client kubernetes.Interface, audit actuate.Audit, recorder reco
 	}
 	if cfg.APITimeout <= 0 {
 		cfg.APITimeout = actuate.DefaultAPITimeout
+	}
+	if cfg.ServerRequestTimeout <= 0 {
+		cfg.ServerRequestTimeout = actuate.DefaultServerRequestTimeout
 	}
 	return &Actuator{client: client, audit: audit, recorder: recorder, metrics: m, log: log, cfg: cfg,
 		reported: actuate.NewAnnounced(), removed: newRemovedUIDs(removedTTL), doubts: newDoubts(), started: cfg.Now()}

@@ -35,7 +35,7 @@ import (
 // deleted, and not counted (found by review). What the read may conclude,
 // per write (judge):
 //   - the resourceVersion is the write's precondition: the write may still
-//     land, so it stays in doubt, until lateCommitAfter has passed since it
+//     land, so it stays in doubt, until the late-commit horizon has passed since it
 //     was sent; then it did not happen (final);
 //   - it moved on without the write's mark: the precondition can no longer
 //     hold, so the write can never land: it did not happen (final);
@@ -51,20 +51,15 @@ import (
 //     slot is given back and the pod handled as usual (its DELETE follows),
 //     with nothing reported.
 // A write that did not happen is reported failed (once), its slot given
-// back and the pod handled as usual (the write retried). For lateCommitAfter
+// back and the pod handled as usual (the write retried). For the horizon
 // after the write in doubt was sent, a retry's 404 counts as this removal
 // happening (the pod gone: the same conclusion the settling read draws).
 
-// lateCommitAfter bounds, past the client's own API deadline
-// (ActuatorConfig.APITimeout, how long a write may take to reach the API
-// server at all), how long after it was sent a write whose answer was lost
-// can still commit: the API server's default request timeout (60 s,
-// --request-timeout), after which its handler's context ends and storage
-// calls stop, plus a margin for an etcd proposal already under way and for
-// a handler that only notices its context at its next storage call. Until
-// then, the same pod still there, unchanged, is no proof that the write did
-// not happen.
-const lateCommitAfter = 60*time.Second + 20*time.Second
+// lateCommitMargin is added to the late-commit horizon (horizon) for what
+// the timeouts do not bound: an etcd proposal already under way when the
+// API server's request timeout ends the handler's context, and a handler
+// that only notices its context at its next storage call.
+const lateCommitMargin = 20 * time.Second
 
 // minRecheck is the shortest wait between two settling reads of a write in
 // doubt. The waits double with the time since the write was sent (the
@@ -353,7 +348,9 @@ func (a *Actuator) unanswered(rm *removal, lost *errInDoubt, tracked bool) (Outc
 }
 
 // horizon is how long after it was sent a write in doubt may still land.
-func (a *Actuator) horizon() time.Duration { return a.cfg.APITimeout + lateCommitAfter }
+func (a *Actuator) horizon() time.Duration {
+	return a.cfg.APITimeout + a.cfg.ServerRequestTimeout + lateCommitMargin
+}
 
 // recheck is the wait before the next settling read of a write sent at
 // sent: as long as the time since (at least minRecheck), and never past the

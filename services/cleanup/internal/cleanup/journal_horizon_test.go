@@ -80,7 +80,7 @@ func TestIntentEventInDoubtAcrossTermEnd(t *testing.T) {
 // this term started; one created since is Pending at once (Events are not
 // authenticated: one written on and on must not hold the recovery for ever).
 func TestLiveActionsIntentHorizon(t *testing.T) {
-	horizon := actuate.DefaultAPITimeout + lateCommitAfter // newRig's APITimeout is the default
+	horizon := actuate.DefaultAPITimeout + actuate.DefaultServerRequestTimeout + lateCommitMargin // newRig's defaults
 	tests := []struct {
 		name    string
 		created time.Time // the Event's creationTimestamp (the term starts at t0)
@@ -141,9 +141,9 @@ func liveSummary(las []actuate.LiveAction) []string {
 func TestActuatorRecovery(t *testing.T) {
 	r := newRig(t, testPolicy(), false, nil)
 	rec := r.act.Recovery()
-	if rec.LateCommit != r.act.cfg.APITimeout+lateCommitAfter || rec.LateCommit <= 0 || rec.Happened == nil || rec.Live == nil ||
+	if rec.LateCommit != r.act.horizon() || rec.LateCommit <= 0 || rec.Happened == nil || rec.Live == nil ||
 		rec.Audit == nil || rec.Intents != IntentSubjects(r.act.cfg.Cluster) || len(rec.Outcomes) != len(ActionSubjects(r.act.cfg.Cluster)) {
 		t.Fatalf("recovery %+v: want this actor's subjects, Happened, Live, the audit and LateCommit = the late-commit horizon %s",
-			rec, r.act.cfg.APITimeout+lateCommitAfter)
+			rec, r.act.horizon())
 	}
 }

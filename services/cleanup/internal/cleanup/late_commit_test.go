@@ -109,39 +109,53 @@ func TestActuatorDeleteCommitsAfterSettlingRead(t *testing.T) {
 // in doubt (nothing published, slot kept, no second DELETE) through
 // settling reads that come at doubling waits, the last one exactly at the
 // late-commit horizon; then it did not happen: failed once, the slot given
-// back, and the retried DELETE removes the pod.
+// back, and the retried DELETE removes the pod. The horizon follows the API
+// server's request timeout (kube.serverRequestTimeout, 60 s by default).
 func TestActuatorDeleteInDoubtUntilHorizon(t *testing.T) {
-	w := actuate.NewWindow(10, 10*time.Minute)
-	r := newRig(t, testPolicy(), false, w, livePod())
-	now := t0
-	r.act.cfg.WindowNow = func() time.Time { return now }
-	loseFirstDelete(r, nil)
-	state := pod(failed("Evicted"))
-	d := testPolicy().Decide(state, Facts{Now: t0})
-	horizon := t0.Add(r.act.cfg.APITimeout + lateCommitAfter)
-	out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
-	visits := 1
-	for now.Before(horizon) {
-		if err != nil || again(out) <= 0 || len(r.pub.all()) != 0 || w.Len(now) != 1 || r.countDeletes() != 1 {
-			t.Fatalf("visit %d at +%s: %+v %v, OPS %v, window %d, %d DELETEs; want in doubt: a visit again, nothing published, the slot kept, 1 DELETE",
-				visits, now.Sub(t0), out, err, opsIDs(r), w.Len(now), r.countDeletes())
-		}
-		if visits > 12 {
-			t.Fatalf("%d visits before the horizon: spinning", visits)
-		}
-		now = now.Add(again(out))
-		out, err = r.act.Handle(context.Background(), state, d, Facts{Now: t0})
-		visits++
-	}
-	if !now.Equal(horizon) {
-		t.Fatalf("the last settling read came at +%s, want at the horizon +%s", now.Sub(t0), horizon.Sub(t0))
-	}
-	ids := opsIDs(r)
-	t.Logf("%d visits; OPS %v, window %d, %d DELETEs", visits, ids, w.Len(now), r.countDeletes())
-	if err != nil || out != (Outcome{}) || strings.Join(ids, ",") != "cleanup/uid-1/failed/delete,cleanup/uid-1/deleted" ||
-		w.Len(now) != 1 || r.countDeletes() != 2 {
-		t.Fatalf("at the horizon: %+v %v, OPS %v, window %d, %d DELETEs; want failed then deleted, one slot, two DELETEs",
-			out, err, ids, w.Len(now), r.countDeletes())
+	for _, tc := range []struct {
+		name               string
+		set, serverTimeout time.Duration
+	}{
+		{"default", 0, actuate.DefaultServerRequestTimeout},
+		{"API server timeout 120s", 120 * time.Second, 120 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := actuate.NewWindow(10, 10*time.Minute)
+			r := newRig(t, testPolicy(), false, w, livePod())
+			if tc.set > 0 { // else NewActuator's default
+				r.act.cfg.ServerRequestTimeout = tc.set
+			}
+			now := t0
+			r.act.cfg.WindowNow = func() time.Time { return now }
+			loseFirstDelete(r, nil)
+			state := pod(failed("Evicted"))
+			d := testPolicy().Decide(state, Facts{Now: t0})
+			horizon := t0.Add(actuate.DefaultAPITimeout + tc.serverTimeout + lateCommitMargin)
+			out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
+			visits := 1
+			for now.Before(horizon) {
+				if err != nil || again(out) <= 0 || len(r.pub.all()) != 0 || w.Len(now) != 1 || r.countDeletes() != 1 {
+					t.Fatalf("visit %d at +%s: %+v %v, OPS %v, window %d, %d DELETEs; want in doubt: a visit again, nothing published, the slot kept, 1 DELETE",
+						visits, now.Sub(t0), out, err, opsIDs(r), w.Len(now), r.countDeletes())
+				}
+				if visits > 12 {
+					t.Fatalf("%d visits before the horizon: spinning", visits)
+				}
+				now = now.Add(again(out))
+				out, err = r.act.Handle(context.Background(), state, d, Facts{Now: t0})
+				visits++
+			}
+			if !now.Equal(horizon) {
+				t.Fatalf("the last settling read came at +%s, want at the horizon +%s", now.Sub(t0), horizon.Sub(t0))
+			}
+			ids := opsIDs(r)
+			t.Logf("%d visits; OPS %v, window %d, %d DELETEs", visits, ids, w.Len(now), r.countDeletes())
+			if err != nil || out != (Outcome{}) || strings.Join(ids, ",") != "cleanup/uid-1/failed/delete,cleanup/uid-1/deleted" ||
+				w.Len(now) != 1 || r.countDeletes() != 2 {
+				t.Fatalf("at the horizon: %+v %v, OPS %v, window %d, %d DELETEs; want failed then deleted, one slot, two DELETEs",
+					out, err, ids, w.Len(now), r.countDeletes())
+			}
+		})
 	}
 }
 

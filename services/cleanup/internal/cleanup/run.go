@@ -106,7 +106,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		window := actuate.NewWindow(cfg.MaxDeletionsPerMinute, cfg.RateWindow.Duration)
 		act := NewActuator(client, audit, recorder, metrics, log, ActuatorConfig{
 			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Limiter: window, Now: clock.Now, Intents: journal,
-			Replica: rt.Options.ID,
+			Replica: rt.Options.ID, ServerRequestTimeout: rt.Config.Kube.ServerRequestTimeout.Duration,
 		})
 		ctl := NewController(policy, act, metrics, cfg.Interval.Duration, workers, clock.Now, log)
 		var mirror *kubestate.Mirror

@@ -74,7 +74,11 @@ type ActuatorConfig struct {
 	Identity string
 	// APITimeout bounds each API call (actuate.DefaultAPITimeout when 0).
 	APITimeout time.Duration
-	Now        func() time.Time
+	// ServerRequestTimeout is the API server's --request-timeout
+	// (kube.serverRequestTimeout; actuate.DefaultServerRequestTimeout when
+	// 0): part of the late-commit horizon of a write whose answer was lost.
+	ServerRequestTimeout time.Duration
+	Now                  func() time.Time
 	// Intents stores a write-ahead intent before each patch (an
 	// actuate.Journal); nil: no journal (unit tests).
 	Intents actuate.Intents
@@ -120,6 +124,9 @@ func NewActuator(client kubernetes.Interface, audit actuate.Audit, rec record.Ev
 	if cfg.APITimeout <= 0 {
 		cfg.APITimeout = actuate.DefaultAPITimeout
 	}
+	if cfg.ServerRequestTimeout <= 0 {
+		cfg.ServerRequestTimeout = actuate.DefaultServerRequestTimeout
+	}
 	return &Actuator{
 		client: client, audit: audit, rec: rec, ledger: ledger, fleet: fleet, cfg: cfg, m: m, log: log,
 		announced: actuate.NewAnnounced(), simSeq: map[string]int{},
@@ -141,7 +148,7 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 		if w.node.Name != n.Name && (err != nil || v == pending) && !w.heldLogged {
 			w.heldLogged = true
 			a.log.Warn().AnErr("lost", w.err).Str("node", n.Name).Str("inDoubt", w.node.Name).Str("id", w.o.id).
-				Time("sent", w.sent).Dur("horizon", lateCommitHorizon(a.cfg.APITimeout)).
+				Time("sent", w.sent).Dur("horizon", a.horizon()).
 				Msg("write held: another node's write is in doubt (its answer was lost); no cordon write goes out until a read decides it, at the latest at its late-commit horizon")
 		}
 		switch {

@@ -47,13 +47,6 @@ func requestTimeout(err error) bool {
 	return errors.As(err, &status) && status.Status().Code == http.StatusRequestTimeout
 }
 
-// serverRequestTimeout is the API server's default --request-timeout. Its
-// timeout filter answers 504 at that point but lets the handler run on, and
-// the handler's etcd transaction (bounded by the request's deadline, the same
-// timeout) can still commit until then: a write whose answer was lost may
-// land up to this long after the server received it.
-const serverRequestTimeout = 60 * time.Second
-
 // lateCommitMargin is added to the horizon for what the timeouts do not
 // bound: a transaction handed to etcd just before the server's deadline is
 // committed by raft a little after it (an etcd leader change takes seconds),
@@ -63,11 +56,17 @@ const lateCommitMargin = 15 * time.Second
 // lateCommitHorizon is how long after a write was sent its answer's loss
 // leaves it able to commit: the server received it at the latest when the
 // client gave up on it (apiTimeout), then ran it for up to its own request
-// timeout, plus the margin. Until then an unchanged node is no proof the write
-// did not happen (a read, even a quorum read, does not wait for a write still
-// in progress); after it, it is.
-func lateCommitHorizon(apiTimeout time.Duration) time.Duration {
-	return apiTimeout + serverRequestTimeout + lateCommitMargin
+// timeout (serverTimeout, actuate.DefaultServerRequestTimeout unless the
+// cluster's API server runs with another), plus the margin. Until then an
+// unchanged node is no proof the write did not happen (a read, even a quorum
+// read, does not wait for a write still in progress); after it, it is.
+func lateCommitHorizon(apiTimeout, serverTimeout time.Duration) time.Duration {
+	return apiTimeout + serverTimeout + lateCommitMargin
+}
+
+// horizon is this actuator's late-commit horizon.
+func (a *Actuator) horizon() time.Duration {
+	return lateCommitHorizon(a.cfg.APITimeout, a.cfg.ServerRequestTimeout)
 }
 
 // Settling reads of a write in doubt on an unchanged node back off from
@@ -227,7 +226,7 @@ func (a *Actuator) settle(ctx context.Context) (v verdict, retryIn time.Duration
 		return v, 0, fmt.Errorf("%s %s in doubt (answer lost: %v): %w", w.d.Action, w.node.Name, w.err, err)
 	}
 	if v == unchanged {
-		horizon := lateCommitHorizon(a.cfg.APITimeout)
+		horizon := a.horizon()
 		left := w.sent.Add(horizon).Sub(a.cfg.Now())
 		if left > 0 {
 			retryIn = min(settleBackoffMin<<min(w.checks, 10), settleBackoffMax, left)
@@ -258,7 +257,7 @@ func (a *Actuator) settle(ctx context.Context) (v verdict, retryIn time.Duration
 		a.done(w.node, w.d, w.o, live.ResourceVersion, w.tr)
 	case notApplied:
 		a.fail(w.node, w.d, fmt.Errorf("%w (answer lost; the node was unchanged %s after the write, when it could no longer commit)",
-			w.err, lateCommitHorizon(a.cfg.APITimeout)))
+			w.err, a.horizon()))
 	default:
 		a.log.Warn().AnErr("lost", w.err).Str("node", w.node.Name).Str("id", w.o.id).Str("why", why).
 			Msg("write in doubt: the node does not show it and moved on; no outcome published")

@@ -157,7 +157,7 @@ func TestActuatorLostPatchAnswerIsAudited(t *testing.T) {
 					t.Fatalf("published %+v while the write is in doubt, want nothing yet", got)
 				}
 				if !tc.applied {
-					advance(lateCommitHorizon(h.act.cfg.APITimeout))
+					advance(h.act.horizon())
 				}
 				// The retries, from the mirror's old state and from its new one.
 				for _, s := range []*events.NodeState{state, mirrorOf(h.node(t, "a"), 100)} {

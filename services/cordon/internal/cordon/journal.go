@@ -61,7 +61,7 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 	if v == unchanged && in.Answered == "" {
 		// (An answered attempt, actuate.NewAnswer, cannot commit late: its
 		// unchanged node is final.)
-		if until := in.Time.Add(lateCommitHorizon(a.cfg.APITimeout)); a.cfg.Now().Before(until) {
+		if until := in.Time.Add(a.horizon()); a.cfg.Now().Before(until) {
 			// The old leader's write may still commit (its answer was lost
 			// as its term ended): an unchanged node is no proof yet. Not
 			// ErrUnverifiable (which is final for the record): the recovery
@@ -85,7 +85,7 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 // intent: as settle counts a write in doubt from the read that decides it.
 func (a *Actuator) Recovery() actuate.Recovery {
 	return actuate.Recovery{Intents: IntentSubjects(a.cfg.Cluster), Outcomes: ActionSubjects(a.cfg.Cluster),
-		Happened: a.Happened, Audit: a.audit, Live: a.LiveActions, LateCommit: lateCommitHorizon(a.cfg.APITimeout)}
+		Happened: a.Happened, Audit: a.audit, Live: a.LiveActions, LateCommit: a.horizon()}
 }
 
 // errNotYetDecided: the live object does not show an intent's write, which

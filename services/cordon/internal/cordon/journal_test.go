@@ -164,7 +164,7 @@ func TestActuatorJournalsBeforeThePatch(t *testing.T) {
 		if ok, err := h.act.Happened(context.Background(), intent); err == nil || ok || errors.Is(err, actuate.ErrUnverifiable) {
 			t.Fatalf("patch failed, within the horizon: Happened = %v, %v; want a retryable error", ok, err)
 		}
-		advance(lateCommitHorizon(h.act.cfg.APITimeout))
+		advance(h.act.horizon())
 		if ok, err := h.act.Happened(context.Background(), intent); err != nil || ok {
 			t.Fatalf("patch failed, past the horizon: Happened = %v, %v; want false", ok, err)
 		}
@@ -220,7 +220,7 @@ func TestActuatorRetriedCordonIntentIsRecoverable(t *testing.T) {
 	if out, err := h.act.Apply(context.Background(), state, false, Evaluate(p, state, false)); err != nil || out.RequeueAfter <= 0 {
 		t.Fatalf("first attempt: %+v, %v; want the 503 in doubt", out, err)
 	}
-	clock = clock.Add(lateCommitHorizon(h.act.cfg.APITimeout)) // the node unchanged since: the 503 wrote nothing
+	clock = clock.Add(h.act.horizon()) // the node unchanged since: the 503 wrote nothing
 	if _, err := h.act.Apply(context.Background(), state, false, Evaluate(p, state, false)); err != nil {
 		t.Fatal(err)
 	}
@@ -551,10 +551,10 @@ func TestInDoubtAcrossTermEnd(t *testing.T) {
 func TestActuatorRecovery(t *testing.T) {
 	h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10})
 	r := h.act.Recovery()
-	if r.LateCommit != lateCommitHorizon(h.act.cfg.APITimeout) || r.Happened == nil || r.Live == nil || r.Audit == nil ||
+	if r.LateCommit != h.act.horizon() || r.Happened == nil || r.Live == nil || r.Audit == nil ||
 		r.Intents != IntentSubjects(h.act.cfg.Cluster) || len(r.Outcomes) != len(ActionSubjects(h.act.cfg.Cluster)) {
 		t.Fatalf("recovery %+v: want this actor's subjects, Happened, Live, the audit and LateCommit = the late-commit horizon %s",
-			r, lateCommitHorizon(h.act.cfg.APITimeout))
+			r, h.act.horizon())
 	}
 }
 
@@ -617,6 +617,61 @@ func TestAnsweredPatchIsNotWaitedFor(t *testing.T) {
 			}
 			if _, err := act2.Happened(context.Background(), intent); !errors.Is(err, errNotYetDecided) {
 				t.Fatalf("Happened(intent without its answer) = %v; want not decided yet (within the horizon)", err)
+			}
+		})
+	}
+}
+
+// TestHorizonFollowsServerRequestTimeout: a patch whose answer was lost
+// stays in doubt until the late-commit horizon, and the horizon follows the
+// API server's request timeout (kube.serverRequestTimeout): with the default
+// 60 s the node unchanged at the default horizon means the patch did not
+// happen and it is retried; against a server that runs requests for 120 s it
+// may still commit then, so nothing is sent again; and a new leader's
+// Happened waits as long.
+func TestHorizonFollowsServerRequestTimeout(t *testing.T) {
+	defaultHorizon := actuate.DefaultAPITimeout + actuate.DefaultServerRequestTimeout + lateCommitMargin
+	tests := []struct {
+		name          string
+		serverTimeout time.Duration
+		wantPatches   int
+		wantDecided   bool // the new leader's Happened decides at once
+	}{
+		{"default 60s: decided at its horizon", 0, 2, true},
+		{"120s: still in doubt then", 120 * time.Second, 1, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := apiNode("a")
+			p := seedPolicy("cordon")
+			h := newHarness(t, p, false, Fleet{Managed: 10}, append([]runtime.Object{n}, pods("a", 100)...)...)
+			if tc.serverTimeout > 0 { // else NewActuator's default
+				h.act.cfg.ServerRequestTimeout = tc.serverTimeout
+			}
+			clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			h.act.cfg.Now = func() time.Time { return clock }
+			in := &intentRec{stored: true}
+			h.act.cfg.Intents = in
+			patches := 0
+			h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if patches++; patches == 1 {
+					return true, nil, apierrors.NewServiceUnavailable("etcd leader change")
+				}
+				return false, nil, nil
+			})
+			state := mirrorOf(n, 100)
+			if out, err := h.act.Apply(context.Background(), state, false, Evaluate(p, state, false)); err != nil || out.RequeueAfter <= 0 {
+				t.Fatalf("first attempt: %+v, %v; want the 503 in doubt", out, err)
+			}
+			clock = clock.Add(defaultHorizon) // the node unchanged since
+			_, _ = h.act.Apply(context.Background(), state, false, Evaluate(p, state, false))
+			if patches != tc.wantPatches {
+				t.Fatalf("%d patches at the default horizon, want %d", patches, tc.wantPatches)
+			}
+			_, _, first := in.intent(t, 0)
+			_, err := h.act.Happened(context.Background(), first)
+			if decided := !errors.Is(err, errNotYetDecided); decided != tc.wantDecided {
+				t.Fatalf("a new leader's Happened at the default horizon: %v; want decided = %v", err, tc.wantDecided)
 			}
 		})
 	}

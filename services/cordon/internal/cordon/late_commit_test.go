@@ -100,7 +100,7 @@ func TestActuatorUnchangedNodeSettledAfterHorizon(t *testing.T) {
 	h.act.cfg.Limiter = win
 	advance := clock(h)
 	sent := h.act.cfg.Now()
-	horizon := lateCommitHorizon(h.act.cfg.APITimeout)
+	horizon := h.act.horizon()
 	loseAnswer(t, h, apierrors.NewTimeoutError("request did not complete within the allotted timeout", 0), false, 0)
 	sa, sb := mirrorOf(a, 100), mirrorOf(b, 100)
 	apply := func(s *events.NodeState) actuate.Outcome {

@@ -70,7 +70,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		window := actuate.NewWindow(cfg.MaxActionsPerMinute, cfg.RateWindow.Duration)
 		act := NewActuator(client, audit, recorder, ledger, NewFleets(m, ledger, policy, client, 0), ActuatorConfig{
 			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Identity: rt.Options.ID, Limiter: window,
-			Intents: journal,
+			Intents: journal, ServerRequestTimeout: rt.Config.Kube.ServerRequestTimeout.Duration,
 		}, metrics, rt.Log)
 		ctrl := NewController(m, changes, policy, ledger, act, cfg.Interval.Duration, metrics, rt.Log)
 		mirror.Store(m)
