@@ -303,6 +303,63 @@ type openIntent struct {
 	in events.Intent
 }
 
+// StoredIntent is an intent or answer record as OPS stores it: its store
+// time and the intent.
+type StoredIntent struct {
+	At     time.Time
+	Intent events.Intent
+}
+
+// LatestAttempts folds the intents and answer records of OPS, in stream
+// order, into the latest attempt of each outcome id, in the order the ids
+// first appear. An attempt is answered (Answered set, from its own answer
+// record: the same intent time) only when every attempt of its id is: a
+// retry answered, say, 404 (the pod already gone) after an earlier attempt
+// whose write may have committed (its answer lost, a DELETE's 409 after its
+// deletion mark, a finalizer patch that went through) says nothing of that
+// earlier write, and the pod's absence may be it. An answer record whose
+// attempt is not there (older than the span, never stored) is no intent.
+func LatestAttempts(stored []StoredIntent) []StoredIntent {
+	type attempts struct {
+		latest   StoredIntent
+		times    []time.Time
+		answered map[int64]string // by intent time (UnixNano)
+	}
+	byID := map[string]*attempts{}
+	var order []string
+	for _, s := range stored {
+		id := s.Intent.Outcome.ID
+		if s.Intent.Answered != "" {
+			if a := byID[id]; a != nil {
+				a.answered[s.Intent.Time.UnixNano()] = s.Intent.Answered
+			}
+			continue
+		}
+		a := byID[id]
+		if a == nil {
+			a = &attempts{answered: map[int64]string{}}
+			byID[id] = a
+			order = append(order, id)
+		}
+		a.latest = s
+		a.times = append(a.times, s.Intent.Time)
+	}
+	out := make([]StoredIntent, 0, len(order))
+	for _, id := range order {
+		a := byID[id]
+		latest := a.latest
+		latest.Intent.Answered = a.answered[latest.Intent.Time.UnixNano()]
+		for _, t := range a.times {
+			if a.answered[t.UnixNano()] == "" {
+				latest.Intent.Answered = "" // an attempt of it may have committed
+				break
+			}
+		}
+		out = append(out, latest)
+	}
+	return out
+}
+
 func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recovery, m *Metrics, log zerolog.Logger, now func() time.Time) error {
 	start := now()
 	span := max(r.Span, w.Per)
@@ -314,29 +371,20 @@ func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recov
 	if err != nil {
 		return fmt.Errorf("read intents on %s: %w", r.Intents, err)
 	}
-	intents := map[string]openIntent{} // by outcome id, the latest attempt's (stream order is store order)
-	var order []string
+	var stored []StoredIntent
 	for _, msg := range msgs {
 		var in events.Intent
 		if _, err := envelope.Decode(msg.Header, msg.Data, events.TypeIntent, &in); err != nil || in.Outcome.ID == "" {
 			log.Warn().Err(err).Str("subject", msg.Subject).Msg("malformed intent in OPS: ignored")
 			continue
 		}
-		if in.Answered != "" {
-			// An answer record closes its own attempt only (the same
-			// intent time): stored after the write's answer, it can come
-			// after a later attempt's intent, which stays open. Alone (its
-			// intent older than the span, or never stored) it is no intent.
-			if cur, ok := intents[in.Outcome.ID]; ok && cur.in.Time.Equal(in.Time) {
-				cur.in.Answered = in.Answered
-				intents[in.Outcome.ID] = cur
-			}
-			continue
-		}
-		if _, ok := intents[in.Outcome.ID]; !ok {
-			order = append(order, in.Outcome.ID)
-		}
-		intents[in.Outcome.ID] = openIntent{at: msg.Time, in: in}
+		stored = append(stored, StoredIntent{At: msg.Time, Intent: in})
+	}
+	intents := map[string]openIntent{} // by outcome id, the latest attempt's (stream order is store order)
+	var order []string
+	for _, s := range LatestAttempts(stored) {
+		order = append(order, s.Intent.Outcome.ID)
+		intents[s.Intent.Outcome.ID] = openIntent{at: s.At, in: s.Intent}
 	}
 	outcomes := map[string]time.Time{}
 	for _, f := range r.Outcomes {

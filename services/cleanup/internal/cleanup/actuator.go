@@ -389,8 +389,14 @@ func (a *Actuator) remove(ctx context.Context, live *corev1.Pod, rm *removal) (O
 			return out, err
 		}
 		if len(patched.Finalizers) > 0 {
-			return a.finalizersPutBack(ctx, rm, patched.Finalizers)
+			return a.finalizersPutBack(ctx, rm, patched.Finalizers, sent)
 		}
+		// The patch went through: the deletion it unblocked may complete
+		// without the DELETE (a kubelet ending a graceful one), so whatever
+		// the DELETE's answer, the pod's going is this removal: a retry's
+		// 404 counts as it (mayLand), and no answer record is stored
+		// meanwhile (certain).
+		a.doubts.lateUntil(rm.state.UID, sent.Add(a.horizon()), a.cfg.WindowNow())
 		if deletedByUpdate(live) {
 			// The pod was already being deleted with grace 0 (or none): the
 			// API server removed it during this update, as soon as its last
@@ -478,9 +484,9 @@ func (a *Actuator) answered(slot *actuate.Slot, ann map[string]string) {
 // outcome, and Happened sees the same pod, so a new leader counts it
 // pending and publishes nothing (at once: the attempt's answer record says
 // none of its writes can still commit).
-func (a *Actuator) finalizersPutBack(ctx context.Context, rm *removal, kept []string) (Outcome, error) {
+func (a *Actuator) finalizersPutBack(ctx context.Context, rm *removal, kept []string, sent time.Time) (Outcome, error) {
 	rm.release()
-	a.answerIntent(ctx, rm, "finalizers kept")
+	a.answerIntent(ctx, rm, "finalizers kept", sent)
 	a.metrics.Rechecks.WithLabelValues("finalizers_put_back").Inc()
 	msg := fmt.Sprintf("remove finalizers: the API server answered with finalizers %s set again (a mutating admission webhook?); the pod stays",
 		strings.Join(kept, ", "))
@@ -518,7 +524,9 @@ func (a *Actuator) answer(ctx context.Context, rm *removal, w *errInDoubt, err e
 	if kind == answerDone {
 		return false, Outcome{}, nil
 	}
-	if kind == answerGone && a.doubts.mayLand(rm.state.UID, a.cfg.WindowNow()) {
+	// An earlier write that may land until after this one was sent may be
+	// what this one found done.
+	if kind == answerGone && a.doubts.mayLand(rm.state.UID, w.sent) {
 		a.metrics.InDoubt.WithLabelValues("happened").Inc()
 		a.complete(rm, op+" answered 404, within the late-commit horizon of an earlier write in doubt")
 		return true, Outcome{}, nil
@@ -531,16 +539,18 @@ func (a *Actuator) answer(ctx context.Context, rm *removal, w *errInDoubt, err e
 		// Someone else removed the pod (no write of this leader can
 		// land: doubts.certain): the next leader must not take the pod's
 		// absence for this attempt's removal and publish it.
-		a.answerIntent(ctx, rm, kind.String())
+		a.answerIntent(ctx, rm, kind.String(), w.sent)
 	case kind == answerChanged && op == opDelete:
 		// No answer record: a DELETE's 409 can come after its first
 		// storage step (the deletion mark of a grace-0 delete) committed,
 		// when the pod changed before the second: the pod then goes
-		// anyway, and the next leader's wait may still see it go.
+		// anyway, and the next leader's wait may still see it go. For the
+		// horizon a retry's 404 counts as this removal.
+		a.doubts.lateUntil(rm.state.UID, w.sent.Add(a.horizon()), a.cfg.WindowNow())
 	case kind == answerChanged, kind == answerThrottled, kind == answerRefused:
 		// Turned away before anything was stored, never applied later:
 		// the attempt is over.
-		a.answerIntent(ctx, rm, kind.String())
+		a.answerIntent(ctx, rm, kind.String(), w.sent)
 	}
 	switch kind {
 	case answerGone:
@@ -568,12 +578,14 @@ func (a *Actuator) answer(ctx context.Context, rm *removal, w *errInDoubt, err e
 // commit: a new leader then takes the attempt for "did not happen" at once,
 // instead of waiting out the late-commit horizon for the same pod, or
 // publishing a removal it did not make for a pod that is gone. Not while
-// an earlier write of the pod in doubt may still land (or that memory is
-// full and may have lost one), and not for an intent OPS did not store
+// an earlier write of the pod may land after this attempt's write was sent
+// (a write in doubt, a DELETE's 409, a finalizer patch that went through;
+// or that memory is full and may have lost one), and not for an intent OPS
+// did not store
 // (nothing to answer; a CleanupIntent Event is waited for as before).
-func (a *Actuator) answerIntent(ctx context.Context, rm *removal, why string) {
+func (a *Actuator) answerIntent(ctx context.Context, rm *removal, why string, sent time.Time) {
 	ans, ok := a.cfg.Intents.(actuate.Answers)
-	if !ok || rm.iev.ID == "" || !a.doubts.certain(rm.state.UID, a.cfg.WindowNow()) {
+	if !ok || rm.iev.ID == "" || !a.doubts.certain(rm.state.UID, sent) {
 		return
 	}
 	ans.Answer(ctx, rm.isubj, rm.iev, why)

@@ -313,10 +313,15 @@ func (s *doubts) left(uid string) *removal {
 	return d.rm
 }
 
-// forget drops what is remembered about uid's late writes (the pod left).
+// forget drops what is remembered about uid's late writes (the pod left),
+// unless a write of uid is on its way: its 404 may be an earlier write
+// having landed (mayLand), which is what the mirror saw.
 func (s *doubts) forget(uid string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if d := s.m[uid]; d != nil && d.sending {
+		return
+	}
 	delete(s.late, uid)
 }
 

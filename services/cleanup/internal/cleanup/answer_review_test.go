@@ -1,0 +1,253 @@
+package cleanup
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/events"
+)
+
+// Found by review of b6fd662 (an attempt answered 404 stores its answer
+// record, and Happened takes any answered intent for "did not happen"):
+// each test below is a removal this leader really did (one of its writes of
+// the pod committed, or may have) that nobody audited: leader 1 published
+// nothing, and the next leader's recovery, which checked only the latest
+// attempt of an outcome id merged with that attempt's answer record, took
+// it for "did not happen". Fixed at the cause: a retry's 404 within the
+// horizon of this leader's own earlier write (in doubt, a DELETE's 409, a
+// finalizer patch that went through) is that write's removal, judged at the
+// retry's send time and kept through the mirror's news of the pod leaving;
+// and the recovery takes an attempt for answered only when every attempt of
+// its outcome id is (actuate.LatestAttempts).
+
+// nextLeaderHappened is what a new leader's recovery concludes about the
+// removal journaled in in: the latest attempt's intent as the recovery
+// folds the intents and answer records (actuate.LatestAttempts), checked by
+// a fresh actuator's Happened.
+func nextLeaderHappened(t *testing.T, r *actuatorRig, in *intentRec, now *time.Time) bool {
+	t.Helper()
+	if len(in.msgs) == 0 {
+		t.Fatal("no intent journaled")
+	}
+	var stored []actuate.StoredIntent
+	for _, m := range append(append([]*nats.Msg{}, in.msgs...), in.answers...) {
+		stored = append(stored, actuate.StoredIntent{Intent: decodeIntent(t, m)})
+	}
+	latest := actuate.LatestAttempts(stored)[0].Intent
+	*now = now.Add(5 * time.Second)
+	act2 := NewActuator(r.client, &recPub{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
+		Now: func() time.Time { return *now }, WindowNow: func() time.Time { return *now },
+	})
+	ok, err := act2.Happened(context.Background(), latest)
+	if err != nil {
+		t.Fatalf("leader 2's Happened(%+v): %v", latest, err)
+	}
+	return ok
+}
+
+// removalPublished reports whether leader 1 published the removal (verb).
+func removalPublished(r *actuatorRig, verb string) bool {
+	for _, m := range r.pub.all() {
+		if strings.Contains(m.Subject, ".cleanup."+verb+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// mustAudit fails unless leader 1 or the next leader audits the removal.
+func mustAudit(t *testing.T, r *actuatorRig, in *intentRec, now *time.Time, verb string) {
+	t.Helper()
+	if removalPublished(r, verb) {
+		return
+	}
+	var why []string
+	for _, m := range in.answers {
+		why = append(why, decodeIntent(t, m).Answered)
+	}
+	if !nextLeaderHappened(t, r, in, now) {
+		t.Fatalf("this removal is opswire's, yet leader 1 published no %s and the next leader's recovery takes it for not happened "+
+			"(%d intents, answer records %q): never audited, not counted", verb, len(in.msgs), why)
+	}
+}
+
+// TestReviewCommittedFinalizerPatchThenThrottledDelete: a pod stuck
+// Terminating (grace 30, so the PATCH does not delete it: deletedByUpdate
+// is false) with a finalizer. Leader 1's finalizer PATCH commits (200, no
+// finalizer left); its DELETE is throttled (429): the answer record
+// "throttled" is stored, although a write of the attempt committed. The pod
+// then goes (its kubelet, or the pod GC, finishes the deletion the patch
+// unblocked: what remove itself counts as this removal, "finalizers
+// cleared; gone before the delete"). Leader 2's Happened now ignores the
+// pod's absence for an answered intent: false.
+func TestReviewCommittedFinalizerPatchThenThrottledDelete(t *testing.T) {
+	p := testPolicy()
+	p.RemoveFinalizers = true
+	r, in, now := answerRig(t, p, true, livePod(liveDeleting, func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} }))
+	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewTooManyRequests("slow down", 1)
+	})
+	grace := int64(30)
+	state := pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) { s.Finalizers, s.DeletionGracePeriodSeconds = 1, &grace })
+	d := p.Decide(state, Facts{Now: t0})
+	if d.Action != ForceDelete || !d.RemoveFinalizers {
+		t.Fatalf("decision %+v", d)
+	}
+	_, _ = r.act.Handle(context.Background(), state, d, Facts{Now: t0})
+	o, err := r.client.Tracker().Get(podsGVR, "apps", "web-1")
+	if err != nil || len(o.(*corev1.Pod).Finalizers) != 0 {
+		t.Fatalf("setup: the finalizer PATCH should have committed: %v %v", o, err)
+	}
+	// The pod goes: the deletion the patch unblocked completes.
+	if err := r.client.Tracker().Delete(podsGVR, "apps", "web-1"); err != nil {
+		t.Fatal(err)
+	}
+	mustAudit(t, r, in, now, VerbForceDeleted)
+}
+
+// TestReviewCommittedFinalizerPatchThenRetryGone: as above, and leader 1's
+// retry (attempt 2, same outcome id) re-reads the pod still there, and its
+// DELETE is answered 404: the pod went between the re-read and the DELETE
+// (the deletion the first attempt's committed patch unblocked). Nothing of
+// this leader's writes is in doubt, so doubts.certain holds, and attempt 2
+// stores the answer record "gone": the latest attempt, the only one the
+// next leader checks.
+func TestReviewCommittedFinalizerPatchThenRetryGone(t *testing.T) {
+	p := testPolicy()
+	p.RemoveFinalizers = true
+	r, in, now := answerRig(t, p, true, livePod(liveDeleting, func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} }))
+	deletes := 0
+	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		deletes++
+		if deletes == 1 {
+			return true, nil, apierrors.NewTooManyRequests("slow down", 1)
+		}
+		_ = r.client.Tracker().Delete(podsGVR, "apps", "web-1")
+		return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "web-1")
+	})
+	grace := int64(30)
+	state := pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) { s.Finalizers, s.DeletionGracePeriodSeconds = 1, &grace })
+	_, _ = r.act.Handle(context.Background(), state, p.Decide(state, Facts{Now: t0}), Facts{Now: t0})
+	*now = t0.Add(2 * time.Second) // the retry
+	state2 := pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) { s.DeletionGracePeriodSeconds = &grace })
+	_, _ = r.act.Handle(context.Background(), state2, p.Decide(state2, Facts{Now: *now}), Facts{Now: *now})
+	if deletes != 2 || len(in.msgs) != 2 {
+		t.Fatalf("setup: %d DELETEs, %d intents; want 2 and 2", deletes, len(in.msgs))
+	}
+	if !removalPublished(r, VerbForceDeleted) || len(in.answers) != 0 {
+		t.Errorf("leader 1 published %v and stored %d answer records; want its own forcedeleted (the retry's 404 within the horizon of its committed patch), no record",
+			opsIDs(r), len(in.answers))
+	}
+	mustAudit(t, r, in, now, VerbForceDeleted)
+}
+
+// TestReviewDelete409ThenRetryGone: leader 1's DELETE of an Evicted pod
+// commits its first storage step (the deletion mark, grace 0) and is then
+// answered 409 (the pod changed before the removal step): no answer record
+// (a68436b: "the pod then goes anyway"). The retry (attempt 2,
+// interruptedDelete) re-reads the marked pod, and its DELETE is answered
+// 404: the kubelet finished the deletion the first DELETE started. Attempt
+// 2 stores the answer record "gone", so the next leader's recovery, which
+// checks only attempt 2, does not publish: the very removal a68436b kept
+// unanswered for the next leader to see is lost by the retry.
+func TestReviewDelete409ThenRetryGone(t *testing.T) {
+	r, in, now := answerRig(t, testPolicy(), true, livePod())
+	gr := schema.GroupResource{Resource: "pods"}
+	deletes := 0
+	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		deletes++
+		if deletes == 1 {
+			o, _ := r.client.Tracker().Get(podsGVR, "apps", "web-1")
+			cur := o.(*corev1.Pod).DeepCopy()
+			ts, zero := metav1.NewTime(t0), int64(0)
+			cur.DeletionTimestamp, cur.DeletionGracePeriodSeconds, cur.ResourceVersion = &ts, &zero, "8"
+			_ = r.client.Tracker().Update(podsGVR, cur, "apps")
+			return true, nil, apierrors.NewConflict(gr, "web-1", errors409)
+		}
+		_ = r.client.Tracker().Delete(podsGVR, "apps", "web-1")
+		return true, nil, apierrors.NewNotFound(gr, "web-1")
+	})
+	state := pod(failed("Evicted"))
+	_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: t0}), Facts{Now: t0})
+	if len(in.answers) != 0 {
+		t.Fatalf("setup: the DELETE's 409 stored %d answer records, want none", len(in.answers))
+	}
+	*now = t0.Add(2 * time.Second) // the retry
+	zero := int64(0)
+	state2 := pod(failed("Evicted"), deleting(t0), func(s *events.PodState) { s.DeletionGracePeriodSeconds = &zero })
+	d2 := testPolicy().Decide(state2, Facts{Now: *now})
+	if d2.Action != Delete {
+		t.Fatalf("setup: retry decision %+v", d2)
+	}
+	_, _ = r.act.Handle(context.Background(), state2, d2, Facts{Now: *now})
+	if deletes != 2 || len(in.msgs) != 2 {
+		t.Fatalf("setup: %d DELETEs, %d intents; want 2 and 2", deletes, len(in.msgs))
+	}
+	if !removalPublished(r, VerbDeleted) || len(in.answers) != 0 {
+		t.Errorf("leader 1 published %v and stored %d answer records; want its own deleted (the retry's 404 within the horizon of the DELETE's 409), no record",
+			opsIDs(r), len(in.answers))
+	}
+	mustAudit(t, r, in, now, VerbDeleted)
+}
+
+var errors409 = errString("the object has been modified")
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+// TestReviewGoneAnsweredPastTheHorizon: an earlier write of the pod in
+// doubt may land until t0+60s (doubts.lateUntil, as resolve or an
+// untracked lost answer leaves it). The retry's DELETE is sent at t0+55s,
+// within that horizon; the earlier write lands while it is on its way, and
+// its 404 comes at t0+61s. doubts.mayLand and doubts.certain are asked at
+// the answer's time, not the retry's send time: the 404 is taken for
+// someone else's removal, and the answer record "gone" is stored.
+func TestReviewGoneAnsweredPastTheHorizon(t *testing.T) {
+	r, in, now := answerRig(t, testPolicy(), true, livePod())
+	r.act.doubts.lateUntil("uid-1", t0.Add(time.Minute), t0)
+	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		_ = r.client.Tracker().Delete(podsGVR, "apps", "web-1") // the earlier write lands
+		*now = t0.Add(61 * time.Second)                         // the answer comes past its horizon
+		return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "web-1")
+	})
+	*now = t0.Add(55 * time.Second)
+	state := pod(failed("Evicted"))
+	_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: *now}), Facts{Now: *now})
+	mustAudit(t, r, in, now, VerbDeleted)
+}
+
+// TestReviewGoneWhileTheMirrorSawItLeave: an earlier write of the pod in
+// doubt may land until t0+60s. The retry's DELETE is on its way at t0+2s
+// when the earlier write lands; the mirror sees the pod leave and the
+// controller calls Forget (OnPod, concurrently with the worker), which
+// drops doubts.late for the pod (and marks the in-flight write gone, a mark
+// write's doubts.answered then throws away). The DELETE's 404 then finds
+// nothing that may land (doubts.certain) and stores the answer record.
+func TestReviewGoneWhileTheMirrorSawItLeave(t *testing.T) {
+	r, in, now := answerRig(t, testPolicy(), true, livePod())
+	r.act.doubts.lateUntil("uid-1", t0.Add(time.Minute), t0)
+	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		_ = r.client.Tracker().Delete(podsGVR, "apps", "web-1") // the earlier write lands
+		r.act.Forget("uid-1")                                   // the mirror sees the pod leave
+		return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "web-1")
+	})
+	*now = t0.Add(2 * time.Second)
+	state := pod(failed("Evicted"))
+	_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: *now}), Facts{Now: *now})
+	mustAudit(t, r, in, now, VerbDeleted)
+}
