@@ -169,10 +169,12 @@ const maxDoubts = 4096
 type doubts struct {
 	mu sync.Mutex
 	m  map[string]*doubt
-	// late holds, by pod UID, until when a write of a removal that was in
-	// doubt and settled as not happened (or whose lost answer was not
-	// tracked) may still land (a retry's 404 then counts as it happening).
-	// Entries expire; bounded by maxDoubts.
+	// late holds, by pod UID, until when an earlier write of a removal may
+	// still remove the pod (a retry's 404 then counts as it happening): one
+	// that was in doubt and settled as not happened, or whose lost answer
+	// was not tracked; a DELETE answered 409 (its deletion mark may have
+	// committed); a finalizer patch that went through (the deletion it
+	// unblocked). Entries expire; bounded by maxDoubts.
 	late map[string]time.Time
 	// dropped is until when a write that late had no room for may still
 	// land: no pod is certain (certain) before then.
