@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
+	recordutil "k8s.io/client-go/tools/record/util"
 
 	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/envelope"
@@ -65,7 +65,7 @@ func actionTime(at time.Time) string { return at.UTC().Format(time.RFC3339Nano) 
 func (a *Actuator) journalEvent(ctx context.Context, live *corev1.Pod, verb string, ann map[string]string) error {
 	now := metav1.Now()
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: eventName(live.Name, now.Time), Namespace: live.Namespace, Annotations: intentAnnotations(ann, a.cfg.WindowNow())},
+		ObjectMeta: metav1.ObjectMeta{Name: recordutil.GenerateEventName(live.Name, now.UnixNano()), Namespace: live.Namespace, Annotations: intentAnnotations(ann, a.cfg.WindowNow())},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: live.Namespace, Name: live.Name,
 			UID: live.UID, ResourceVersion: live.ResourceVersion},
 		Reason: EventIntent,
@@ -78,21 +78,6 @@ func (a *Actuator) journalEvent(ctx context.Context, live *corev1.Pod, verb stri
 		return a.client.CoreV1().Events(live.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 	})
 	return err
-}
-
-// eventName names an Event of the object named obj, written at t, as
-// client-go's recorder does (<name>.<hex nanoseconds>), cut to what the API
-// server accepts: an Event's name is a DNS subdomain of at most 253
-// characters, and a pod's name may be that long already. Uncut, the journal
-// of a pod named over 236 characters was refused, and with it the removal
-// (held back, retried, refused again) for as long as OPS was away.
-func eventName(obj string, t time.Time) string {
-	suffix := fmt.Sprintf(".%x", t.UnixNano())
-	if room := validation.DNS1123SubdomainMaxLength - len(suffix); len(obj) > room {
-		// A label of a subdomain ends with a letter or digit.
-		obj = strings.TrimRight(obj[:room], "-.")
-	}
-	return obj + suffix
 }
 
 // intentAnnotations are a CleanupIntent Event's: the removal's, with the

@@ -87,41 +87,12 @@ func TestActuatorJournalEvent(t *testing.T) {
 	}
 }
 
-// TestEventName: a journal Event's name is its pod's name and the time, as
-// client-go's recorder names Events, cut so that the API server accepts it
-// for a pod named up to the longest a pod's name can be.
-func TestEventName(t *testing.T) {
-	at := time.Unix(0, 0x18f0a1b2c3d4e5f6)
-	long := strings.Repeat("a", 253)
-	tests := []struct {
-		name, pod, want string
-	}{
-		{"short", "web-1", "web-1.18f0a1b2c3d4e5f6"},
-		{"longest uncut", strings.Repeat("a", 236), strings.Repeat("a", 236) + ".18f0a1b2c3d4e5f6"},
-		{"longest pod name", long, strings.Repeat("a", 236) + ".18f0a1b2c3d4e5f6"},
-		{"cut before a dash", strings.Repeat("a", 235) + "-b" + long[:16], strings.Repeat("a", 235) + ".18f0a1b2c3d4e5f6"},
-		{"cut after two dashes", strings.Repeat("a", 234) + "--b" + long[:16], strings.Repeat("a", 234) + ".18f0a1b2c3d4e5f6"},
-		{"cut after a dot", strings.Repeat("a", 235) + ".b" + long[:16], strings.Repeat("a", 235) + ".18f0a1b2c3d4e5f6"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if msgs := validation.IsDNS1123Subdomain(tc.pod); len(msgs) > 0 {
-				t.Fatalf("test pod name invalid: %v", msgs)
-			}
-			got := eventName(tc.pod, at)
-			if got != tc.want {
-				t.Fatalf("eventName = %q, want %q", got, tc.want)
-			}
-			if msgs := validation.IsDNS1123Subdomain(got); len(msgs) > 0 {
-				t.Fatalf("eventName %q is not an Event name: %v", got, msgs)
-			}
-		})
-	}
-}
-
 // TestJournalEventOfTheLongestPodName: the journal Event of a pod whose name
-// is 253 characters long is one the API server accepts, and names the pod
-// in full.
+// is 253 characters long is one the API server accepts (named as client-go's
+// recorder names Events: <pod>.<hex nanoseconds>, a UUID when that is too
+// long), and names the pod in full. Named <pod>.<hex nanoseconds> always,
+// the journal of a pod named over 236 characters was refused, and with it
+// the removal, for as long as OPS was away.
 func TestJournalEventOfTheLongestPodName(t *testing.T) {
 	long := strings.Repeat("w", 250) + "-01"
 	r := newRig(t, testPolicy(), false, nil, livePod(func(p *corev1.Pod) { p.Name = long }))
