@@ -60,3 +60,29 @@ func TestLatestAttempts(t *testing.T) {
 		})
 	}
 }
+
+// TestRecoveryReadSpan: the recovery reads back at least the rate window
+// and the late-commit horizon (plus the clock skew it allows): with a long
+// kube.serverRequestTimeout the horizon passes DefaultRecoverySpan, and an
+// intent older than the span read could still commit unseen.
+func TestRecoveryReadSpan(t *testing.T) {
+	tests := []struct {
+		name string
+		r    Recovery
+		per  time.Duration
+		want time.Duration
+	}{
+		{"default", Recovery{}, time.Minute, DefaultRecoverySpan},
+		{"a longer window", Recovery{}, time.Hour, time.Hour},
+		{"a set span", Recovery{Span: 20 * time.Minute}, time.Minute, 20 * time.Minute},
+		{"the default horizon fits", Recovery{LateCommit: 90 * time.Second}, time.Minute, DefaultRecoverySpan},
+		{"a horizon past the span", Recovery{LateCommit: 10*time.Minute + 30*time.Second}, time.Minute, 10*time.Minute + 30*time.Second + liveSkew},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.r.ReadSpan(tc.per); got != tc.want {
+				t.Fatalf("ReadSpan(%v) = %v, want %v", tc.per, got, tc.want)
+			}
+		})
+	}
+}

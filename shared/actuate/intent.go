@@ -180,8 +180,8 @@ type Recovery struct {
 	Intents string
 	// Outcomes are the actor's action subjects (the rate window's filters).
 	Outcomes []string
-	// Span is how far back intents are completed; at least the window's Per
-	// (DefaultRecoverySpan when 0).
+	// Span is how far back intents are completed (DefaultRecoverySpan when
+	// 0); at least the window's Per and the late-commit horizon (ReadSpan).
 	Span time.Duration
 	// Happened reports, from live state, whether the write an intent names
 	// took place (e.g. the pod is gone or was replaced: true; the same pod
@@ -360,12 +360,23 @@ func LatestAttempts(stored []StoredIntent) []StoredIntent {
 	return out
 }
 
+// ReadSpan is how far back the recovery reads OPS (and the actor's live
+// actions) for a window of per: Span (DefaultRecoverySpan when 0), and at
+// least per, so every action that counts in the window is seen, and at least
+// LateCommit past the clock skew allowed, so an intent whose write may still
+// commit is never older than what the recovery reads (kube.serverRequestTimeout
+// can make the horizon longer than DefaultRecoverySpan; found by review).
+func (r Recovery) ReadSpan(per time.Duration) time.Duration {
+	span := r.Span
+	if span == 0 {
+		span = DefaultRecoverySpan
+	}
+	return max(span, per, r.LateCommit+liveSkew)
+}
+
 func recoverOnce(ctx context.Context, js jetstream.JetStream, w *Window, r Recovery, m *Metrics, log zerolog.Logger, now func() time.Time) error {
 	start := now()
-	span := max(r.Span, w.Per)
-	if r.Span == 0 {
-		span = max(DefaultRecoverySpan, w.Per)
-	}
+	span := r.ReadSpan(w.Per)
 	since, windowStart := start.Add(-span), start.Add(-w.Per)
 	msgs, err := readOPS(ctx, js, r.Intents, since)
 	if err != nil {

@@ -324,12 +324,17 @@ func (a *Actuator) newRemoval(state *events.PodState, d Decision, slot *actuate.
 // window's slot (each write's answer is reported to it: answered).
 func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.PodState, d Decision, slot *actuate.Slot, release func()) (Outcome, error) {
 	rm := a.newRemoval(state, d, slot, release)
+	// On its way from before the journal: the mirror seeing the pod leave
+	// meanwhile (an earlier write landing) must not forget that an earlier
+	// write may land (doubts.forget), or this write's 404 would be taken
+	// for someone else's removal (found by review).
+	tracked := a.doubts.send(rm)
 	if err := a.journal(ctx, live, rm); err != nil {
+		a.doubts.answered(state.UID)
 		rm.release()
 		a.metrics.APIErrors.WithLabelValues("journal_event").Inc()
 		return Outcome{Retry: true}, err
 	}
-	tracked := a.doubts.send(rm)
 	out, err := a.remove(ctx, live, rm)
 	var lost *errInDoubt
 	if !errors.As(err, &lost) {
@@ -531,6 +536,18 @@ func (a *Actuator) answer(ctx context.Context, rm *removal, w *errInDoubt, err e
 		a.complete(rm, op+" answered 404, within the late-commit horizon of an earlier write in doubt")
 		return true, Outcome{}, nil
 	}
+	if kind == answerChanged && op == opDelete {
+		// A DELETE's 409 can come after its first storage step (the
+		// deletion mark of a grace-0 delete) committed, when the pod
+		// changed before the second: the pod then goes anyway. It is in
+		// doubt, as a lost answer is (slot kept, nothing published, no
+		// answer record), and the settling read tells: the pod marked by
+		// it (the removal is under way: in doubt until the pod leaves),
+		// or moved on without the mark (nothing of it was stored, and a
+		// 409 is final: a quiet re-look, as a 409 before it was).
+		w.err, w.conflict = err, true
+		return true, Outcome{}, w
+	}
 	if kind != answerUnknown {
 		rm.release()
 	}
@@ -540,13 +557,6 @@ func (a *Actuator) answer(ctx context.Context, rm *removal, w *errInDoubt, err e
 		// land: doubts.certain): the next leader must not take the pod's
 		// absence for this attempt's removal and publish it.
 		a.answerIntent(ctx, rm, kind.String(), w.sent)
-	case kind == answerChanged && op == opDelete:
-		// No answer record: a DELETE's 409 can come after its first
-		// storage step (the deletion mark of a grace-0 delete) committed,
-		// when the pod changed before the second: the pod then goes
-		// anyway, and the next leader's wait may still see it go. For the
-		// horizon a retry's 404 counts as this removal.
-		a.doubts.lateUntil(rm.state.UID, w.sent.Add(a.horizon()), a.cfg.WindowNow())
 	case kind == answerChanged, kind == answerThrottled, kind == answerRefused:
 		// Turned away before anything was stored, never applied later:
 		// the attempt is over.

@@ -146,6 +146,10 @@ type errInDoubt struct {
 	sent     time.Time
 	deleting bool
 	grace    *int64
+	// conflict: the answer came, a 409 (a DELETE's: its first storage
+	// step may have committed), and is final: settled not happened, it
+	// is no failure, and it cannot land later.
+	conflict bool
 }
 
 func (e *errInDoubt) Error() string { return e.op + ": " + e.err.Error() }
@@ -343,11 +347,21 @@ func (a *Actuator) unanswered(rm *removal, lost *errInDoubt, tracked bool) (Outc
 		return Outcome{Retry: true}, fmt.Errorf("pod %s: %w (too many writes in doubt to remember this one)", pod, lost)
 	}
 	rm.lost = lost
-	a.metrics.InDoubt.WithLabelValues("unanswered").Inc()
+	if lost.conflict {
+		a.metrics.InDoubt.WithLabelValues("conflict").Inc()
+	} else {
+		a.metrics.InDoubt.WithLabelValues("unanswered").Inc()
+	}
 	if a.doubts.unanswered(rm.state.UID) {
 		a.metrics.InDoubt.WithLabelValues("happened").Inc()
 		a.complete(rm, lost.op+"; its answer was lost, and the pod left meanwhile")
 		return Outcome{}, nil
+	}
+	if lost.conflict {
+		// Looked at again at once: a 409 usually means the pod changed.
+		a.log.Info().Err(lost).Str("pod", pod).Str("uid", rm.state.UID).Str("verb", rm.verb).
+			Msg("a DELETE answered 409 may have begun the removal: in doubt until the pod is read again")
+		return Outcome{Retry: true}, nil
 	}
 	a.log.Warn().Err(lost).Str("pod", pod).Str("uid", rm.state.UID).Str("verb", rm.verb).
 		Msg("the answer to a removal write was lost: in doubt until the pod is read again")
@@ -395,12 +409,12 @@ func (a *Actuator) judge(rm *removal, w *errInDoubt, live *corev1.Pod) (verdict,
 		if len(live.Finalizers) == 0 {
 			return patched, ""
 		}
-		return notHappened, "the pod changed without it since"
+		return notHappened, changedWithout
 	}
 	marked := live.DeletionTimestamp != nil && (!w.deleting || !sameGrace(w.grace, live.DeletionGracePeriodSeconds))
 	switch {
 	case !marked:
-		return notHappened, "the pod changed without it since"
+		return notHappened, changedWithout
 	case rm.verb == VerbDeletionRequested:
 		return happened, "the pod is Terminating"
 	case over:
@@ -408,6 +422,10 @@ func (a *Actuator) judge(rm *removal, w *errInDoubt, live *corev1.Pod) (verdict,
 	}
 	return stillInDoubt, "" // the DELETE's first step: the pod's removal follows
 }
+
+// changedWithout is judge's reason for a pod that moved on without the
+// write: its precondition can no longer hold, so it never lands.
+const changedWithout = "the pod changed without it since"
 
 func sameGrace(a, b *int64) bool {
 	if a == nil || b == nil {
@@ -458,6 +476,14 @@ func (a *Actuator) resolve(ctx context.Context, uid string) (settled bool, out O
 	}
 	a.metrics.InDoubt.WithLabelValues("not_happened").Inc()
 	rm.release()
+	if rm.lost.conflict && why == changedWithout {
+		// The 409 was answered and the pod moved on without its mark:
+		// nothing of it was stored, and nothing can be (a quiet re-look,
+		// and the attempt's answer record).
+		a.metrics.Rechecks.WithLabelValues("changed").Inc()
+		a.answerIntent(ctx, rm, answerChanged.String(), rm.lost.sent)
+		return false, Outcome{}, nil
+	}
 	now := a.cfg.WindowNow()
 	a.doubts.lateUntil(uid, rm.lost.sent.Add(a.horizon()), now)
 	if v == notHappened {

@@ -495,10 +495,13 @@ func (a *Actuator) journal(ctx context.Context, node *corev1.Node, o written, tr
 }
 
 // answerIntent stores the answer record of a stored intent whose patch was
-// answered and not applied (refused, throttled): the next leader need not
-// wait out the late-commit horizon for it on an unchanged node
-// (actuate.NewAnswer). A conflict needs none: the node's resourceVersion
-// moved, which Happened takes as final already.
+// answered and not applied (refused, throttled), or was in doubt and can no
+// longer commit (settle: not applied past the horizon): the next leader need
+// not wait out the late-commit horizon for it on an unchanged node
+// (actuate.NewAnswer), nor for a later attempt of the same outcome id
+// (actuate.LatestAttempts). A conflict needs none: the node's
+// resourceVersion moved, which Happened takes as final already, and a retry
+// is on the new version (another outcome id).
 func (a *Actuator) answerIntent(ctx context.Context, intent *intentMsg, journaled bool, why string) {
 	if ans, ok := a.cfg.Intents.(actuate.Answers); ok && intent != nil && journaled {
 		ans.Answer(ctx, intent.subj, intent.ev, why)

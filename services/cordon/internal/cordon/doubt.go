@@ -256,6 +256,10 @@ func (a *Actuator) settle(ctx context.Context) (v verdict, retryIn time.Duration
 		a.log.Info().AnErr("lost", w.err).Str("node", w.node.Name).Str("id", w.o.id).Msg("write in doubt: the node shows it; finishing it")
 		a.done(w.node, w.d, w.o, live.ResourceVersion, w.tr)
 	case notApplied:
+		// It can no longer commit: its answer record lets a new leader
+		// trust a later attempt's of the same outcome id
+		// (actuate.LatestAttempts waits for every attempt answered).
+		a.answerIntent(ctx, w.intent, !w.unjournaled, "not applied")
 		a.fail(w.node, w.d, fmt.Errorf("%w (answer lost; the node was unchanged %s after the write, when it could no longer commit)",
 			w.err, a.horizon()))
 	default:
