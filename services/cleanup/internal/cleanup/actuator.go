@@ -536,15 +536,16 @@ func (a *Actuator) answer(ctx context.Context, rm *removal, w *errInDoubt, err e
 		a.complete(rm, op+" answered 404, within the late-commit horizon of an earlier write in doubt")
 		return true, Outcome{}, nil
 	}
-	if kind == answerChanged && op == opDelete {
-		// A DELETE's 409 can come after its first storage step (the
-		// deletion mark of a grace-0 delete) committed, when the pod
-		// changed before the second: the pod then goes anyway. It is in
-		// doubt, as a lost answer is (slot kept, nothing published, no
-		// answer record), and the settling read tells: the pod marked by
-		// it (the removal is under way: in doubt until the pod leaves),
-		// or moved on without the mark (nothing of it was stored, and a
-		// 409 is final: a quiet re-look, as a 409 before it was).
+	if kind == answerChanged && op == opDelete && rm.verb != VerbDeletionRequested && !conflictBeforeStore(err, w.rv) {
+		// A DELETE's 409 from its second storage step: the first (the
+		// deletion mark of a grace-0 delete) committed and the pod
+		// changed before the second, so the pod goes anyway (finalizers
+		// pending make a DELETE one step: deletionrequested never gets
+		// here). It is in doubt, as a lost answer is (slot kept, nothing
+		// published, no answer record), and the settling read tells: the
+		// pod marked by it (the removal under way: in doubt until the pod
+		// leaves), or moved on without the mark (a quiet re-look). Any
+		// other 409 stored nothing: a quiet re-look, as it always was.
 		w.err, w.conflict = err, true
 		return true, Outcome{}, w
 	}
