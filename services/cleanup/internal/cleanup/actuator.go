@@ -536,7 +536,7 @@ func (a *Actuator) answer(ctx context.Context, rm *removal, w *errInDoubt, err e
 		a.complete(rm, op+" answered 404, within the late-commit horizon of an earlier write in doubt")
 		return true, Outcome{}, nil
 	}
-	if kind == answerChanged && op == opDelete && rm.verb != VerbDeletionRequested && !conflictBeforeStore(err, w.rv) {
+	if kind == answerChanged && op == opDelete && rm.verb != VerbDeletionRequested && !kube.DeleteConflictBeforeStore(err, w.rv) {
 		// A DELETE's 409 from its second storage step: the first (the
 		// deletion mark of a grace-0 delete) committed and the pod
 		// changed before the second, so the pod goes anyway (finalizers

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -436,25 +435,6 @@ func (a *Actuator) judge(rm *removal, w *errInDoubt, live *corev1.Pod) (verdict,
 		return notHappened, "the pod is still there, marked for deletion, past the late-commit horizon"
 	}
 	return stillInDoubt, markedByIt // the DELETE's first step: the pod's removal follows
-}
-
-// conflictBeforeStore reports a DELETE's 409 (err) that the API server gave
-// before storing anything: its early precondition check (rest.BeforeDelete:
-// "the UID in the precondition (…)", "the ResourceVersion in the
-// precondition (…)"), or its first storage step's check naming the UID or
-// the resourceVersion the DELETE was sent with (sentRV). A 409 naming
-// another resourceVersion comes from the second step: the API server moves
-// the precondition to the version of the deletion mark it just committed.
-// The texts are k8s.io/apiserver's (v0.37.2; the same for years); a 409 they
-// do not match is taken as possibly after the mark (in doubt: the safe side).
-// Found by review: every 409 in doubt claimed someone else's deletion, a
-// StatefulSet's recreated pod, or held a stuck pod for the whole horizon.
-func conflictBeforeStore(err error, sentRV string) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "the UID in the precondition (") ||
-		strings.Contains(msg, "the ResourceVersion in the precondition (") ||
-		strings.Contains(msg, "Precondition failed: UID in precondition:") ||
-		strings.Contains(msg, "Precondition failed: ResourceVersion in precondition: "+sentRV+",")
 }
 
 // markedByIt is judge's reason for a pod that carries the DELETE's mark.
