@@ -19,7 +19,7 @@ import (
 
 // Found by a third review, of 1e2ecbb (every DELETE's 409 in doubt, settled
 // by the next read); each test failed there. Fixed by: only a 409 from the
-// DELETE's second storage step is in doubt (conflictBeforeStore tells the
+// DELETE's second storage step is in doubt (kube.DeleteConflictBeforeStore tells the
 // API server's earlier checks; with finalizers pending a DELETE is one
 // step); on a pod being deleted only a grace cut to 0 is our mark; a 409 is
 // never published as a failure; and a 409 after our mark is finished by a
