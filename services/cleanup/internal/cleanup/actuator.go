@@ -156,7 +156,7 @@ func NewActuator(client kubernetes.Interface, audit actuate.Audit, recorder reco
 func (a *Actuator) Forget(uid string) {
 	if rm := a.doubts.left(uid); rm != nil {
 		a.metrics.InDoubt.WithLabelValues("happened").Inc()
-		a.complete(rm, rm.lost.op+"; its answer was lost, and the mirror saw the pod leave")
+		a.complete(rm, rm.lost.op+"; "+rm.lost.lostWhat()+", and the mirror saw the pod leave")
 	}
 	a.doubts.forget(uid)
 	a.reported.Reset(uid)
@@ -335,10 +335,17 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 		a.metrics.APIErrors.WithLabelValues("journal_event").Inc()
 		return Outcome{Retry: true}, err
 	}
+	return a.send(ctx, live, rm, tracked)
+}
+
+// send makes the writes of rm to the live pod (remove) as a write on its way
+// (doubts.send, tracked): an answer drops it, a lost answer keeps it in
+// doubt (unanswered).
+func (a *Actuator) send(ctx context.Context, live *corev1.Pod, rm *removal, tracked bool) (Outcome, error) {
 	out, err := a.remove(ctx, live, rm)
 	var lost *errInDoubt
 	if !errors.As(err, &lost) {
-		a.doubts.answered(state.UID)
+		a.doubts.answered(rm.state.UID)
 		return out, err
 	}
 	return a.unanswered(rm, lost, tracked)

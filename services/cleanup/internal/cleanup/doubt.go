@@ -364,7 +364,7 @@ func (a *Actuator) unanswered(rm *removal, lost *errInDoubt, tracked bool) (Outc
 	}
 	if a.doubts.unanswered(rm.state.UID) {
 		a.metrics.InDoubt.WithLabelValues("happened").Inc()
-		a.complete(rm, lost.op+"; its answer was lost, and the pod left meanwhile")
+		a.complete(rm, lost.op+"; "+lost.lostWhat()+", and the pod left meanwhile")
 		return Outcome{}, nil
 	}
 	if lost.conflict {
@@ -409,6 +409,17 @@ const (
 // (package comment above: per write kind).
 func (a *Actuator) judge(rm *removal, w *errInDoubt, live *corev1.Pod) (verdict, string) {
 	over := !a.cfg.WindowNow().Before(w.sent.Add(a.horizon()))
+	if w.conflict {
+		// A 409 answered: nothing of the DELETE can land later, so the
+		// horizon decides nothing (found by review: our own mark settled
+		// past it was published failed). The pod at the version sent
+		// got nothing (a mark is a write); our mark is the removal under
+		// way; anything else moved on without it.
+		if live.ResourceVersion != w.rv && ownMark(w, live) {
+			return stillInDoubt, markedByIt
+		}
+		return notHappened, changedWithout
+	}
 	if live.ResourceVersion == w.rv {
 		if over {
 			return notHappened, "the pod is unchanged past the late-commit horizon"
@@ -421,13 +432,8 @@ func (a *Actuator) judge(rm *removal, w *errInDoubt, live *corev1.Pod) (verdict,
 		}
 		return notHappened, changedWithout
 	}
-	// Our mark: a deletionTimestamp newly set, or, on a pod already being
-	// deleted, its grace period cut to 0 (what a force delete sends); a
-	// grace changed to anything else is someone else's (found by review).
-	marked := live.DeletionTimestamp != nil && (!w.deleting ||
-		!sameGrace(w.grace, live.DeletionGracePeriodSeconds) && live.DeletionGracePeriodSeconds != nil && *live.DeletionGracePeriodSeconds == 0)
 	switch {
-	case !marked:
+	case !ownMark(w, live):
 		return notHappened, changedWithout
 	case rm.verb == VerbDeletionRequested:
 		return happened, "the pod is Terminating"
@@ -435,6 +441,15 @@ func (a *Actuator) judge(rm *removal, w *errInDoubt, live *corev1.Pod) (verdict,
 		return notHappened, "the pod is still there, marked for deletion, past the late-commit horizon"
 	}
 	return stillInDoubt, markedByIt // the DELETE's first step: the pod's removal follows
+}
+
+// ownMark reports whether the live pod carries the mark of the DELETE w: a
+// deletionTimestamp newly set, or, on a pod already being deleted, its
+// grace period cut to 0 (what a force delete sends); a grace changed to
+// anything else is someone else's (found by review).
+func ownMark(w *errInDoubt, live *corev1.Pod) bool {
+	return live.DeletionTimestamp != nil && (!w.deleting ||
+		!sameGrace(w.grace, live.DeletionGracePeriodSeconds) && live.DeletionGracePeriodSeconds != nil && *live.DeletionGracePeriodSeconds == 0)
 }
 
 // markedByIt is judge's reason for a pod that carries the DELETE's mark.
@@ -482,17 +497,19 @@ func (a *Actuator) resolve(ctx context.Context, uid string) (settled bool, out O
 	}
 	if v == stillInDoubt && rm.lost.conflict && why == markedByIt {
 		// A 409 after our mark: the API server gave up the removal step,
-		// which nothing else may ever take (no kubelet). This removal is
-		// finished by a DELETE sent again now (settled false: the caller
-		// handles the pod as usual), and the pod's going before it is
-		// this removal (mayLand). Found by review: waited out, it was
-		// published failed, then deleted.
+		// which nothing else may ever take (no kubelet). The same removal
+		// (its intent, slot and outcome) is finished by its DELETE sent
+		// again now, at the marked version; a 404 is its pod gone, this
+		// removal. Found by review: waited out, it was published failed,
+		// then deleted; handed back to the caller, a force delete's
+		// re-decision waited 5 minutes more (the mark moved the
+		// deletionTimestamp to now), and the pod's going was never audited.
 		if a.doubts.take(uid) == nil {
 			return true, Outcome{}, nil
 		}
-		rm.release()
-		a.doubts.lateUntil(uid, rm.lost.sent.Add(a.horizon()), a.cfg.WindowNow())
-		return false, Outcome{}, nil
+		a.doubts.lateUntil(uid, a.cfg.WindowNow().Add(a.horizon()), a.cfg.WindowNow())
+		out, err := a.send(ctx, live, rm, a.doubts.send(rm))
+		return true, out, err
 	}
 	if v == stillInDoubt {
 		return true, Outcome{RequeueAfter: a.recheck(rm.lost.sent)}, nil
