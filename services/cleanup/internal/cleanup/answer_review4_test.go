@@ -187,3 +187,35 @@ func TestRev5Delete409UnchangedHeldThenFailed(t *testing.T) {
 }
 
 var _ = events.PodState{}
+
+// TestResentDeleteRefusedKeepsTheSlot: a DELETE answered 409 after its
+// mark committed; the DELETE sent again to finish the removal is refused (a
+// webhook's 403). The mark stands, so the pod is being removed by this
+// removal: it keeps its slot in the rate window (a refusal of the second
+// DELETE takes nothing back).
+func TestResentDeleteRefusedKeepsTheSlot(t *testing.T) {
+	r, _, now := answerRig(t, testPolicy(), true, livePod())
+	deletes := 0
+	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		deletes++
+		if deletes > 1 {
+			return true, nil, apierrors.NewForbidden(podsGR, "web-1", errors.New("admission webhook denied the request"))
+		}
+		ts, zero := metav1.NewTime(*now), int64(0)
+		_ = r.client.Tracker().Update(podsGVR, livePod(func(p *corev1.Pod) {
+			p.DeletionTimestamp, p.DeletionGracePeriodSeconds, p.ResourceVersion = &ts, &zero, "9"
+		}), "apps")
+		return true, nil, secondStep409
+	})
+	state := pod(failed("Evicted"))
+	d := testPolicy().Decide(state, Facts{Now: t0})
+	_, _ = r.act.Handle(context.Background(), state, d, Facts{Now: t0})
+	*now = t0.Add(time.Second)
+	_, _ = r.act.Handle(context.Background(), state, d, Facts{Now: *now})
+	if deletes != 2 {
+		t.Fatalf("setup: %d DELETEs, want 2", deletes)
+	}
+	if n := r.act.cfg.Limiter.Len(*now); n != 1 {
+		t.Errorf("rate window holds %d slots after the DELETE sent again was refused; want 1 (the first DELETE's mark stands)", n)
+	}
+}

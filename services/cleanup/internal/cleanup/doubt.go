@@ -508,6 +508,10 @@ func (a *Actuator) resolve(ctx context.Context, uid string) (settled bool, out O
 			return true, Outcome{}, nil
 		}
 		a.doubts.lateUntil(uid, a.cfg.WindowNow().Add(a.horizon()), a.cfg.WindowNow())
+		// The mark committed: this removal counts in the window whatever
+		// the DELETE sent again is answered (a refusal stored nothing,
+		// and takes nothing back).
+		rm.release = func() {}
 		out, err := a.send(ctx, live, rm, a.doubts.send(rm))
 		return true, out, err
 	}
