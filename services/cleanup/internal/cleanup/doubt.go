@@ -455,6 +455,47 @@ func ownMark(w *errInDoubt, live *corev1.Pod) bool {
 // markedByIt is judge's reason for a pod that carries the DELETE's mark.
 const markedByIt = "the pod carries its deletion mark"
 
+// finish sends the removal step of rm again, to the live pod that carries
+// its DELETE's mark (the DELETE was answered 409 by its second storage
+// step): the same removal, its slot and intent, nothing new. The mark stands
+// whatever the answer, so the removal is this one's from then on: the pod
+// gone (200, 404, or the mirror seeing it leave) publishes it; any other
+// answer (409, a refusal, a 429, a lost one) keeps it in doubt, its slot
+// kept and nothing reported, and the next visit sends the step again
+// (recheck: waits that grow with the time since the 409). Found by review:
+// sent as a new write, a second 409 or a refusal dropped the removal and
+// took its slot back, and a lost answer published failed, then deleted.
+func (a *Actuator) finish(ctx context.Context, rm *removal, live *corev1.Pod) Outcome {
+	uid := rm.state.UID
+	if a.doubts.take(uid) == nil {
+		return Outcome{} // the mirror saw the pod leave and settled it meanwhile
+	}
+	tracked := a.doubts.send(rm)
+	// The removal counts from its first DELETE's answer, as it already
+	// does in the window: the mark it committed made the pod go. (Not
+	// answered: the outcome Event's action time, which a new leader seeds
+	// from, keeps saying the same.)
+	err := a.deletePod(ctx, live, rm.d, live.ResourceVersion)
+	if err == nil || apierrors.IsNotFound(err) {
+		a.doubts.answered(uid)
+		a.complete(rm, "a DELETE answered 409 after its deletion mark; its removal step sent again")
+		return Outcome{}
+	}
+	if !tracked {
+		// Not remembered (the memory of doubts is full): a retry's 404
+		// is this removal for the horizon; never a failure.
+		a.doubts.lateUntil(uid, a.cfg.WindowNow().Add(a.horizon()), a.cfg.WindowNow())
+		return Outcome{Retry: true}
+	}
+	if a.doubts.unanswered(uid) {
+		a.complete(rm, "a DELETE answered 409 after its deletion mark, and the pod left meanwhile")
+		return Outcome{}
+	}
+	a.log.Info().Err(err).Str("pod", rm.state.Namespace+"/"+rm.state.Name).Str("uid", uid).
+		Msg("the removal step sent again after a 409 that followed the deletion mark was not carried out; sent again later")
+	return Outcome{RequeueAfter: a.recheck(rm.lost.sent)}
+}
+
 // changedWithout is judge's reason for a pod that moved on without the
 // write: its precondition can no longer hold, so it never lands.
 const changedWithout = "the pod changed without it since"
@@ -504,16 +545,7 @@ func (a *Actuator) resolve(ctx context.Context, uid string) (settled bool, out O
 		// then deleted; handed back to the caller, a force delete's
 		// re-decision waited 5 minutes more (the mark moved the
 		// deletionTimestamp to now), and the pod's going was never audited.
-		if a.doubts.take(uid) == nil {
-			return true, Outcome{}, nil
-		}
-		a.doubts.lateUntil(uid, a.cfg.WindowNow().Add(a.horizon()), a.cfg.WindowNow())
-		// The mark committed: this removal counts in the window whatever
-		// the DELETE sent again is answered (a refusal stored nothing,
-		// and takes nothing back).
-		rm.release = func() {}
-		out, err := a.send(ctx, live, rm, a.doubts.send(rm))
-		return true, out, err
+		return true, a.finish(ctx, rm, live), nil
 	}
 	if v == stillInDoubt {
 		return true, Outcome{RequeueAfter: a.recheck(rm.lost.sent)}, nil
