@@ -296,6 +296,21 @@ func (s *doubts) waiting(uid string) *removal {
 	return nil
 }
 
+// resend turns the removal of uid in doubt back into a write on its way
+// (finish sends its removal step again), in one step: the mirror seeing the
+// pod leave in between would otherwise find no entry to mark (found by
+// review). False: there is none (the mirror settled it meanwhile).
+func (s *doubts) resend(uid string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.m[uid]
+	if d == nil || d.sending {
+		return false
+	}
+	d.sending, d.gone = true, false
+	return true
+}
+
 // take drops and returns the removal of uid in doubt: whoever takes it
 // settles it (the worker or the mirror's handler), so it is settled once.
 func (s *doubts) take(uid string) *removal {
@@ -467,10 +482,9 @@ const markedByIt = "the pod carries its deletion mark"
 // took its slot back, and a lost answer published failed, then deleted.
 func (a *Actuator) finish(ctx context.Context, rm *removal, live *corev1.Pod) Outcome {
 	uid := rm.state.UID
-	if a.doubts.take(uid) == nil {
+	if !a.doubts.resend(uid) {
 		return Outcome{} // the mirror saw the pod leave and settled it meanwhile
 	}
-	tracked := a.doubts.send(rm)
 	// The removal counts from its first DELETE's answer, as it already
 	// does in the window: the mark it committed made the pod go. (Not
 	// answered: the outcome Event's action time, which a new leader seeds
@@ -481,12 +495,7 @@ func (a *Actuator) finish(ctx context.Context, rm *removal, live *corev1.Pod) Ou
 		a.complete(rm, "a DELETE answered 409 after its deletion mark; its removal step sent again")
 		return Outcome{}
 	}
-	if !tracked {
-		// Not remembered (the memory of doubts is full): a retry's 404
-		// is this removal for the horizon; never a failure.
-		a.doubts.lateUntil(uid, a.cfg.WindowNow().Add(a.horizon()), a.cfg.WindowNow())
-		return Outcome{Retry: true}
-	}
+	a.metrics.APIErrors.WithLabelValues(opDelete).Inc()
 	if a.doubts.unanswered(uid) {
 		a.complete(rm, "a DELETE answered 409 after its deletion mark, and the pod left meanwhile")
 		return Outcome{}
