@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,9 +83,9 @@ func StartControlPlane(t testing.TB) *ControlPlane {
 		t.Fatal(err)
 	}
 	cp.EtcdURL, cp.apiBin, cp.apiLog = etcdURL, apiBin, apiLog
-	cp.apiArgs = []string{
+	apiArgs := []string{
 		"--etcd-servers", etcdURL,
-		"--secure-port", strconv.Itoa(apiPort), "--bind-address", "127.0.0.1",
+		"--bind-address", "127.0.0.1",
 		"--cert-dir", filepath.Join(dir, "certs"),
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", filepath.Join(dir, "sa.pub"),
@@ -95,9 +96,19 @@ func StartControlPlane(t testing.TB) *ControlPlane {
 		"--disable-admission-plugins", "ServiceAccount",
 		"--max-requests-inflight", "1000", "--max-mutating-requests-inflight", "500",
 		"-v", "0"}
-	cp.apiserver = startLogged(t, apiLog, apiBin, cp.apiArgs...)
-	cp.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
-	cp.waitReady(t, 90*time.Second)
+	// A free port can be taken between the pick and kube-apiserver's bind
+	// (any process's outgoing connection may land on it; seen once in the
+	// e2e run): the port is picked again, up to three times.
+	for attempt := 1; ; attempt++ {
+		cp.apiArgs = append([]string{"--secure-port", strconv.Itoa(apiPort)}, apiArgs...)
+		cp.apiserver = startLogged(t, apiLog, apiBin, cp.apiArgs...)
+		cp.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+		if cp.awaitReady(t, 90*time.Second, attempt < 3) {
+			break
+		}
+		t.Logf("kube-apiserver could not bind port %d (taken since it was picked): starting it on another", apiPort)
+		apiPort = mustFreePort(t)
+	}
 
 	cp.Kubeconfig = filepath.Join(dir, "admin.kubeconfig")
 	if err := writeKubeconfig(cp.Kubeconfig, cp.URL, cp.Token); err != nil {
@@ -116,6 +127,14 @@ func StartControlPlane(t testing.TB) *ControlPlane {
 
 func (cp *ControlPlane) waitReady(t testing.TB, timeout time.Duration) {
 	t.Helper()
+	cp.awaitReady(t, timeout, false)
+}
+
+// awaitReady waits for /readyz. With portRetry, a kube-apiserver that exited
+// because its port was taken returns false (to be started on another port);
+// every other failure fails the test.
+func (cp *ControlPlane) awaitReady(t testing.TB, timeout time.Duration, portRetry bool) bool {
+	t.Helper()
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	deadline := time.Now().Add(timeout)
 	for {
@@ -125,10 +144,13 @@ func (cp *ControlPlane) waitReady(t testing.TB, timeout time.Duration) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return true
 			}
 		}
 		if cp.apiserver.exited() {
+			if log := tail(cp.apiserver.log, 40); portRetry && strings.Contains(log, "bind: address already in use") {
+				return false
+			}
 			t.Fatalf("kube-apiserver exited:\n%s", tail(cp.apiserver.log, 40))
 		}
 		if time.Now().After(deadline) {
