@@ -316,6 +316,10 @@ func TestCordonDrainedNodeStaysCordoned(t *testing.T) {
 
 // TestCordonRecountsCrowdedNode: a node with 600 pods (more than one page of
 // the recount LIST) and maxPods 500 is cordoned, and released at minPods.
+// 30 more pods on it have terminated (Succeeded, Failed): the new cordon's
+// recount reads the pods' metadata, which carries no phase, so only the API
+// server's field selector keeps them out of the live count the decision
+// reports.
 func TestCordonRecountsCrowdedNode(t *testing.T) {
 	cp := harness.StartControlPlane(t)
 	n := harness.StartNATS(t)
@@ -324,7 +328,14 @@ func TestCordonRecountsCrowdedNode(t *testing.T) {
 	cfg := harness.WriteConfig(t, strings.Replace(strings.Replace(cordonConfig("500ms", "  maxCordonedPercent: 100\n"),
 		"maxPods: 5", "maxPods: 500", 1), "minPods: 2", "minPods: 450", 1))
 	startWatcher(t, cp, n, cfg, "w1")
-	createPodsParallel(t, c, "crowded", 0, 600)
+	createPodsParallel(t, c, "crowded", 0, 630)
+	for i := 600; i < 630; i++ {
+		phase := corev1.PodSucceeded
+		if i%2 == 1 {
+			phase = corev1.PodFailed
+		}
+		harness.SetPodStatus(t, c, harness.Pod("default", fmt.Sprintf("crowded-p%d", i), "crowded"), func(s *corev1.PodStatus) { s.Phase = phase })
+	}
 	harness.Eventually(t, 60*time.Second, "KUBE counts 600 pods", func() bool {
 		s := lastNode(t, n.JS, "kube.e2e.node.crowded")
 		return s != nil && s.Pods == 600

@@ -128,7 +128,7 @@ var specs = []spec{
 	// Where a cordon's time goes: each step in series beside its own floor.
 	{figure: "1 Reaction, cordon's steps: trigger → the actuator starts (API, watcher, KUBE, mirror), p99 (floor = the pod's creation seen by an informer)",
 		value: ms(reaction, "cordon-in-p99-ms"), floor: p(ms(reaction, "floor-create-p99-ms"))},
-	{figure: "1 Reaction, cordon's steps: its re-reads (pod recount and the cap's node LIST at once), p99 (floor = a bare client's pod recount LIST)",
+	{figure: "1 Reaction, cordon's steps: its re-reads (pod recount and the cap's node LIST at once), p99 (floor = a bare client's pod recount LIST of the pods' metadata)",
 		value: ms(reaction, "cordon-read-p99-ms"), floor: p(ms(reaction, "bare-recount-p99-ms"))},
 	{figure: "1 Reaction, cordon's steps: its patch, p99 (floor = a bare client's node PATCH)",
 		value: ms(reaction, "cordon-patch-p99-ms"), floor: p(ms(reaction, "bare-patch-p99-ms"))},

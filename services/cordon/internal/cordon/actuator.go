@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
@@ -82,20 +83,24 @@ type ActuatorConfig struct {
 	// Intents stores a write-ahead intent before each patch (an
 	// actuate.Journal); nil: no journal (unit tests).
 	Intents actuate.Intents
+	// Metadata reads the pods' metadata for the recounts that need only
+	// their number (recounter); nil: every recount reads whole pods.
+	Metadata metadata.Interface
 }
 
 // Actuator is the one place where the cordon actor writes: to the node (the
 // patch), to the cluster's Events, and to the OPS audit log. It follows the
 // contract of package actuate (docs/actuate.md).
 type Actuator struct {
-	client kubernetes.Interface
-	audit  actuate.Audit
-	rec    record.EventRecorder
-	ledger *Ledger
-	fleet  FleetCounter
-	cfg    ActuatorConfig
-	m      *Metrics
-	log    zerolog.Logger
+	client  kubernetes.Interface
+	recount recounter
+	audit   actuate.Audit
+	rec     record.EventRecorder
+	ledger  *Ledger
+	fleet   FleetCounter
+	cfg     ActuatorConfig
+	m       *Metrics
+	log     zerolog.Logger
 
 	// mu serialises actions: the cap check must see every earlier write.
 	mu sync.Mutex
@@ -129,6 +134,7 @@ func NewActuator(client kubernetes.Interface, audit actuate.Audit, rec record.Ev
 	}
 	return &Actuator{
 		client: client, audit: audit, rec: rec, ledger: ledger, fleet: fleet, cfg: cfg, m: m, log: log,
+		recount:   recounter{client: client, meta: cfg.Metadata, timeout: cfg.APITimeout},
 		announced: actuate.NewAnnounced(), simSeq: map[string]int{},
 	}
 }
@@ -275,8 +281,9 @@ func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked boo
 		err      error
 	)
 	start := time.Now()
+	evicting := marked && a.needsEvicting()
 	wg.Go(func() {
-		c, countErr = recountPods(ctx, a.client, a.cfg.APITimeout, n.Name, n.PodsResourceVersion)
+		c, countErr = a.recount.count(ctx, n.Name, n.PodsResourceVersion, evicting)
 		tr.recount = time.Since(start)
 	})
 	if want.Action == ActionCordon && !marked {
@@ -323,6 +330,15 @@ func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked boo
 	live.DepartedUnknown, live.EvictionStreak = n.DepartedUnknown, n.EvictionStreak
 	apiMarked := hasLabel(live, events.LabelAutoCordon)
 	live, liveMarked := a.ledger.View(a.cfg.Policy, live) // dry-run: the simulated mark
+	if liveMarked && !evicting && a.needsEvicting() {
+		// The mirror showed no mark and the live node has one (another
+		// leader's, not shown yet): its decision may be a handover, which
+		// depends on the pods being evicted. Counted again, whole pods.
+		if c, countErr = a.recount.count(ctx, n.Name, n.PodsResourceVersion, true); countErr != nil {
+			return nil, Decision{}, false, nil, fmt.Errorf("recount pods of node %s: %w", n.Name, countErr)
+		}
+		live.Pods, live.Evicting = c.Pods, c.Evicting
+	}
 	// What the API just said is newer than the mirror: a mark found live is
 	// counted from now on, even while the mirror does not show it.
 	a.ledger.Learn(node.Name, string(node.UID), node.ResourceVersion, apiMarked)
@@ -333,6 +349,10 @@ func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked boo
 	}
 	return node, got, liveMarked, fleet, nil
 }
+
+// needsEvicting reports whether a decision on a node opswire holds can
+// depend on the pods being evicted (the drain rule, Policy.drained).
+func (a *Actuator) needsEvicting() bool { return a.cfg.Policy.DrainEvictingPercent > 0 }
 
 // agree decides whether the live decision confirms the mirror's. Normally
 // only the same action does. A drain is the exception, both ways: a live

@@ -588,7 +588,7 @@ func TestActuatorRecountFreshness(t *testing.T) {
 				t.Fatalf("%d lists, want 1", len(lists))
 			}
 			o := lists[0]
-			if o.ResourceVersion != tc.wantRV || o.ResourceVersionMatch != tc.wantMatch || o.FieldSelector != "spec.nodeName=a" {
+			if o.ResourceVersion != tc.wantRV || o.ResourceVersionMatch != tc.wantMatch || o.FieldSelector != recountSelector("a") {
 				t.Fatalf("list options %+v", o)
 			}
 			if !h.node(t, "a").Spec.Unschedulable {

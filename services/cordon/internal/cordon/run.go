@@ -3,10 +3,12 @@ package cordon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/metadata"
 
 	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/app"
@@ -23,9 +25,15 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		<-ctx.Done()
 		return nil
 	}
-	client, _, err := rt.Kube()
+	client, restConfig, err := rt.Kube()
 	if err != nil {
 		return err
+	}
+	// The recounts that need only the number of a node's pods read their
+	// metadata (recounter).
+	meta, err := metadata.NewForConfig(metadata.ConfigFor(restConfig))
+	if err != nil {
+		return fmt.Errorf("kubernetes metadata client: %w", err)
 	}
 	_, js, err := rt.NATS(ctx)
 	if err != nil {
@@ -70,7 +78,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		window := actuate.NewWindow(cfg.MaxActionsPerMinute, cfg.RateWindow.Duration)
 		act := NewActuator(client, audit, recorder, ledger, NewFleets(m, ledger, policy, client, 0), ActuatorConfig{
 			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Identity: rt.Options.ID, Limiter: window,
-			Intents: journal, ServerRequestTimeout: rt.Config.Kube.ServerRequestTimeout.Duration,
+			Intents: journal, Metadata: meta, ServerRequestTimeout: rt.Config.Kube.ServerRequestTimeout.Duration,
 		}, metrics, rt.Log)
 		ctrl := NewController(m, changes, policy, ledger, act, cfg.Interval.Duration, metrics, rt.Log)
 		mirror.Store(m)
