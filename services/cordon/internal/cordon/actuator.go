@@ -330,18 +330,22 @@ func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked boo
 	live.DepartedUnknown, live.EvictionStreak = n.DepartedUnknown, n.EvictionStreak
 	apiMarked := hasLabel(live, events.LabelAutoCordon)
 	live, liveMarked := a.ledger.View(a.cfg.Policy, live) // dry-run: the simulated mark
+	// What the API just said is newer than the mirror: a mark found live is
+	// counted from now on, even while the mirror does not show it.
+	a.ledger.Learn(node.Name, string(node.UID), node.ResourceVersion, apiMarked)
 	if liveMarked && !evicting && a.needsEvicting() {
 		// The mirror showed no mark and the live node has one (another
-		// leader's, not shown yet): its decision may be a handover, which
-		// depends on the pods being evicted. Counted again, whole pods.
-		if c, countErr = a.recount.count(ctx, n.Name, n.PodsResourceVersion, true); countErr != nil {
+		// leader's not shown yet, a person's label): its decision may be a
+		// handover, which depends on the pods being evicted. Counted again,
+		// whole pods.
+		again := time.Now()
+		c, countErr = a.recount.count(ctx, n.Name, n.PodsResourceVersion, true)
+		tr.recount += time.Since(again)
+		if countErr != nil {
 			return nil, Decision{}, false, nil, fmt.Errorf("recount pods of node %s: %w", n.Name, countErr)
 		}
 		live.Pods, live.Evicting = c.Pods, c.Evicting
 	}
-	// What the API just said is newer than the mirror: a mark found live is
-	// counted from now on, even while the mirror does not show it.
-	a.ledger.Learn(node.Name, string(node.UID), node.ResourceVersion, apiMarked)
 	got, ok := agree(a.cfg.Policy, want, Evaluate(a.cfg.Policy, live, liveMarked), live)
 	if !ok {
 		a.stale(n.Name, fmt.Sprintf("live state says %s (%s)", got.Action, got.Reason))

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,6 +26,9 @@ import (
 type podAPI struct {
 	pods  func() []corev1.Pod
 	pages []podPage
+	// expire is how many continue pages, from the first on, are answered
+	// 410 Gone (the token expired).
+	expire int
 }
 
 type podPage struct {
@@ -40,6 +44,10 @@ func (f *podAPI) list(o metav1.ListOptions, metadata bool) ([]corev1.Pod, string
 	f.pages = append(f.pages, podPage{metadata: metadata, opts: o})
 	if o.Continue != "" && (o.ResourceVersion != "" || o.ResourceVersionMatch != "") {
 		return nil, "", fmt.Errorf("specifying resource version is not allowed when using continue")
+	}
+	if o.Continue != "" && f.expire > 0 {
+		f.expire--
+		return nil, "", apierrors.NewResourceExpired("the provided continue parameter is too old")
 	}
 	sel, err := fields.ParseSelector(o.FieldSelector)
 	if err != nil {
@@ -194,6 +202,49 @@ func TestRecount(t *testing.T) {
 			}
 			if first := api.pages[0].opts; first.ResourceVersion != "777" || first.ResourceVersionMatch != metav1.ResourceVersionMatchNotOlderThan {
 				t.Fatalf("first page options %+v", first)
+			}
+		})
+	}
+}
+
+// TestRecountRestartsOnExpiredContinue: a continue token that expired (410)
+// restarts the count once from a new first page, by either read; a second
+// 410 is the count's error, never a partial count.
+func TestRecountRestartsOnExpiredContinue(t *testing.T) {
+	items, all := crowdedNode()
+	for _, tc := range []struct {
+		name      string
+		metadata  bool
+		expire    int
+		want      podCount
+		wantPages int // first, continue (410), first, continue, continue
+		wantErr   bool
+	}{
+		{"whole pods, one expiry", false, 1, all, 5, false},
+		{"metadata, one expiry", true, 1, podCount{Pods: all.Pods}, 5, false},
+		{"whole pods, two expiries", false, 2, podCount{}, 4, true},
+		{"metadata, two expiries", true, 2, podCount{}, 4, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			api := &podAPI{pods: func() []corev1.Pod { return items }, expire: tc.expire}
+			api.serveTyped(client)
+			r := recounter{client: client}
+			if tc.metadata {
+				r.meta = metadataAPI{f: api}
+			}
+			got, err := r.count(context.Background(), "crowded", "777", false)
+			if tc.wantErr != apierrors.IsResourceExpired(err) || got != tc.want || (err != nil && !tc.wantErr) {
+				t.Fatalf("recount = %+v, %v; want %+v (error %v)", got, err, tc.want, tc.wantErr)
+			}
+			firsts := 0
+			for _, p := range api.pages {
+				if p.opts.Continue == "" {
+					firsts++
+				}
+			}
+			if len(api.pages) != tc.wantPages || firsts != 2 {
+				t.Fatalf("%d pages, %d of them first pages; want %d and 2", len(api.pages), firsts, tc.wantPages)
 			}
 		})
 	}

@@ -30,8 +30,12 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		return err
 	}
 	// The recounts that need only the number of a node's pods read their
-	// metadata (recounter).
-	meta, err := metadata.NewForConfig(metadata.ConfigFor(restConfig))
+	// metadata (recounter). metadata.ConfigFor copies the config; the typed
+	// client's token bucket is handed over, so kube.qps and kube.burst bound
+	// both clients at once.
+	metaConfig := metadata.ConfigFor(restConfig)
+	metaConfig.RateLimiter = client.CoreV1().RESTClient().GetRateLimiter()
+	meta, err := metadata.NewForConfig(metaConfig)
 	if err != nil {
 		return fmt.Errorf("kubernetes metadata client: %w", err)
 	}
