@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/opswire/opswire/shared/internal/rfc3339"
 )
 
 // Header names of the CloudEvents NATS binding and JetStream.
@@ -139,9 +141,12 @@ func Parse(h nats.Header, data []byte) (Event, error) {
 		return Event{}, fmt.Errorf("%w: ce-id, ce-source and ce-type are required", ErrMalformed)
 	}
 	if ts := h.Get(HeaderTime); ts != "" {
-		t, err := time.Parse(time.RFC3339Nano, ts)
-		if err != nil {
-			return Event{}, fmt.Errorf("%w: ce-time: %v", ErrMalformed, err)
+		t, ok := rfc3339.ParseUTC(ts) // what opswire writes; anything else the general way
+		if !ok {
+			var err error
+			if t, err = time.Parse(time.RFC3339Nano, ts); err != nil {
+				return Event{}, fmt.Errorf("%w: ce-time: %v", ErrMalformed, err)
+			}
 		}
 		e.Time = t
 	}

@@ -2,12 +2,14 @@ package events
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
-	"strconv"
-	"strings"
+	"math/bits"
 	"time"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/opswire/opswire/shared/internal/rfc3339"
 )
 
 // A new leader decodes 155,000 KUBE messages before it may act (issue 18:
@@ -24,125 +26,6 @@ import (
 // (value or error) is then the result. Unknown keys are skipped, as
 // json.Unmarshal skips them, so a newer watcher's extra fields stay on the
 // fast path. FuzzUnmarshalState compares the two on arbitrary input.
-
-// Interner shares the strings that repeat across objects (namespaces, node
-// names, phases, reasons, owners, container names, labels), so that 150,000
-// pods hold one copy of each instead of one per pod, and decoding allocates
-// less. Not safe for concurrent use: give each decoding goroutine its own.
-// The zero value is ready; it forgets everything past maxInterned entries.
-type Interner struct {
-	m      map[string]string
-	owners map[Owner]*Owner
-	// A two-way cache in front of each map answers most lookups with one
-	// hash and a comparison or two: a hash picks a pair of slots (one
-	// cache line), the most recent string first. Direct-mapped, the 5,000
-	// node names, 500 owners and 200 namespaces of a rebuild evicted each
-	// other from 8,192 slots so often that the map behind answered a large
-	// share of the lookups (issue 18).
-	cache  [internSlots]string
-	ocache [ownerSlots]*Owner
-}
-
-const (
-	internSlots = 1 << 13
-	ownerSlots  = 1 << 10
-)
-
-const maxInterned = 1 << 16
-
-// fnv32 is FNV-1a.
-func fnv32[T string | []byte](b T) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(b); i++ {
-		h = (h ^ uint32(b[i])) * 16777619
-	}
-	return h
-}
-
-// intern returns b as a string, shared with earlier equal strings.
-func (in *Interner) intern(b []byte) string {
-	if in == nil {
-		return string(b)
-	}
-	pair := (*[2]string)(in.cache[fnv32(b)&(internSlots-2):])
-	if pair[0] == string(b) {
-		return pair[0]
-	}
-	if pair[1] == string(b) {
-		pair[0], pair[1] = pair[1], pair[0]
-		return pair[0]
-	}
-	s, ok := in.m[string(b)] // no allocation for the lookup
-	if !ok {
-		if in.m == nil || len(in.m) >= maxInterned {
-			in.m = make(map[string]string, 1024)
-		}
-		s = string(b)
-		in.m[s] = s
-	}
-	pair[0], pair[1] = s, pair[0]
-	return s
-}
-
-// String returns s, or an earlier string equal to it (the watcher's
-// compact transform interns what it keeps of a decoded pod this way). The
-// first of equal strings is kept as a copy: s usually lies among the strings
-// of a decoded object that is then dropped, and would keep their memory
-// spans in use.
-func (in *Interner) String(s string) string {
-	if in == nil || s == "" {
-		return s
-	}
-	pair := (*[2]string)(in.cache[fnv32(s)&(internSlots-2):])
-	if pair[0] == s {
-		return pair[0]
-	}
-	if pair[1] == s {
-		pair[0], pair[1] = pair[1], pair[0]
-		return pair[0]
-	}
-	t, ok := in.m[s]
-	if !ok {
-		if in.m == nil || len(in.m) >= maxInterned {
-			in.m = make(map[string]string, 1024)
-		}
-		t = strings.Clone(s)
-		in.m[t] = t
-	}
-	pair[0], pair[1] = t, pair[0]
-	return t
-}
-
-// Owner returns a shared *Owner equal to o (the states are read-only).
-func (in *Interner) Owner(o Owner) *Owner { return in.owner(o) }
-
-// owner returns a shared *Owner equal to o (the states are read-only).
-func (in *Interner) owner(o Owner) *Owner {
-	if in == nil {
-		p := new(Owner)
-		*p = o
-		return p
-	}
-	pair := (*[2]*Owner)(in.ocache[(fnv32(o.Name)^fnv32(o.Kind)*31)&(ownerSlots-2):])
-	if p := pair[0]; p != nil && *p == o {
-		return p
-	}
-	if p := pair[1]; p != nil && *p == o {
-		pair[0], pair[1] = p, pair[0]
-		return p
-	}
-	p, ok := in.owners[o]
-	if !ok {
-		if in.owners == nil || len(in.owners) >= maxInterned {
-			in.owners = make(map[Owner]*Owner, 256)
-		}
-		p = new(Owner)
-		*p = o
-		in.owners[o] = p
-	}
-	pair[0], pair[1] = p, pair[0]
-	return p
-}
 
 // DecodePod decodes data exactly as json.Unmarshal(data, &p) does for a
 // zero p. in may be nil.
@@ -351,9 +234,9 @@ func (d *decoder) rawString() ([]byte, bool) {
 	start := d.i
 	ascii := true
 	b := d.b
-	for i := d.i; i < len(b); i++ {
-		if !special[b[i]] {
-			continue
+	for i := d.i; ; i++ {
+		if i = nextSpecial(b, i); i == len(b) {
+			return nil, false
 		}
 		switch c := b[i]; {
 		case c == '"':
@@ -369,7 +252,26 @@ func (d *decoder) rawString() ([]byte, bool) {
 			return nil, false
 		}
 	}
-	return nil, false
+}
+
+// nextSpecial returns the index of the first byte at or after i that special
+// marks, or len(b). Strings are most of a state's bytes, so it looks at eight
+// at a time: a byte is flagged when it is '"' or '\\' (equal: zero after the
+// xor), below 0x20, or has its high bit set. A borrow only carries upwards,
+// into bytes after a flagged one, so the lowest flag is always a true one.
+func nextSpecial(b []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		q, e := w^(ones*'"'), w^(ones*'\\')
+		if m := ((q-ones)&^q | (e-ones)&^e | (w-ones*0x20)&^w | w) & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for i < len(b) && !special[b[i]] {
+		i++
+	}
+	return i
 }
 
 func (d *decoder) str(intern bool) (string, bool) {
@@ -446,8 +348,12 @@ func (d *decoder) integer(bits uint) (int64, bool) {
 func (d *decoder) timestamp(t *time.Time) bool {
 	d.ws()
 	start := d.i
-	if _, ok := d.rawString(); !ok {
+	s, ok := d.rawString()
+	if !ok {
 		return false
+	}
+	if *t, ok = rfc3339.ParseUTC(s); ok {
+		return true
 	}
 	return t.UnmarshalJSON(d.b[start:d.i]) == nil
 }
@@ -457,10 +363,42 @@ func (d *decoder) timePtr() (*time.Time, bool) {
 	return t, d.timestamp(t)
 }
 
-// object reads {"key": value, ...}, calling field for each key; field
-// returns false to give up. A repeated key gives up too (encoding/json
-// merges into the first value), via seen and the index field returns.
-func (d *decoder) object(field func(key []byte) (idx int, ok bool)) bool {
+// fields are the keys of one of the states, in the order the watcher's
+// encoding/json writes them (TestFieldsInWireOrder).
+type fields struct {
+	names  []string
+	quoted []string // `"name":`, the key as it appears on the wire
+}
+
+func newFields(names ...string) *fields {
+	f := &fields{names: names}
+	for _, n := range names {
+		f.quoted = append(f.quoted, `"`+n+`":`)
+	}
+	return f
+}
+
+// index returns the index of key, or -1.
+func (f *fields) index(key []byte) int {
+	for i, n := range f.names {
+		if n == string(key) {
+			return i
+		}
+	}
+	return -1
+}
+
+// object reads {"key": value, ...} into one of the states, calling field
+// with the index of each known key; field returns false to give up. A
+// repeated key gives up too (encoding/json merges into the first value).
+//
+// The keys come in the order f lists them, some left out, so the next key is
+// first looked for as the bytes `"key":` among those after the last one
+// read: one short comparison or two per key instead of scanning it as a
+// string and matching it against every name (issue 18: a pod has about 20
+// keys, and this was a third of its decoding). Any other key (out of order,
+// spaced, escaped, unknown) is read the long way.
+func (d *decoder) object(f *fields, field func(idx int) bool) bool {
 	if !d.eat('{') {
 		return false
 	}
@@ -468,21 +406,63 @@ func (d *decoder) object(field func(key []byte) (idx int, ok bool)) bool {
 		return true
 	}
 	var seen uint64
+	next := 0
 	for {
 		d.ws()
-		key, ok := d.rawString()
-		if !ok || !d.eat(':') {
-			return false
+		idx := -1
+		if rest := d.b[d.i:]; len(rest) > 1 {
+			for j := next; j < len(f.quoted); j++ {
+				if q := f.quoted[j]; rest[1] == q[1] && len(rest) >= len(q) && string(rest[:len(q)]) == q {
+					idx = j
+					d.i += len(q)
+					break
+				}
+			}
 		}
-		idx, ok := field(key)
-		if !ok {
-			return false
+		if idx < 0 {
+			key, ok := d.rawString()
+			if !ok || !d.eat(':') {
+				return false
+			}
+			if idx = f.index(key); idx < 0 {
+				if _, ok := d.unknown(key, f.names); !ok {
+					return false
+				}
+			}
 		}
 		if idx >= 0 {
-			if seen&(1<<idx) != 0 {
+			if seen&(1<<idx) != 0 || !field(idx) {
 				return false
 			}
 			seen |= 1 << idx
+			next = idx + 1
+		}
+		switch d.peek() {
+		case ',':
+			d.i++
+		case '}':
+			d.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// members reads {"key": value, ...} of any keys (a map), calling member for
+// each; member returns false to give up.
+func (d *decoder) members(member func(key []byte) bool) bool {
+	if !d.eat('{') {
+		return false
+	}
+	if d.eat('}') {
+		return true
+	}
+	for {
+		d.ws()
+		key, ok := d.rawString()
+		if !ok || !d.eat(':') || !member(key) {
+			return false
 		}
 		switch d.peek() {
 		case ',':
@@ -660,11 +640,11 @@ func (d *decoder) skipNumber() bool {
 // encoding/json makes it). A repeated key keeps the last value, as there.
 func (d *decoder) stringMap() (map[string]string, bool) {
 	m := map[string]string{}
-	ok := d.object(func(key []byte) (int, bool) {
+	ok := d.members(func(key []byte) bool {
 		k := d.in.intern(key)
 		v, ok := d.str(true)
 		m[k] = v
-		return -1, ok
+		return ok
 	})
 	return m, ok
 }
@@ -691,242 +671,4 @@ func (d *decoder) array(elem func() bool) bool {
 			return false
 		}
 	}
-}
-
-var podKeys = []string{"op", "uid", "namespace", "name", "resourceVersion", "nodeName", "phase", "reason", "message",
-	"creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "finalizers", "owner", "containers",
-	"failedAt", "pvc", "labels", "disruptionReason"}
-
-func (d *decoder) pod(p *PodState) bool {
-	return d.object(func(key []byte) (int, bool) {
-		var ok bool
-		var s string
-		switch string(key) {
-		case "op":
-			s, ok = d.str(true)
-			p.Op = Op(s)
-			return 0, ok
-		case "uid":
-			return 1, d.ownStr(&p.UID)
-		case "namespace":
-			p.Namespace, ok = d.str(true)
-			return 2, ok
-		case "name":
-			return 3, d.ownStr(&p.Name)
-		case "resourceVersion":
-			return 4, d.ownStr(&p.ResourceVersion)
-		case "nodeName":
-			p.NodeName, ok = d.str(true)
-			return 5, ok
-		case "phase":
-			p.Phase, ok = d.str(true)
-			return 6, ok
-		case "reason":
-			p.Reason, ok = d.str(true)
-			return 7, ok
-		case "message":
-			return 8, d.ownStr(&p.Message)
-		case "creationTimestamp":
-			return 9, d.timestamp(&p.CreationTimestamp)
-		case "deletionTimestamp":
-			p.DeletionTimestamp, ok = d.timePtr()
-			return 10, ok
-		case "deletionGracePeriodSeconds":
-			v, ok := d.integer(64)
-			p.DeletionGracePeriodSeconds = &v
-			return 11, ok
-		case "finalizers":
-			v, ok := d.integer(strconv.IntSize)
-			p.Finalizers = int(v)
-			return 12, ok
-		case "owner":
-			var o Owner
-			if !d.owner(&o) {
-				return 13, false
-			}
-			p.Owner = d.in.owner(o)
-			return 13, true
-		case "containers":
-			d.sawContainers = true
-			return 14, d.array(func() bool {
-				p.Containers = append(p.Containers, Container{})
-				return d.container(&p.Containers[len(p.Containers)-1])
-			})
-		case "failedAt":
-			p.FailedAt, ok = d.timePtr()
-			return 15, ok
-		case "pvc":
-			p.PVC, ok = d.boolean()
-			return 16, ok
-		case "labels":
-			p.Labels, ok = d.stringMap()
-			return 17, ok
-		case "disruptionReason":
-			p.DisruptionReason, ok = d.str(true)
-			return 18, ok
-		}
-		return d.unknown(key, podKeys)
-	})
-}
-
-var ownerKeys = []string{"kind", "name"}
-
-func (d *decoder) owner(o *Owner) bool {
-	return d.object(func(key []byte) (int, bool) {
-		var ok bool
-		switch string(key) {
-		case "kind":
-			o.Kind, ok = d.str(true)
-			return 0, ok
-		case "name":
-			o.Name, ok = d.str(true)
-			return 1, ok
-		}
-		return d.unknown(key, ownerKeys)
-	})
-}
-
-var containerKeys = []string{"name", "kind", "restarts", "lastReason", "lastExitCode", "lastFinished"}
-
-func (d *decoder) container(c *Container) bool {
-	return d.object(func(key []byte) (int, bool) {
-		var ok bool
-		var v int64
-		switch string(key) {
-		case "name":
-			c.Name, ok = d.str(true)
-			return 0, ok
-		case "kind":
-			c.Kind, ok = d.str(true)
-			return 1, ok
-		case "restarts":
-			v, ok = d.integer(32)
-			c.Restarts = int32(v)
-			return 2, ok
-		case "lastReason":
-			c.LastReason, ok = d.str(true)
-			return 3, ok
-		case "lastExitCode":
-			v, ok = d.integer(32)
-			c.LastExitCode = int32(v)
-			return 4, ok
-		case "lastFinished":
-			c.LastFinished, ok = d.timePtr()
-			return 5, ok
-		}
-		return d.unknown(key, containerKeys)
-	})
-}
-
-var nodeKeys = []string{"op", "uid", "name", "resourceVersion", "labels", "annotations", "unschedulable", "taints",
-	"ready", "readySince", "allocatablePods", "ephemeralStorageBytes", "pods", "evicting", "podsResourceVersion",
-	"imageBytes", "imageCount", "imagesTruncated", "departed", "departedEvicted",
-	"departedUnknown", "evictionStreak"}
-
-func (d *decoder) node(n *NodeState) bool {
-	return d.object(func(key []byte) (int, bool) {
-		var ok bool
-		var s string
-		var v int64
-		switch string(key) {
-		case "op":
-			s, ok = d.str(true)
-			n.Op = Op(s)
-			return 0, ok
-		case "uid":
-			n.UID, ok = d.str(false)
-			return 1, ok
-		case "name":
-			n.Name, ok = d.str(true) // pods name their node: one copy for all
-			return 2, ok
-		case "resourceVersion":
-			n.ResourceVersion, ok = d.str(false)
-			return 3, ok
-		case "labels":
-			n.Labels, ok = d.stringMap()
-			return 4, ok
-		case "annotations":
-			n.Annotations, ok = d.stringMap()
-			return 5, ok
-		case "unschedulable":
-			n.Unschedulable, ok = d.boolean()
-			return 6, ok
-		case "taints":
-			n.Taints = []Taint{}
-			return 7, d.array(func() bool {
-				n.Taints = append(n.Taints, Taint{})
-				return d.taint(&n.Taints[len(n.Taints)-1])
-			})
-		case "ready":
-			n.Ready, ok = d.str(true)
-			return 8, ok
-		case "readySince":
-			n.ReadySince, ok = d.timePtr()
-			return 9, ok
-		case "allocatablePods":
-			n.AllocatablePods, ok = d.integer(64)
-			return 10, ok
-		case "ephemeralStorageBytes":
-			n.EphemeralBytes, ok = d.integer(64)
-			return 11, ok
-		case "pods":
-			v, ok = d.integer(strconv.IntSize)
-			n.Pods = int(v)
-			return 12, ok
-		case "evicting":
-			v, ok = d.integer(strconv.IntSize)
-			n.Evicting = int(v)
-			return 13, ok
-		case "podsResourceVersion":
-			n.PodsResourceVersion, ok = d.str(false)
-			return 14, ok
-		case "imageBytes":
-			n.ImageBytes, ok = d.integer(64)
-			return 15, ok
-		case "imageCount":
-			v, ok = d.integer(strconv.IntSize)
-			n.ImageCount = int(v)
-			return 16, ok
-		case "imagesTruncated":
-			n.ImagesTruncated, ok = d.boolean()
-			return 17, ok
-		case "departed":
-			v, ok = d.integer(strconv.IntSize)
-			n.Departed = int(v)
-			return 18, ok
-		case "departedEvicted":
-			v, ok = d.integer(strconv.IntSize)
-			n.DepartedEvicted = int(v)
-			return 19, ok
-		case "departedUnknown":
-			v, ok = d.integer(strconv.IntSize)
-			n.DepartedUnknown = int(v)
-			return 20, ok
-		case "evictionStreak":
-			v, ok = d.integer(strconv.IntSize)
-			n.EvictionStreak = int(v)
-			return 21, ok
-		}
-		return d.unknown(key, nodeKeys)
-	})
-}
-
-var taintKeys = []string{"key", "value", "effect"}
-
-func (d *decoder) taint(t *Taint) bool {
-	return d.object(func(key []byte) (int, bool) {
-		var ok bool
-		switch string(key) {
-		case "key":
-			t.Key, ok = d.str(true)
-			return 0, ok
-		case "value":
-			t.Value, ok = d.str(true)
-			return 1, ok
-		case "effect":
-			t.Effect, ok = d.str(true)
-			return 2, ok
-		}
-		return d.unknown(key, taintKeys)
-	})
 }

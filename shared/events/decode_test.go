@@ -260,3 +260,24 @@ func TestInternerShares(t *testing.T) {
 		}
 	}
 }
+
+// TestFieldsInWireOrder: each fast decoder's key list is its type's JSON
+// keys in field order, the order encoding/json writes them (object looks for
+// the next key there first; a list out of order would still decode, slowly).
+func TestFieldsInWireOrder(t *testing.T) {
+	for _, tc := range []struct {
+		v any
+		f *fields
+	}{{PodState{}, podFields}, {Owner{}, ownerFields}, {Container{}, containerFields}, {NodeState{}, nodeFields}, {Taint{}, taintFields}} {
+		typ := reflect.TypeOf(tc.v)
+		var keys []string
+		for i := range typ.NumField() {
+			if name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ","); name != "-" && name != "" {
+				keys = append(keys, name)
+			}
+		}
+		if !reflect.DeepEqual(keys, tc.f.names) {
+			t.Errorf("%s: decoder lists %q, the type writes %q", typ.Name(), tc.f.names, keys)
+		}
+	}
+}
