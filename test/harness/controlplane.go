@@ -45,6 +45,13 @@ type ControlPlane struct {
 // waits for /readyz and registers teardown with t.Cleanup.
 func StartControlPlane(t testing.TB) *ControlPlane {
 	t.Helper()
+	return startControlPlane(t, func() int { return mustFreePort(t) })
+}
+
+// startControlPlane is StartControlPlane with the ports from freePort (a
+// test hands it one that is taken).
+func startControlPlane(t testing.TB, freePort func() int) *ControlPlane {
+	t.Helper()
 	bin, err := BinDir()
 	if err != nil {
 		t.Fatal(err)
@@ -65,16 +72,6 @@ func StartControlPlane(t testing.TB) *ControlPlane {
 	cp := &ControlPlane{Dir: dir}
 	t.Cleanup(func() { cp.stop(t) })
 
-	etcdPort, peerPort, apiPort := mustFreePort(t), mustFreePort(t), mustFreePort(t)
-	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
-	cp.etcd = startLogged(t, etcdLog, etcdBin,
-		"--data-dir", filepath.Join(dir, "etcd"),
-		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
-		"--listen-peer-urls", "http://127.0.0.1:"+strconv.Itoa(peerPort),
-		"--initial-advertise-peer-urls", "http://127.0.0.1:"+strconv.Itoa(peerPort),
-		"--initial-cluster", "default=http://127.0.0.1:"+strconv.Itoa(peerPort),
-		"--log-level", "warn", "--quota-backend-bytes", strconv.Itoa(4<<30))
-
 	if err := writeServiceAccountKey(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -82,32 +79,31 @@ func StartControlPlane(t testing.TB) *ControlPlane {
 	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(cp.Token+",admin,admin,system:masters\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cp.EtcdURL, cp.apiBin, cp.apiLog = etcdURL, apiBin, apiLog
-	apiArgs := []string{
-		"--etcd-servers", etcdURL,
-		"--bind-address", "127.0.0.1",
-		"--cert-dir", filepath.Join(dir, "certs"),
-		"--service-account-issuer", "https://kubernetes.default.svc",
-		"--service-account-key-file", filepath.Join(dir, "sa.pub"),
-		"--service-account-signing-key-file", filepath.Join(dir, "sa.key"),
-		"--token-auth-file", filepath.Join(dir, "tokens.csv"),
-		"--authorization-mode", "RBAC",
-		"--service-cluster-ip-range", "10.0.0.0/24",
-		"--disable-admission-plugins", "ServiceAccount",
-		"--max-requests-inflight", "1000", "--max-mutating-requests-inflight", "500",
-		"-v", "0"}
-	// A free port can be taken between the pick and kube-apiserver's bind
-	// (any process's outgoing connection may land on it; seen once in the
-	// e2e run): the port is picked again, up to three times.
+	cp.apiBin, cp.apiLog = apiBin, apiLog
+	// A free port can be taken between the pick and the bind (any process's
+	// outgoing connection may land on it; seen once in the e2e run, on
+	// kube-apiserver's port): etcd and kube-apiserver are started again on
+	// new ports, etcd with a new data directory, up to three times.
 	for attempt := 1; ; attempt++ {
-		cp.apiArgs = append([]string{"--secure-port", strconv.Itoa(apiPort)}, apiArgs...)
+		etcdPort, peerPort, apiPort := freePort(), freePort(), freePort()
+		peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+		cp.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(etcdPort)
+		cp.etcd = startLogged(t, etcdLog, etcdBin,
+			"--data-dir", filepath.Join(dir, "etcd-"+strconv.Itoa(attempt)),
+			"--listen-client-urls", cp.EtcdURL, "--advertise-client-urls", cp.EtcdURL,
+			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+			"--initial-cluster", "default="+peerURL,
+			"--log-level", "warn", "--quota-backend-bytes", strconv.Itoa(4<<30))
+		cp.apiArgs = append([]string{"--secure-port", strconv.Itoa(apiPort), "--etcd-servers", cp.EtcdURL}, apiArgs(dir)...)
 		cp.apiserver = startLogged(t, apiLog, apiBin, cp.apiArgs...)
 		cp.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
 		if cp.awaitReady(t, 90*time.Second, attempt < 3) {
 			break
 		}
-		t.Logf("kube-apiserver could not bind port %d (taken since it was picked): starting it on another", apiPort)
-		apiPort = mustFreePort(t)
+		t.Logf("etcd (ports %d, %d) or kube-apiserver (port %d) could not bind a port taken since it was picked: starting both on others",
+			etcdPort, peerPort, apiPort)
+		cp.apiserver.terminate(15 * time.Second)
+		cp.etcd.terminate(15 * time.Second)
 	}
 
 	cp.Kubeconfig = filepath.Join(dir, "admin.kubeconfig")
@@ -125,14 +121,30 @@ func StartControlPlane(t testing.TB) *ControlPlane {
 	return cp
 }
 
+// apiArgs are kube-apiserver's flags but its port and etcd's URL.
+func apiArgs(dir string) []string {
+	return []string{
+		"--bind-address", "127.0.0.1",
+		"--cert-dir", filepath.Join(dir, "certs"),
+		"--service-account-issuer", "https://kubernetes.default.svc",
+		"--service-account-key-file", filepath.Join(dir, "sa.pub"),
+		"--service-account-signing-key-file", filepath.Join(dir, "sa.key"),
+		"--token-auth-file", filepath.Join(dir, "tokens.csv"),
+		"--authorization-mode", "RBAC",
+		"--service-cluster-ip-range", "10.0.0.0/24",
+		"--disable-admission-plugins", "ServiceAccount",
+		"--max-requests-inflight", "1000", "--max-mutating-requests-inflight", "500",
+		"-v", "0"}
+}
+
 func (cp *ControlPlane) waitReady(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	cp.awaitReady(t, timeout, false)
 }
 
-// awaitReady waits for /readyz. With portRetry, a kube-apiserver that exited
-// because its port was taken returns false (to be started on another port);
-// every other failure fails the test.
+// awaitReady waits for /readyz. With portRetry, an etcd or kube-apiserver
+// that exited because its port was taken returns false (both to be started
+// on other ports); every other failure fails the test.
 func (cp *ControlPlane) awaitReady(t testing.TB, timeout time.Duration, portRetry bool) bool {
 	t.Helper()
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
@@ -147,11 +159,17 @@ func (cp *ControlPlane) awaitReady(t testing.TB, timeout time.Duration, portRetr
 				return true
 			}
 		}
-		if cp.apiserver.exited() {
-			if log := tail(cp.apiserver.log, 40); portRetry && strings.Contains(log, "bind: address already in use") {
+		for _, p := range []struct {
+			name string
+			proc *proc
+		}{{"etcd", cp.etcd}, {"kube-apiserver", cp.apiserver}} {
+			if !p.proc.exited() {
+				continue
+			}
+			if log := tail(p.proc.log, 40); portRetry && strings.Contains(log, "address already in use") {
 				return false
 			}
-			t.Fatalf("kube-apiserver exited:\n%s", tail(cp.apiserver.log, 40))
+			t.Fatalf("%s exited:\n%s", p.name, tail(p.proc.log, 40))
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("kube-apiserver not ready after %v:\n%s\netcd:\n%s", timeout,
