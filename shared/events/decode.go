@@ -343,8 +343,10 @@ func (d *decoder) integer(bits uint) (int64, bool) {
 	return v, true
 }
 
-// timestamp reads a time exactly as encoding/json does: the raw literal
-// handed to time.Time's UnmarshalJSON.
+// timestamp reads a time exactly as encoding/json does (the raw literal
+// handed to time.Time's UnmarshalJSON): opswire's UTC form through
+// rfc3339.ParseUTC, which gives the same time, anything else through
+// UnmarshalJSON itself.
 func (d *decoder) timestamp(t *time.Time) bool {
 	d.ws()
 	start := d.i
