@@ -208,6 +208,20 @@ func (d *decoder) peek() byte {
 	return 0
 }
 
+// more reads what follows a member or an element: a comma (more to come)
+// or the closing byte (the end, ok); anything else is not ok.
+func (d *decoder) more(closing byte) (more, ok bool) {
+	switch d.peek() {
+	case ',':
+		d.i++
+		return true, true
+	case closing:
+		d.i++
+		return false, true
+	}
+	return false, false
+}
+
 func (d *decoder) eat(c byte) bool {
 	if d.peek() != c {
 		return false
@@ -439,14 +453,8 @@ func (d *decoder) object(f *fields, field func(idx int) bool) bool {
 			seen |= 1 << idx
 			next = idx + 1
 		}
-		switch d.peek() {
-		case ',':
-			d.i++
-		case '}':
-			d.i++
-			return true
-		default:
-			return false
+		if more, ok := d.more('}'); !more {
+			return ok
 		}
 	}
 }
@@ -466,14 +474,8 @@ func (d *decoder) members(member func(key []byte) bool) bool {
 		if !ok || !d.eat(':') || !member(key) {
 			return false
 		}
-		switch d.peek() {
-		case ',':
-			d.i++
-		case '}':
-			d.i++
-			return true
-		default:
-			return false
+		if more, ok := d.more('}'); !more {
+			return ok
 		}
 	}
 }
@@ -663,14 +665,8 @@ func (d *decoder) array(elem func() bool) bool {
 		if !elem() {
 			return false
 		}
-		switch d.peek() {
-		case ',':
-			d.i++
-		case ']':
-			d.i++
-			return true
-		default:
-			return false
+		if more, ok := d.more(']'); !more {
+			return ok
 		}
 	}
 }

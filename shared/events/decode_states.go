@@ -2,6 +2,13 @@ package events
 
 import "strconv"
 
+// int reads an int field.
+func (d *decoder) int(dst *int) bool {
+	v, ok := d.integer(strconv.IntSize)
+	*dst = int(v)
+	return ok
+}
+
 // The fast decoders of each state (decode.go has the machinery). Each key
 // list is in the order of the type's fields, the order encoding/json writes
 // them, and each case number is its index in that list.
@@ -43,9 +50,7 @@ func (d *decoder) pod(p *PodState) bool {
 			v, ok = d.integer(64)
 			p.DeletionGracePeriodSeconds = &v
 		case 12:
-			var v int64
-			v, ok = d.integer(strconv.IntSize)
-			p.Finalizers = int(v)
+			ok = d.int(&p.Finalizers)
 		case 13:
 			var o Owner
 			if ok = d.owner(&o); ok {
@@ -120,7 +125,6 @@ func (d *decoder) node(n *NodeState) bool {
 	return d.object(nodeFields, func(idx int) bool {
 		var ok bool
 		var s string
-		var v int64
 		switch idx {
 		case 0:
 			s, ok = d.str(true)
@@ -152,30 +156,23 @@ func (d *decoder) node(n *NodeState) bool {
 		case 11:
 			n.EphemeralBytes, ok = d.integer(64)
 		case 12:
-			v, ok = d.integer(strconv.IntSize)
-			n.Pods = int(v)
+			ok = d.int(&n.Pods)
 		case 13:
-			v, ok = d.integer(strconv.IntSize)
-			n.Evicting = int(v)
+			ok = d.int(&n.Evicting)
 		case 14:
-			v, ok = d.integer(strconv.IntSize)
-			n.Departed = int(v)
+			ok = d.int(&n.Departed)
 		case 15:
-			v, ok = d.integer(strconv.IntSize)
-			n.DepartedEvicted = int(v)
+			ok = d.int(&n.DepartedEvicted)
 		case 16:
-			v, ok = d.integer(strconv.IntSize)
-			n.DepartedUnknown = int(v)
+			ok = d.int(&n.DepartedUnknown)
 		case 17:
-			v, ok = d.integer(strconv.IntSize)
-			n.EvictionStreak = int(v)
+			ok = d.int(&n.EvictionStreak)
 		case 18:
 			n.PodsResourceVersion, ok = d.str(false)
 		case 19:
 			n.ImageBytes, ok = d.integer(64)
 		case 20:
-			v, ok = d.integer(strconv.IntSize)
-			n.ImageCount = int(v)
+			ok = d.int(&n.ImageCount)
 		case 21:
 			n.ImagesTruncated, ok = d.boolean()
 		}
