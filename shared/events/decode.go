@@ -441,7 +441,7 @@ func (d *decoder) object(f *fields, field func(idx int) bool) bool {
 				return false
 			}
 			if idx = f.index(key); idx < 0 {
-				if _, ok := d.unknown(key, f.names); !ok {
+				if !d.unknown(key, f.names) {
 					return false
 				}
 			}
@@ -483,18 +483,18 @@ func (d *decoder) members(member func(key []byte) bool) bool {
 // unknown handles a key the type does not have: encoding/json matches keys
 // case-insensitively (with Unicode folding), so a key that folds onto a
 // known one, or any non-ASCII key, gives up; any other is skipped.
-func (d *decoder) unknown(key []byte, known []string) (int, bool) {
+func (d *decoder) unknown(key []byte, known []string) bool {
 	for _, c := range key {
 		if c >= utf8.RuneSelf {
-			return -1, false
+			return false
 		}
 	}
 	for _, k := range known {
 		if bytes.EqualFold(key, []byte(k)) {
-			return -1, false
+			return false
 		}
 	}
-	return -1, d.skip(0)
+	return d.skip(0)
 }
 
 // skip passes over one valid JSON value of any kind.
