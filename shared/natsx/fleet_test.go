@@ -2,7 +2,6 @@ package natsx
 
 import (
 	"context"
-	"net"
 	"net/url"
 	"reflect"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/natstest"
+	"github.com/opswire/opswire/shared/testport"
 )
 
 // TestFleetHubSourcesEdges: a hub (JetStream domain "hub") and an edge
@@ -124,10 +124,5 @@ func jsOf(t *testing.T, s *server.Server) jetstream.JetStream {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testport.Must(t)
 }

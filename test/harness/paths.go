@@ -2,10 +2,12 @@ package harness
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"testing"
+
+	"github.com/opswire/opswire/shared/testport"
 )
 
 // Versions of the control plane; they match the client-go release the services use.
@@ -56,20 +58,11 @@ func BinDir() (string, error) {
 	return filepath.Join(r, ".cache", "bin"), nil
 }
 
-// FreePort returns a free loopback TCP port.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// FreePort returns a loopback port to hand to a process the test starts
+// (testport says how it is picked).
+func FreePort() (int, error) { return testport.Free() }
 
-func mustFreePort(t interface{ Fatalf(string, ...any) }) int {
-	p, err := FreePort()
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	return p
+func mustFreePort(t testing.TB) int {
+	t.Helper()
+	return testport.Must(t)
 }

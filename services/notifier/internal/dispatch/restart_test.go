@@ -2,7 +2,6 @@ package dispatch_test
 
 import (
 	"context"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testport"
 )
 
 // TestHeldMessageRedeliveredAfterNATSRestartSentOnce: a notifier (one
@@ -30,12 +30,7 @@ import (
 // pending in a second card: every event reaches the receiver once.
 func TestHeldMessageRedeliveredAfterNATSRestartSentOnce(t *testing.T) {
 	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
+	port := testport.Must(t) // the restarted server comes back on it
 	s1 := natstest.StartWithOptions(t, &server.Options{StoreDir: dir, Port: port})
 	nc, err := nats.Connect(s1.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {

@@ -6,7 +6,6 @@ package watcher
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +30,7 @@ import (
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testport"
 )
 
 // Churn of BenchmarkWatcherChurn150k: pod updates per second, and how long
@@ -427,12 +427,7 @@ func startNATSProcess(b *testing.B) string {
 	if len(bins) == 0 {
 		b.Fatalf("no nats-server binary in %s: run `make controlplane` first", dir)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
+	port := testport.Must(b)
 	cmd := exec.Command(bins[len(bins)-1], "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", b.TempDir())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
