@@ -7,8 +7,11 @@
 // released before the server binds it can be taken in between by any client
 // socket of any test (CI saw nats-server exit with "bind: address already in
 // use" on such a port). So a pick comes from below the ephemeral range, and
-// a lock file held until the process exits keeps this process and the other
-// test binaries `go test` runs at the same time from picking it again.
+// a reservation held until the process exits keeps this process and the
+// other test binaries `go test` runs at the same time from picking it again.
+// A reservation is a Linux abstract unix socket named after the port: its
+// name is unique per network namespace, the kernel frees it when the
+// process exits however it ends, and it leaves no file behind.
 package testport
 
 import (
@@ -17,40 +20,39 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 )
 
-// reservedPorts are the lock files of the ports this process picked; they
-// stay open (and locked) until it exits.
+// reservedPorts are the reservations of the ports this process picked;
+// they stay open until it exits.
 var reservedPorts struct {
 	sync.Mutex
-	files []*os.File
+	held []net.Listener
 }
+
+// reservationPrefix names the reservations ("@" makes the socket abstract).
+const reservationPrefix = "@opswire-test-port-"
 
 // Free returns a loopback TCP port that is free now, lies outside the
 // kernel's ephemeral range and that no other harness user on this machine
 // gets until this process exits.
 func Free() (int, error) {
 	lo, hi := pickRange()
-	return freeIn(filepath.Join(os.TempDir(), "opswire-harness-ports"), lo, hi)
+	return freeIn(reservationPrefix, lo, hi)
 }
 
-// freeIn is Free picking from lo-hi with the lock files in dir.
-func freeIn(dir string, lo, hi int) (int, error) {
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
+// freeIn is Free picking from lo-hi with the reservations named prefix<port>.
+func freeIn(prefix string, lo, hi int) (int, error) {
 	reservedPorts.Lock()
 	defer reservedPorts.Unlock()
 	n := hi - lo + 1
 	first := rand.IntN(n)
 	for i := range n {
 		port := lo + (first+i)%n
-		f, ok, err := lockPort(dir, port)
+		r, ok, err := reserve(prefix, port)
 		if err != nil {
 			return 0, err
 		}
@@ -59,31 +61,27 @@ func freeIn(dir string, lo, hi int) (int, error) {
 		}
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil { // something outside the harness listens there
-			f.Close()
+			r.Close()
 			continue
 		}
 		l.Close()
-		reservedPorts.files = append(reservedPorts.files, f)
+		reservedPorts.held = append(reservedPorts.held, r)
 		return port, nil
 	}
 	return 0, fmt.Errorf("free port: every port in %d-%d is taken", lo, hi)
 }
 
-// lockPort takes the lock file of port without waiting; ok is false when
-// another holder has it.
-func lockPort(dir string, port int) (f *os.File, ok bool, err error) {
-	f, err = os.OpenFile(filepath.Join(dir, strconv.Itoa(port)+".lock"), os.O_CREATE|os.O_RDWR, 0o666)
-	if err != nil {
-		return nil, false, fmt.Errorf("free port: %w", err)
+// reserve takes the reservation of port; ok is false when another holder
+// has it.
+func reserve(prefix string, port int) (r net.Listener, ok bool, err error) {
+	r, err = net.Listen("unix", prefix+strconv.Itoa(port))
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("free port: reserve %d: %w", port, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, false, nil
-		}
-		return nil, false, fmt.Errorf("free port: lock %d: %w", port, err)
-	}
-	return f, true, nil
+	return r, true, nil
 }
 
 // pickRange is the span of ports below the ephemeral range

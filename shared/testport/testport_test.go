@@ -2,19 +2,20 @@ package testport
 
 import (
 	"net"
+	"os"
 	"strconv"
 	"testing"
 )
 
-// TestFreeSkipsReservedPorts: a port whose lock another holder has, or
+// TestFreeSkipsReservedPorts: a port another holder reserved, or
 // that something already listens on, is never handed out, nor is a port
 // twice; when none is left the error says so.
 func TestFreeSkipsReservedPorts(t *testing.T) {
 	lo, _ := pickRange()
-	dir := t.TempDir()
-	held, ok, err := lockPort(dir, lo) // another test binary's reservation
+	prefix := reservationPrefix + t.Name() + "-" + strconv.Itoa(os.Getpid()) + "-"
+	held, ok, err := reserve(prefix, lo) // another test binary's reservation
 	if err != nil || !ok {
-		t.Fatalf("lock %d: ok=%v err=%v", lo, ok, err)
+		t.Fatalf("reserve %d: ok=%v err=%v", lo, ok, err)
 	}
 	defer held.Close()
 	var listening int // a port some other program listens on
@@ -41,7 +42,7 @@ func TestFreeSkipsReservedPorts(t *testing.T) {
 	}
 	got := map[int]bool{}
 	for {
-		p, err := freeIn(dir, lo, hi)
+		p, err := freeIn(prefix, lo, hi)
 		if err != nil {
 			break
 		}
@@ -50,7 +51,7 @@ func TestFreeSkipsReservedPorts(t *testing.T) {
 		}
 		got[p] = true
 		if p == lo || p == listening {
-			t.Fatalf("port %d handed out: it is locked or listened on", p)
+			t.Fatalf("port %d handed out: it is reserved or listened on", p)
 		}
 	}
 	for p := range free {
@@ -58,7 +59,7 @@ func TestFreeSkipsReservedPorts(t *testing.T) {
 			t.Errorf("free port %d never handed out (got %v)", p, got)
 		}
 	}
-	if _, err := freeIn(dir, lo, hi); err == nil {
+	if _, err := freeIn(prefix, lo, hi); err == nil {
 		t.Fatal("no error once every port is taken")
 	}
 }
