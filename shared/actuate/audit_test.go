@@ -20,6 +20,7 @@ import (
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/testport"
 )
 
 // flakyPublisher fails while down is set and records every attempt.
@@ -180,7 +181,7 @@ func TestAuditorClose(t *testing.T) {
 // after it is back.
 func TestAuditorNATSOutage(t *testing.T) {
 	dir := t.TempDir()
-	s := natstest.StartWithOptions(t, &server.Options{StoreDir: dir})
+	s := natstest.StartWithOptions(t, &server.Options{StoreDir: dir, Port: testport.Must(t)}) // restarted on it
 	url := s.ClientURL()
 	port, err := strconv.Atoi(url[strings.LastIndex(url, ":")+1:])
 	if err != nil {

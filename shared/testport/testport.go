@@ -6,7 +6,7 @@
 // the local port of every outgoing connection from. A port picked there and
 // released before the server binds it can be taken in between by any client
 // socket of any test (CI saw nats-server exit with "bind: address already in
-// use" on such a port). So a pick comes from below the ephemeral range, and
+// use" on such a port). So a pick comes from outside the ephemeral range, and
 // a reservation held until the process exits keeps this process and the
 // other test binaries `go test` runs at the same time from picking it again.
 // A reservation is a Linux abstract unix socket named after the port: its
@@ -37,38 +37,77 @@ var reservedPorts struct {
 const reservationPrefix = "@opswire-test-port-"
 
 // Free returns a loopback TCP port that is free now, lies outside the
-// kernel's ephemeral range and that no other harness user on this machine
-// gets until this process exits.
-func Free() (int, error) {
-	lo, hi := pickRange()
-	return freeIn(reservationPrefix, lo, hi)
+// kernel's ephemeral range and that no other user of this package in the
+// same network namespace gets until this process exits.
+func Free() (int, error) { return FreeRun(1) }
+
+// FreeRun is Free for n consecutive ports: it returns the first, and all n
+// are reserved.
+func FreeRun(n int) (int, error) {
+	b, _ := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	lo, hi, err := pickRange(string(b))
+	if err != nil {
+		return 0, err
+	}
+	return freeIn(reservationPrefix, lo, hi, n)
 }
 
-// freeIn is Free picking from lo-hi with the reservations named prefix<port>.
-func freeIn(prefix string, lo, hi int) (int, error) {
+// freeIn is FreeRun picking from lo-hi with the reservations named prefix<port>.
+func freeIn(prefix string, lo, hi, n int) (int, error) {
 	reservedPorts.Lock()
 	defer reservedPorts.Unlock()
-	n := hi - lo + 1
-	first := rand.IntN(n)
-	for i := range n {
-		port := lo + (first+i)%n
-		r, ok, err := reserve(prefix, port)
+	starts := hi - lo - n + 2 // first ports of a run that fits
+	if n < 1 || starts < 1 {
+		return 0, fmt.Errorf("free port: no run of %d in %d-%d", n, lo, hi)
+	}
+	first := rand.IntN(starts)
+	for i := range starts {
+		port := lo + (first+i)%starts
+		run, ok, err := take(prefix, port, n)
 		if err != nil {
 			return 0, err
 		}
-		if !ok {
-			continue
+		if ok {
+			reservedPorts.held = append(reservedPorts.held, run...)
+			return port, nil
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil { // something outside the harness listens there
-			r.Close()
-			continue
-		}
-		l.Close()
-		reservedPorts.held = append(reservedPorts.held, r)
-		return port, nil
 	}
-	return 0, fmt.Errorf("free port: every port in %d-%d is taken", lo, hi)
+	return 0, fmt.Errorf("free port: every run of %d in %d-%d is taken", n, lo, hi)
+}
+
+// take reserves port..port+n-1 and checks that nothing listens on them; ok
+// is false (and nothing is kept) when one is reserved or in use.
+func take(prefix string, port, n int) (run []net.Listener, ok bool, err error) {
+	release := func() {
+		for _, r := range run {
+			r.Close()
+		}
+	}
+	for p := port; p < port+n; p++ {
+		r, ok, err := reserve(prefix, p)
+		if err == nil && ok {
+			run = append(run, r)
+			ok, err = listenable(p)
+		}
+		if err != nil || !ok {
+			release()
+			return nil, false, err
+		}
+	}
+	return run, true, nil
+}
+
+// listenable reports whether a listener can bind 127.0.0.1:port now: false
+// when something listens there; any other failure is an error.
+func listenable(port int) (bool, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("free port: %w", err)
+	}
+	return true, l.Close()
 }
 
 // reserve takes the reservation of port; ok is false when another holder
@@ -84,24 +123,28 @@ func reserve(prefix string, port int) (r net.Listener, ok bool, err error) {
 	return r, true, nil
 }
 
-// pickRange is the span of ports below the ephemeral range
-// (/proc/sys/net/ipv4/ip_local_port_range, 32768 by default) that the
-// harness picks from.
-func pickRange() (lo, hi int) {
-	ephemeralLo := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil {
-				ephemeralLo = v
-			}
+// pickRange is the span of unprivileged ports outside the ephemeral range
+// (ephemeral: the contents of /proc/sys/net/ipv4/ip_local_port_range,
+// "32768 60999" when unreadable) that the ports are picked from: up to
+// 12,000 ports below it, or above it when that span is larger.
+func pickRange(ephemeral string) (lo, hi int, err error) {
+	elo, ehi := 32768, 60999
+	if f := strings.Fields(ephemeral); len(f) == 2 {
+		a, aerr := strconv.Atoi(f[0])
+		b, berr := strconv.Atoi(f[1])
+		if aerr == nil && berr == nil && a <= b {
+			elo, ehi = a, b
 		}
 	}
-	hi = ephemeralLo - 1
-	lo = max(hi-12000, 10000)
-	if lo >= hi { // an unusual ephemeral range: fall back to the ports above it
-		return 10000, 65535
+	belowLo, belowHi := max(elo-12000, 1024), elo-1
+	aboveLo, aboveHi := ehi+1, min(ehi+12000, 65535)
+	switch {
+	case belowHi-belowLo >= aboveHi-aboveLo && belowHi >= belowLo:
+		return belowLo, belowHi, nil
+	case aboveHi >= aboveLo:
+		return aboveLo, aboveHi, nil
 	}
-	return lo, hi
+	return 0, 0, fmt.Errorf("free port: the ephemeral range %d-%d leaves no unprivileged port outside it", elo, ehi)
 }
 
 // Must is Free for a test: it fails the test when no port is left.

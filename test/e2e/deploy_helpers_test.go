@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -260,10 +258,6 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-func listenLoopback(port int) (net.Listener, error) {
-	return net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 }
 
 // deploymentEnv is the literal environment (value, not valueFrom) of the

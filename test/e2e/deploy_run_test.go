@@ -122,23 +122,9 @@ func TestDeployRunLocal(t *testing.T) {
 // freePortRun finds five consecutive free ports for the services.
 func freePortRun(t *testing.T) int {
 	t.Helper()
-	for attempt := 0; attempt < 20; attempt++ {
-		p, err := harness.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ok := true
-		for i := 1; i < len(deployServices) && ok; i++ {
-			if l, err := listenLoopback(p + i); err != nil {
-				ok = false
-			} else {
-				l.Close()
-			}
-		}
-		if ok {
-			return p
-		}
+	p, err := harness.FreePortRun(len(deployServices))
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no five consecutive free ports")
-	return 0
+	return p
 }

@@ -3,7 +3,7 @@
 // hack/build-controlplane.sh and cached in .cache/bin), a real nats-server with
 // JetStream (embedded, listening on loopback TCP), and the service binaries as
 // separate processes. Everything listens on loopback ports picked below the
-// kernel's ephemeral range (ports.go says why), lives in temporary
+// kernel's ephemeral range (shared/testport says why), lives in temporary
 // directories and is torn down by t.Cleanup, even when a test fails.
 //
 // There is no kubelet: tests write pod and node status themselves.

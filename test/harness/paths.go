@@ -62,6 +62,9 @@ func BinDir() (string, error) {
 // (testport says how it is picked).
 func FreePort() (int, error) { return testport.Free() }
 
+// FreePortRun is FreePort for n consecutive ports; it returns the first.
+func FreePortRun(n int) (int, error) { return testport.FreeRun(n) }
+
 func mustFreePort(t testing.TB) int {
 	t.Helper()
 	return testport.Must(t)

@@ -17,6 +17,7 @@ import (
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/testport"
 )
 
 // outageClock is the actor's clock in TestReportTickAcrossNATSOutage: held
@@ -53,7 +54,7 @@ func (c *outageClock) release() {
 func TestReportTickAcrossNATSOutage(t *testing.T) {
 	const outage = publishAttempt + time.Second
 	dir := t.TempDir()
-	srv := natstest.StartWithOptions(t, &server.Options{StoreDir: dir})
+	srv := natstest.StartWithOptions(t, &server.Options{StoreDir: dir, Port: testport.Must(t)}) // restarted on it
 	port := srv.Addr().(*net.TCPAddr).Port
 	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
@@ -152,7 +153,7 @@ func TestReportTickAcrossNATSOutage(t *testing.T) {
 func TestTickAfterARetriedTickIsNotLostSilently(t *testing.T) {
 	const every = 6 * time.Second
 	dir := t.TempDir()
-	srv := natstest.StartWithOptions(t, &server.Options{StoreDir: dir})
+	srv := natstest.StartWithOptions(t, &server.Options{StoreDir: dir, Port: testport.Must(t)}) // restarted on it
 	port := srv.Addr().(*net.TCPAddr).Port
 	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
