@@ -26,7 +26,7 @@ import (
 // ops.b.> that the edge stored. It has no Nats-Msg-Id deduplication: edge
 // a's message carrying the id of edge b's next one does not drop b's.
 func TestFleetHubSourcesEdges(t *testing.T) {
-	leafPort := freePort(t)
+	leafPort := testport.Must(t)
 	hub := natstest.StartWithOptions(t, &server.Options{JetStreamDomain: "hub",
 		LeafNode: server.LeafNodeOpts{Host: "127.0.0.1", Port: leafPort}})
 	u, _ := url.Parse("nats-leaf://127.0.0.1:" + strconv.Itoa(leafPort))
@@ -120,9 +120,4 @@ func jsOf(t *testing.T, s *server.Server) jetstream.JetStream {
 		t.Fatal(err)
 	}
 	return js
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	return testport.Must(t)
 }

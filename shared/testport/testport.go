@@ -44,13 +44,19 @@ func Free() (int, error) { return FreeRun(1) }
 // FreeRun is Free for n consecutive ports: it returns the first, and all n
 // are reserved.
 func FreeRun(n int) (int, error) {
-	b, _ := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	lo, hi, err := pickRange(string(b))
+	span, err := machineRange()
 	if err != nil {
 		return 0, err
 	}
-	return freeIn(reservationPrefix, lo, hi, n)
+	return freeIn(reservationPrefix, span[0], span[1], n)
 }
+
+// machineRange is pickRange of this machine's ephemeral range, read once.
+var machineRange = sync.OnceValues(func() ([2]int, error) {
+	b, _ := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	lo, hi, err := pickRange(string(b))
+	return [2]int{lo, hi}, err
+})
 
 // freeIn is FreeRun picking from lo-hi with the reservations named prefix<port>.
 func freeIn(prefix string, lo, hi, n int) (int, error) {
@@ -77,12 +83,8 @@ func freeIn(prefix string, lo, hi, n int) (int, error) {
 
 // take reserves port..port+n-1 and checks that nothing listens on them; ok
 // is false (and nothing is kept) when one is reserved or in use.
-func take(prefix string, port, n int) (run []net.Listener, ok bool, err error) {
-	release := func() {
-		for _, r := range run {
-			r.Close()
-		}
-	}
+func take(prefix string, port, n int) ([]net.Listener, bool, error) {
+	var run []net.Listener
 	for p := port; p < port+n; p++ {
 		r, ok, err := reserve(prefix, p)
 		if err == nil && ok {
@@ -90,7 +92,9 @@ func take(prefix string, port, n int) (run []net.Listener, ok bool, err error) {
 			ok, err = listenable(p)
 		}
 		if err != nil || !ok {
-			release()
+			for _, r := range run {
+				r.Close()
+			}
 			return nil, false, err
 		}
 	}

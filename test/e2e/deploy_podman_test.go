@@ -16,6 +16,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/opswire/opswire/shared/testport"
 	"github.com/opswire/opswire/test/harness"
 	"github.com/opswire/opswire/test/imagebuild"
 )
@@ -251,10 +252,7 @@ func runContainer(t *testing.T, podman, image, id, cfg, kubeconfig, natsURL stri
 		}
 		vols = append(vols, "-v", cp+":"+dst+":ro")
 	}
-	port, err := harness.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := testport.Must(t)
 	ct := &container{podman: podman, name: fmt.Sprintf("opswire-e2e-%s-%d", id, time.Now().UnixNano()), url: "http://127.0.0.1:" + strconv.Itoa(port)}
 	args := append([]string{"run", "-d", "--name", ct.name}, podmanRunFlags...)
 	args = append(args, flags...)

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/opswire/opswire/shared/testport"
 	"github.com/opswire/opswire/test/harness"
 )
 
@@ -103,7 +104,7 @@ func TestDeployRouteTLS(t *testing.T) {
 		certs string
 		tls   bool
 	}{{"n4-wrong-ca", otherCA, true}, {"n5-plain", certs, false}} {
-		node := harness.NATSNode{Name: o.name, ClientPort: mustPort(t), RoutePort: mustPort(t), HTTPPort: mustPort(t),
+		node := harness.NATSNode{Name: o.name, ClientPort: testport.Must(t), RoutePort: testport.Must(t), HTTPPort: testport.Must(t),
 			StoreDir: filepath.Join(t.TempDir(), o.name)}
 		body := productionNode(t, files, node, o.certs, o.tls)
 		if o.tls { // trusts the real CA: the refusal is the members' verify
@@ -456,15 +457,6 @@ func files0(t *testing.T, prod []*unstructured.Unstructured) string {
 	}
 	s, _, _ := unstructured.NestedString(cm.Object, "data", "config.yml")
 	return s
-}
-
-func mustPort(t *testing.T) int {
-	t.Helper()
-	p, err := harness.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 func firstLine(s string) string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/opswire/opswire/shared/testport"
 	"github.com/opswire/opswire/test/harness"
 )
 
@@ -41,11 +42,11 @@ func TestDeployRunLocal(t *testing.T) {
 	local := mustRead(t, filepath.Join(root, "deploy", "local", "config.yml"))
 	cfg := harness.WriteConfig(t, strings.Replace(local, "autoCordon:\n", "autoCordon:\n  maxPods: 3\n  minPods: 1\n  interval: 2s\n  maxCordonedPercent: 100\n", 1))
 
-	natsPort, err := harness.FreePort()
+	natsPort := testport.Must(t)
+	firstPort, err := testport.FreeRun(len(deployServices)) // consecutive, one per service
 	if err != nil {
 		t.Fatal(err)
 	}
-	firstPort := freePortRun(t)
 	var out lockedBuffer
 	cmd := exec.Command(run, "--bin", binDir, "--config", cfg, "--data", t.TempDir(),
 		"--nats-port", strconv.Itoa(natsPort), "--first-port", strconv.Itoa(firstPort))
@@ -117,14 +118,4 @@ func TestDeployRunLocal(t *testing.T) {
 	if left := processesMentioning(t, cfg); len(left) > 0 {
 		t.Errorf("services left behind:\n%s", strings.Join(left, "\n"))
 	}
-}
-
-// freePortRun finds five consecutive free ports for the services.
-func freePortRun(t *testing.T) int {
-	t.Helper()
-	p, err := harness.FreePortRun(len(deployServices))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/opswire/opswire/services/notifier/feishutest"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/testport"
 	"github.com/opswire/opswire/test/harness"
 )
 
@@ -113,7 +114,7 @@ func startFleet(t *testing.T) *fleet {
 	edgeObjs := kustomizeBuild(t, deployPath(t, "overlays", "fleet-edge"))
 
 	// The hub.
-	ports := map[string]int{"client": freePort(t), "http": freePort(t), "leafnodes": freePort(t)}
+	ports := map[string]int{"client": testport.Must(t), "http": testport.Must(t), "leafnodes": testport.Must(t)}
 	f.hubURL = "nats://127.0.0.1:" + strconv.Itoa(ports["client"])
 	f.hubLeaf = "127.0.0.1:" + strconv.Itoa(ports["leafnodes"])
 	f.hub = harness.StartNATSServer(t, "hub", natsConfFiles(t, hubObjs, f.certs, ports), stsEnv(t, hubObjs, natsEnvPasswords(f.pw)))
@@ -132,7 +133,7 @@ func startFleet(t *testing.T) *fleet {
 		harness.CreateNode(t, e.cp.Client, harness.Node("node-"+c, nil))
 		e.api = harness.StartAPIProxy(t, e.cp)
 		e.link = startTCPProxy(t, f.hubLeaf)
-		ports := map[string]int{"client": freePort(t), "http": freePort(t)}
+		ports := map[string]int{"client": testport.Must(t), "http": testport.Must(t)}
 		e.url = "nats://127.0.0.1:" + strconv.Itoa(ports["client"])
 		vals := natsEnvPasswords(deployPasswords())
 		vals["OPSWIRE_CLUSTER"], vals["NATS_HUB"], vals["NATS_LEAF_PASSWORD"] = c, e.link.Addr(), f.pw["leaf_"+c]
@@ -285,7 +286,7 @@ func fleetCredentials(t *testing.T, f *fleet) {
 	}
 
 	// A rogue leaf node with a's credentials and an open local account.
-	port := freePort(t)
+	port := testport.Must(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "rogue.conf")
 	u := url.URL{Scheme: "tls", User: url.UserPassword("leaf-a", f.pw["leaf_a"]), Host: f.hubLeaf}
@@ -375,15 +376,6 @@ func fleetCredentials(t *testing.T, f *fleet) {
 		t.Fatalf("the fleet OPS holds a forged or core-published message: %s", fmtCounts(got))
 	}
 	t.Logf("leaf-a refused as a client; its rogue leaf was refused b's subjects, b's source deliveries and replies, and the JetStream APIs of b and the hub, and never received b's decisions; a forged ops.b.> in a's OPS stayed out of the fleet OPS")
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	p, err := harness.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // TestFleetLinkCut: cluster a's leaf link to the hub is cut for 30 s

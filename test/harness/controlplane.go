@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/opswire/opswire/shared/testport"
 )
 
 // ControlPlane is a running kube-apiserver with its etcd.
@@ -45,7 +47,7 @@ type ControlPlane struct {
 // waits for /readyz and registers teardown with t.Cleanup.
 func StartControlPlane(t testing.TB) *ControlPlane {
 	t.Helper()
-	return startControlPlane(t, func() int { return mustFreePort(t) })
+	return startControlPlane(t, func() int { return testport.Must(t) })
 }
 
 // startControlPlane is StartControlPlane with the ports from freePort (a

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/opswire/opswire/shared/testport"
 )
 
 // TestControlPlaneTakesOtherPorts: a port taken between the pick and the
@@ -32,7 +34,7 @@ func TestControlPlaneTakesOtherPorts(t *testing.T) {
 				if picks-1 == tc.taken {
 					return held
 				}
-				return mustFreePort(t)
+				return testport.Must(t)
 			})
 			if picks != 6 {
 				t.Fatalf("%d ports picked, want 6: the taken port was not replaced", picks)

@@ -7,6 +7,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/opswire/opswire/shared/testport"
 )
 
 // NATS is a real nats-server with JetStream, embedded in the test process and
@@ -43,7 +45,7 @@ func WithConfigFile(path string) NATSOption {
 // Options that add users make the test connection use NATSUser/NATSPassword.
 func StartNATS(t testing.TB, opts ...NATSOption) *NATS {
 	t.Helper()
-	o := &server.Options{Host: "127.0.0.1", Port: mustFreePort(t), StoreDir: t.TempDir()}
+	o := &server.Options{Host: "127.0.0.1", Port: testport.Must(t), StoreDir: t.TempDir()}
 	for _, opt := range opts {
 		if err := opt(o); err != nil {
 			t.Fatalf("nats option: %v", err)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/opswire/opswire/shared/testport"
 )
 
 // NATSCluster is a JetStream cluster of real nats-server processes (the
@@ -107,8 +109,8 @@ func StartNATSClusterFrom(t testing.TB, size int, render func(NATSNode) string, 
 	base := t.TempDir()
 	for i := range size {
 		name := "n" + strconv.Itoa(i+1)
-		c.Nodes = append(c.Nodes, NATSNode{Name: name, ClientPort: mustFreePort(t), RoutePort: mustFreePort(t),
-			HTTPPort: mustFreePort(t), StoreDir: filepath.Join(base, name)})
+		c.Nodes = append(c.Nodes, NATSNode{Name: name, ClientPort: testport.Must(t), RoutePort: testport.Must(t),
+			HTTPPort: testport.Must(t), StoreDir: filepath.Join(base, name)})
 	}
 	var routes []string
 	for _, n := range c.Nodes {

@@ -5,9 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"testing"
-
-	"github.com/opswire/opswire/shared/testport"
 )
 
 // Versions of the control plane; they match the client-go release the services use.
@@ -56,16 +53,4 @@ func BinDir() (string, error) {
 		return "", err
 	}
 	return filepath.Join(r, ".cache", "bin"), nil
-}
-
-// FreePort returns a loopback port to hand to a process the test starts
-// (testport says how it is picked).
-func FreePort() (int, error) { return testport.Free() }
-
-// FreePortRun is FreePort for n consecutive ports; it returns the first.
-func FreePortRun(n int) (int, error) { return testport.FreeRun(n) }
-
-func mustFreePort(t testing.TB) int {
-	t.Helper()
-	return testport.Must(t)
 }

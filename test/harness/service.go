@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/opswire/opswire/shared/testport"
 )
 
 var builds sync.Map // service name -> *buildResult
@@ -72,7 +74,7 @@ type Process struct {
 func StartService(t testing.TB, service string, o ServiceOptions) *Process {
 	t.Helper()
 	bin := Build(t, service)
-	port := mustFreePort(t)
+	port := testport.Must(t)
 	id := o.ID
 	if id == "" {
 		id = service
