@@ -58,7 +58,8 @@ OPSWIRE_BENCH_NOTIFIER_CPUPROFILE=$OUT/notifier.pprof piece notifier test -tags 
 # 7. Every service binary's memory at 150k pods (heap profiles kept in $OUT).
 OPSWIRE_BENCH_PROFILE_DIR=$OUT piece memory test -tags bench -bench '^BenchmarkServiceMemory150k$' -benchtime 1x ./bench
 # 1 and 4. Reaction time and API load on the real harness (needs `make controlplane`).
-piece reaction test -tags bench -bench '^BenchmarkReaction5000$' -benchtime 1x ./bench
+# (with a CPU profile of kube-apiserver during the cordon phase)
+OPSWIRE_BENCH_APISERVER_CPUPROFILE=$OUT/apiserver-cordon.pprof piece reaction test -tags bench -bench '^BenchmarkReaction5000$' -benchtime 1x ./bench
 
 # 2, the long row: the watcher under 1,000 pod updates/s for 10 minutes.
 export OPSWIRE_BENCH_CHURN_HEAPPROFILE=$OUT/churn-heap
@@ -100,6 +101,21 @@ profile() { # TITLE TEST-BINARY PROFILE PPROF-OPTIONS...
   profile "opswire-notifier process during the 10,000-event burst (3 s from the first publish; mostly waiting on NATS)" \
     "$ROOT/.cache/test-bin/opswire-notifier" "$OUT/notifier.pprof" -top -cum -nodecount=15 -focus 'notifier/internal'
   profile "Report build" "$OUT/report.test" "$OUT/report.pprof" -top -cum -nodecount=15 -focus 'restarts\.Build'
+  apiserver=$(ls "$ROOT"/.cache/bin/kube-apiserver-* 2>/dev/null | head -n 1)
+  if [ -s "$OUT/apiserver-cordon.pprof" ] && [ -n "$apiserver" ]; then
+    echo
+    echo "kube-apiserver during the reaction run's cordon phase (its first 6 s; every client: the actors, the watcher, the"
+    echo "benchmark's writes and its informer; the first line is the whole profile), the handlers and the costs inside them:"
+    echo "every LIST (the recounts and the cap's node LISTs), every update (patches of nodes and Events, through etcd), their"
+    echo "JSON patch and managed fields, creates (the benchmark's pods, Events), deletions, watches, the protobuf encoding of"
+    echo 'pod metadata and of Node objects, and the garbage collector (`go tool pprof -top -cum -show ...`):'
+    echo
+    echo '```'
+    $GO tool pprof -top "$apiserver" "$OUT/apiserver-cordon.pprof" 2>/dev/null | grep -m1 'Total samples'
+    $GO tool pprof -top -cum -show 'handlers\.ListResource\.func1$|etcd3\.\(\*store\)\.GuaranteedUpdate$|jsonPatcher\)\.applyPatchToCurrentObject$|managedfields/internal\.\(\*FieldManager\)\.Update$|handlers\.CreateResource\.createHandler\.func1$|handlers\.DeleteResource\.func1$|WatchServer\)\.HandleHTTP$|\(\*PartialObjectMetadata\)\.MarshalToSizedBuffer$|v1\.\(\*Node\)\.MarshalToSizedBuffer$|runtime\.gcBgMarkWorker$' \
+      "$apiserver" "$OUT/apiserver-cordon.pprof" 2>/dev/null | sed -n '/flat%/,$p'
+    echo '```'
+  fi
   for s in watcher cleanup report; do
     profile "opswire-$s process at 150k pods, live heap after GC by allocation site" \
       "$ROOT/.cache/test-bin/opswire-$s" "$OUT/memory-$s.pprof" -sample_index=inuse_space -top -nodecount=12

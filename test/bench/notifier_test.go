@@ -188,6 +188,12 @@ func BenchmarkNotifierBurst10k(b *testing.B) {
 // (/debug/pprof/profile, 3 s) when path is set; the channel closes once it is
 // written.
 func cpuProfile(b *testing.B, p *harness.Process, path string) <-chan struct{} {
+	return fetchCPUProfile(b, http.DefaultClient, p.HealthURL, 3*time.Second, path)
+}
+
+// fetchCPUProfile is cpuProfile for any Go process serving net/http/pprof at
+// base (the API server's /debug/pprof, with its client), for d.
+func fetchCPUProfile(b *testing.B, client *http.Client, base string, d time.Duration, path string) <-chan struct{} {
 	b.Helper()
 	done := make(chan struct{})
 	if path == "" {
@@ -198,15 +204,15 @@ func cpuProfile(b *testing.B, p *harness.Process, path string) <-chan struct{} {
 	go func() {
 		defer close(done)
 		close(started)
-		resp, err := http.Get(p.HealthURL + "/debug/pprof/profile?seconds=3")
+		resp, err := client.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, int(d.Seconds())))
 		if err != nil {
-			b.Errorf("notifier CPU profile: %v", err)
+			b.Errorf("CPU profile of %s: %v", base, err)
 			return
 		}
 		defer resp.Body.Close()
 		prof, err := io.ReadAll(resp.Body)
 		if err != nil || resp.StatusCode != http.StatusOK {
-			b.Errorf("notifier CPU profile: %d %v", resp.StatusCode, err)
+			b.Errorf("CPU profile of %s: %d %v", base, resp.StatusCode, err)
 			return
 		}
 		if err := os.WriteFile(path, prof, 0o644); err != nil {
