@@ -152,7 +152,10 @@ func NewActuator(client kubernetes.Interface, audit actuate.Audit, recorder reco
 }
 
 // Forget drops what was remembered about a pod that left the cluster. A
-// removal of it in doubt happened: it is published.
+// removal of it in doubt happened: it is published. The UID stays among the
+// removed (removedUIDs, until it expires): a key queued before the mirror
+// removed the pod can still be visited after, by a worker that found the pod
+// in the mirror just before, and its re-read could only answer 404.
 func (a *Actuator) Forget(uid string) {
 	if rm := a.doubts.left(uid); rm != nil {
 		a.metrics.InDoubt.WithLabelValues("happened").Inc()
@@ -160,7 +163,6 @@ func (a *Actuator) Forget(uid string) {
 	}
 	a.doubts.forget(uid)
 	a.reported.Reset(uid)
-	a.removed.forget(uid)
 }
 
 // Handle carries out a Skip, Delete or ForceDelete decision on a mirrored

@@ -19,9 +19,10 @@ const removedTTL = 2 * time.Minute
 // reused, so any later decision the mirror gives about such a pod is about a
 // pod that no longer exists: the actuator drops it without a re-read.
 //
-// The set is two generations of at most ttl each (memory bounded by the
-// removals of two ttl periods, whatever the mirror does), and Forget drops a
-// UID once the mirror has removed the pod.
+// The set is two generations of at most ttl each: memory bounded by the
+// removals of two ttl periods, whatever the mirror does. A UID is kept when
+// the mirror removes the pod (Actuator.Forget): a worker may be visiting the
+// pod's key at that moment, from the mirror's state of just before.
 type removedUIDs struct {
 	mu        sync.Mutex
 	ttl       time.Duration
@@ -63,12 +64,4 @@ func (r *removedUIDs) has(uid string, now time.Time) bool {
 	_, inCur := r.cur[uid]
 	_, inPrev := r.prev[uid]
 	return inCur || inPrev
-}
-
-// forget drops uid (the mirror removed the pod: no message about it follows).
-func (r *removedUIDs) forget(uid string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.cur, uid)
-	delete(r.prev, uid)
 }
