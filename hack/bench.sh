@@ -112,7 +112,7 @@ profile() { # TITLE TEST-BINARY PROFILE PPROF-OPTIONS...
     echo
     echo '```'
     $GO tool pprof -top "$apiserver" "$OUT/apiserver-cordon.pprof" 2>/dev/null | grep -m1 'Total samples'
-    $GO tool pprof -top -cum -show 'handlers\.ListResource\.func1$|etcd3\.\(\*store\)\.GuaranteedUpdate$|jsonPatcher\)\.applyPatchToCurrentObject$|managedfields/internal\.\(\*FieldManager\)\.Update$|handlers\.CreateResource\.createHandler\.func1$|handlers\.DeleteResource\.func1$|WatchServer\)\.HandleHTTP$|\(\*PartialObjectMetadata\)\.MarshalToSizedBuffer$|v1\.\(\*Node\)\.MarshalToSizedBuffer$|runtime\.gcBgMarkWorker$' \
+    $GO tool pprof -top -cum -show 'handlers\.ListResource\.func1$|etcd3\.\(\*store\)\.GuaranteedUpdate$|jsonPatcher\)\.applyPatchToCurrentObject$|managedfields/internal\.\(\*FieldManager\)\.Update$|handlers\.CreateResource\.createHandler\.func1(\.[0-9]+)?$|handlers\.DeleteResource\.func1(\.[0-9]+)?$|WatchServer\)\.HandleHTTP$|\(\*PartialObjectMetadata\)\.MarshalToSizedBuffer$|v1\.\(\*Node\)\.MarshalToSizedBuffer$|runtime\.gcBgMarkWorker$' \
       "$apiserver" "$OUT/apiserver-cordon.pprof" 2>/dev/null | sed -n '/flat%/,$p'
     echo '```'
   fi
