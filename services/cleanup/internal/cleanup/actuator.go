@@ -155,7 +155,7 @@ func NewActuator(client kubernetes.Interface, audit actuate.Audit, recorder reco
 // removal of it in doubt happened: it is published. The UID stays among the
 // removed (removedUIDs, until it expires): a key queued before the mirror
 // removed the pod can still be visited after, by a worker that found the pod
-// in the mirror just before, and its re-read could only answer 404.
+// in the mirror just before, and its re-read could only find the pod gone.
 func (a *Actuator) Forget(uid string) {
 	if rm := a.doubts.left(uid); rm != nil {
 		a.metrics.InDoubt.WithLabelValues("happened").Inc()

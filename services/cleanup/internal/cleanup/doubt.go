@@ -176,8 +176,9 @@ const maxDoubts = 4096
 // mirror seeing the pod leave settles a write in doubt (it happened), even
 // when that news comes while the write is still on its way: a lost answer
 // is typically late by the whole API deadline, while the pod's removal
-// reaches the mirror within moments, and the controller no longer visits a
-// pod the mirror removed.
+// reaches the mirror within moments, and the controller takes up no pod the
+// mirror removed (a visit already under way then finds its UID among the
+// removed: Actuator.Forget).
 type doubts struct {
 	mu sync.Mutex
 	m  map[string]*doubt

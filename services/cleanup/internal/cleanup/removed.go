@@ -14,10 +14,11 @@ import (
 const removedTTL = 2 * time.Minute
 
 // removedUIDs is the set of pod UIDs this leader saw leave the API server:
-// its own DELETE that removed the pod was answered with success, or a live
-// re-read answered 404 (or found another pod under the name). A UID is never
-// reused, so any later decision the mirror gives about such a pod is about a
-// pod that no longer exists: the actuator drops it without a re-read.
+// its own removal was answered with success, or settled in doubt as having
+// happened, or a write or a live re-read answered 404 (or the re-read found
+// another pod under the name). A UID is never reused, so any later decision
+// the mirror gives about such a pod is about a pod that no longer exists: the
+// actuator drops it without a re-read.
 //
 // The set is two generations of at most ttl each: memory bounded by the
 // removals of two ttl periods, whatever the mirror does. A UID is kept when
