@@ -81,7 +81,7 @@ profile() { # TITLE TEST-BINARY PROFILE PPROF-OPTIONS...
   echo "$title (\`go tool pprof $*\`, first rows):"
   echo
   echo '```'
-  $GO tool pprof "$@" "$bin" "$prof" 2>/dev/null | sed -n '/flat%/,$p'
+  $GO tool pprof "$@" "$bin" "$prof" 2>/dev/null | sed -n '/Total samples/p; /flat%/,$p'
   echo '```'
 }
 {
@@ -101,21 +101,9 @@ profile() { # TITLE TEST-BINARY PROFILE PPROF-OPTIONS...
   profile "opswire-notifier process during the 10,000-event burst (3 s from the first publish; mostly waiting on NATS)" \
     "$ROOT/.cache/test-bin/opswire-notifier" "$OUT/notifier.pprof" -top -cum -nodecount=15 -focus 'notifier/internal'
   profile "Report build" "$OUT/report.test" "$OUT/report.pprof" -top -cum -nodecount=15 -focus 'restarts\.Build'
-  apiserver=$(ls "$ROOT"/.cache/bin/kube-apiserver-* 2>/dev/null | head -n 1)
-  if [ -s "$OUT/apiserver-cordon.pprof" ] && [ -n "$apiserver" ]; then
-    echo
-    echo "kube-apiserver during the reaction run's cordon phase (its first 6 s; every client: the actors, the watcher, the"
-    echo "benchmark's writes and its informer; the first line is the whole profile), the handlers and the costs inside them:"
-    echo "every LIST (the recounts and the cap's node LISTs), every update (patches of nodes and Events, through etcd), their"
-    echo "JSON patch and managed fields, creates (the benchmark's pods, Events), deletions, watches, the protobuf encoding of"
-    echo 'pod metadata and of Node objects, and the garbage collector (`go tool pprof -top -cum -show ...`):'
-    echo
-    echo '```'
-    $GO tool pprof -top "$apiserver" "$OUT/apiserver-cordon.pprof" 2>/dev/null | grep -m1 'Total samples'
-    $GO tool pprof -top -cum -show 'handlers\.ListResource\.func1$|etcd3\.\(\*store\)\.GuaranteedUpdate$|jsonPatcher\)\.applyPatchToCurrentObject$|managedfields/internal\.\(\*FieldManager\)\.Update$|handlers\.CreateResource\.createHandler\.func1(\.[0-9]+)?$|handlers\.DeleteResource\.func1(\.[0-9]+)?$|WatchServer\)\.HandleHTTP$|\(\*PartialObjectMetadata\)\.MarshalToSizedBuffer$|v1\.\(\*Node\)\.MarshalToSizedBuffer$|runtime\.gcBgMarkWorker$' \
-      "$apiserver" "$OUT/apiserver-cordon.pprof" 2>/dev/null | sed -n '/flat%/,$p'
-    echo '```'
-  fi
+  profile "kube-apiserver during the reaction run's cordon phase (its first 6 s; every client: the actors, the watcher, the benchmark's writes and its informer): every LIST (the recounts and the cap's node LISTs), every update (patches of nodes and Events, through etcd), their JSON patch and managed fields, creates (the benchmark's pods, Events), deletions, watches, the protobuf encoding of pod metadata and of Node objects, and the garbage collector" \
+    "$ROOT/.cache/bin/kube-apiserver-$(sed -n 's/^K8S_VERSION=//p' hack/build-controlplane.sh)" "$OUT/apiserver-cordon.pprof" -top -cum \
+    -show 'handlers\.ListResource\.func1$|etcd3\.\(\*store\)\.GuaranteedUpdate$|jsonPatcher\)\.applyPatchToCurrentObject$|managedfields/internal\.\(\*FieldManager\)\.Update$|handlers\.CreateResource\.createHandler\.func1(\.[0-9]+)?$|handlers\.DeleteResource\.func1(\.[0-9]+)?$|WatchServer\)\.HandleHTTP$|\(\*PartialObjectMetadata\)\.MarshalToSizedBuffer$|v1\.\(\*Node\)\.MarshalToSizedBuffer$|runtime\.gcBgMarkWorker$'
   for s in watcher cleanup report; do
     profile "opswire-$s process at 150k pods, live heap after GC by allocation site" \
       "$ROOT/.cache/test-bin/opswire-$s" "$OUT/memory-$s.pprof" -sample_index=inuse_space -top -nodecount=12

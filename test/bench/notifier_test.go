@@ -85,7 +85,7 @@ func BenchmarkNotifierBurst10k(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	profiled := cpuProfile(b, p, os.Getenv("OPSWIRE_BENCH_NOTIFIER_CPUPROFILE"))
+	profiled := fetchCPUProfile(b, http.DefaultClient, p.HealthURL, 3*time.Second, os.Getenv("OPSWIRE_BENCH_NOTIFIER_CPUPROFILE"))
 	b.ResetTimer()
 	start := time.Now()
 	for _, m := range msgs {
@@ -184,15 +184,10 @@ func BenchmarkNotifierBurst10k(b *testing.B) {
 	}
 }
 
-// cpuProfile starts a CPU profile of the notifier process covering the burst
-// (/debug/pprof/profile, 3 s) when path is set; the channel closes once it is
-// written.
-func cpuProfile(b *testing.B, p *harness.Process, path string) <-chan struct{} {
-	return fetchCPUProfile(b, http.DefaultClient, p.HealthURL, 3*time.Second, path)
-}
-
-// fetchCPUProfile is cpuProfile for any Go process serving net/http/pprof at
-// base (the API server's /debug/pprof, with its client), for d.
+// fetchCPUProfile starts a CPU profile of d of a Go process serving
+// net/http/pprof at base (the notifier's health port; the API server's
+// /debug/pprof, with its client) when path is set; the channel closes once
+// it is written.
 func fetchCPUProfile(b *testing.B, client *http.Client, base string, d time.Duration, path string) <-chan struct{} {
 	b.Helper()
 	done := make(chan struct{})
