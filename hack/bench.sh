@@ -47,8 +47,16 @@ piece watcher-heap services/watcher -bench '^BenchmarkWatcherHeap150k$' -benchti
 unset OPSWIRE_BENCH_HEAPPROFILE
 piece informer-heap services/watcher -bench '^BenchmarkInformerHeap150k$' -benchtime 1x ./internal/watcher
 # 3. Actor rebuild from KUBE.
-piece rebuild test -tags bench -bench '^BenchmarkMirrorRebuild150k$' -benchtime 1x \
-  -cpuprofile "$OUT/rebuild.pprof" -o "$OUT/rebuild.test" ./bench
+piece rebuild test -tags bench -bench '^BenchmarkMirrorRebuild150k$' -benchtime 1x -o "$OUT/rebuild.test" ./bench
+# Its profile comes from a second run of the same binary: the profiler's
+# signals slow the mirror's rounds more than the floor's (x-floor +0.04 in
+# four interleaved pairs, 2026-12-07), so the figure is the run without it.
+if want rebuild && [ -x "$OUT/rebuild.test" ]; then
+  echo ">> rebuild, profiled ($(date -u +%H:%M:%S))"
+  (cd test/bench && "$OUT/rebuild.test" -test.run '^$' -test.bench '^BenchmarkMirrorRebuild150k$' -test.benchtime 1x \
+    -test.cpuprofile "$OUT/rebuild.pprof") > "$OUT/rebuild-profiled.log" 2>&1 ||
+    echo "!! the profiled rebuild run failed (see .cache/bench/rebuild-profiled.log); its profile is left out"
+fi
 # 5. Report build (several iterations: these are short).
 piece report services/report -bench '^Benchmark(BuildReport150k|BuildReport150kIncreaseWorkload|FloorScan150k)$' \
   -benchtime 20x -benchmem -cpuprofile "$OUT/report.pprof" -o "$OUT/report.test" ./internal/restarts
@@ -97,7 +105,7 @@ profile() { # TITLE TEST-BINARY PROFILE PPROF-OPTIONS...
     "$OUT/watcher-heap.test" "$OUT/watcher-heap.pprof" -sample_index=inuse_space -top -nodecount=15
   profile "Watcher under sustained churn, live heap at the end minus at the start, by allocation site" \
     "$OUT/churn.test" "$OUT/churn-heap-end.pprof" -sample_index=inuse_space -top -nodecount=12 -diff_base "$OUT/churn-heap-start.pprof"
-  profile "Mirror rebuild" "$OUT/rebuild.test" "$OUT/rebuild.pprof" -top -cum -nodecount=18 -focus kubestate
+  profile "Mirror rebuild (a second run of the benchmark, profiled)" "$OUT/rebuild.test" "$OUT/rebuild.pprof" -top -cum -nodecount=18 -focus kubestate
   profile "opswire-notifier process during the 10,000-event burst (3 s from the first publish; mostly waiting on NATS)" \
     "$ROOT/.cache/test-bin/opswire-notifier" "$OUT/notifier.pprof" -top -cum -nodecount=15 -focus 'notifier/internal'
   profile "Report build" "$OUT/report.test" "$OUT/report.pprof" -top -cum -nodecount=15 -focus 'restarts\.Build'

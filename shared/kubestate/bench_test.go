@@ -45,7 +45,7 @@ func BenchmarkDecodeApply(b *testing.B) {
 		m.presize(n)
 		in := &events.Interner{}
 		for i := range msgs {
-			m.apply(msgs[i], decode(msgs[i], in))
+			m.apply(msgs[i], decode(msgs[i], in, m.held))
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")

@@ -42,6 +42,7 @@ type Mirror struct {
 	js      jetstream.JetStream
 	cluster string
 	kinds   []subject.Kind
+	held    kindSet
 	log     zerolog.Logger
 	h       Handlers
 
@@ -74,6 +75,7 @@ func New(js jetstream.JetStream, cluster string, log zerolog.Logger, reg prometh
 	}
 	m := &Mirror{
 		js: js, cluster: cluster, kinds: kinds, log: log, h: h,
+		held: kindSet{pods: slices.Contains(kinds, subject.KindPod), nodes: slices.Contains(kinds, subject.KindNode)},
 		pods: map[string]*events.PodState{}, nodes: map[string]*events.NodeState{},
 		syncedCh: make(chan struct{}),
 		malformed: prometheus.NewCounter(prometheus.CounterOpts{
@@ -143,10 +145,7 @@ const consumerCreateTimeout = 3 * time.Second
 // Run consumes until ctx ends. It recreates the consumer if the server loses
 // it, or nats.go cannot replace it, resuming after the last message applied.
 func (m *Mirror) Run(ctx context.Context) error {
-	filters := make([]string, len(m.kinds))
-	for i, k := range m.kinds {
-		filters[i] = subject.KubeKind(m.cluster, k)
-	}
+	filters := kubeFilters(m.cluster, m.kinds)
 	for {
 		err := m.consume(ctx, filters)
 		if ctx.Err() != nil {
@@ -159,6 +158,24 @@ func (m *Mirror) Run(ctx context.Context) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// kubeFilters are the consumer's filter subjects: one kind's subjects, or,
+// for a mirror of every kind, the cluster's whole part of KUBE as one filter
+// rather than one filter per kind. The server delivers the last message of
+// every subject on one filter for less than on two: ~100 ms less nats-server
+// CPU per load of 150,000 pods and 5,000 nodes, the rebuild's time over the
+// floor's 1.27 → 1.17 (figure 3, three interleaved pairs, 2026-12-07). A
+// message of a kind the mirror does not hold is then skipped (apply).
+func kubeFilters(cluster string, kinds []subject.Kind) []string {
+	if slices.Contains(kinds, subject.KindNode) && slices.Contains(kinds, subject.KindPod) {
+		return []string{subject.Kube(cluster)}
+	}
+	filters := make([]string, len(kinds))
+	for i, k := range kinds {
+		filters[i] = subject.KubeKind(cluster, k)
+	}
+	return filters
 }
 
 func (m *Mirror) consume(ctx context.Context, filters []string) error {
@@ -231,7 +248,7 @@ func (m *Mirror) consume(ctx context.Context, filters []string) error {
 	}()
 	in := &events.Interner{}
 	for msg := range msgs {
-		d := decode(msg, in)
+		d := decode(msg, in, m.held)
 		m.received.Inc()
 		m.apply(msg, d)
 		if d.seq != 0 {
@@ -256,6 +273,7 @@ func (m *Mirror) consume(ctx context.Context, filters []string) error {
 type decoded struct {
 	ref     subject.Ref
 	err     error
+	skip    bool // a kind the mirror does not hold: nothing to apply
 	gone    bool // tombstone or server delete marker
 	pod     *events.PodState
 	key     string // the pod's map key: its subject, sharing its allocation
@@ -265,8 +283,20 @@ type decoded struct {
 	stamp   time.Time // when the stream stored the message
 }
 
+// kindSet is the kinds a mirror holds.
+type kindSet struct{ pods, nodes bool }
+
+func (k kindSet) has(kind subject.Kind) bool {
+	return kind == subject.KindPod && k.pods || kind == subject.KindNode && k.nodes
+}
+
 // decode reads one message; in shares repeated strings across messages.
-func decode(msg jetstream.Msg, in *events.Interner) decoded {
+// A message of a kind the mirror does not hold is skipped: a mirror of every
+// kind filters on the whole of the cluster's KUBE (kubeFilters), where a
+// newer watcher may store kinds this build does not know, and a consumer's
+// filter is not the mirror's only guard (docs/security.md: another actor
+// that learnt its name could re-create it with other filters).
+func decode(msg jetstream.Msg, in *events.Interner, held kindSet) decoded {
 	var d decoded
 	if seq, pending, ns, ok := ackMeta(msg); ok {
 		d.seq, d.pending, d.stamp = seq, pending, time.Unix(0, ns)
@@ -275,6 +305,13 @@ func decode(msg jetstream.Msg, in *events.Interner) decoded {
 	}
 	d.ref, d.err = subject.ParseKube(msg.Subject())
 	if d.err != nil {
+		if k := kindToken(msg.Subject()); k != "" && k != subject.KindPod && k != subject.KindNode {
+			d.err, d.skip = nil, true // a kind this build does not know
+		}
+		return d
+	}
+	if !held.has(d.ref.Kind) {
+		d.skip = true
 		return d
 	}
 	if len(msg.Data()) == 0 {
@@ -297,6 +334,20 @@ func decode(msg jetstream.Msg, in *events.Interner) decoded {
 		}
 	}
 	return d
+}
+
+// kindToken is the <kind> of kube.<cluster>.<kind>[...], "" when the
+// subject has fewer tokens.
+func kindToken(subj string) subject.Kind {
+	_, rest, ok := strings.Cut(subj, ".")
+	if !ok {
+		return ""
+	}
+	if _, rest, ok = strings.Cut(rest, "."); !ok {
+		return ""
+	}
+	kind, _, _ := strings.Cut(rest, ".")
+	return subject.Kind(kind)
 }
 
 // presize gives an empty mirror's map room for the initial load (one entry
@@ -331,6 +382,7 @@ func (m *Mirror) apply(msg jetstream.Msg, d decoded) {
 	switch {
 	case d.err != nil:
 		m.bad(msg, d.err)
+	case d.skip:
 	case d.gone:
 		m.remove(msg.Subject(), d.ref)
 	case d.pod != nil:

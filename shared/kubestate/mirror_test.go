@@ -145,12 +145,12 @@ func TestReplacedPodIsFreed(t *testing.T) {
 		return fuzzMsg{subj: nm.Subject, h: nm.Header, data: nm.Data}
 	}
 	first := msg("1")
-	d := decode(first, in)
+	d := decode(first, in, m.held)
 	freed := make(chan struct{})
 	runtime.AddCleanup(d.pod, func(ch chan struct{}) { close(ch) }, freed)
 	m.apply(first, d)
 	second := msg("2")
-	m.apply(second, decode(second, in))
+	m.apply(second, decode(second, in, m.held))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		runtime.GC()
@@ -225,5 +225,57 @@ func TestMirrorReplacesAConsumerNATSCannotRecreate(t *testing.T) {
 	defer mu.Unlock()
 	if want := map[string]int{"p0": 1, "p1": 2, "p2": 1}; !maps.Equal(seen, want) {
 		t.Fatalf("handler calls per pod %v, want %v (resumed, not reloaded)", seen, want)
+	}
+}
+
+// A mirror of every kind filters on the whole of the cluster's KUBE
+// (kubeFilters): a kind it does not know is skipped without counting as
+// malformed, and the load still ends when such a message is the last one.
+func TestMirrorSkipsKindsItDoesNotHold(t *testing.T) {
+	ctx, js := withStreams(t)
+	publish(t, js, subject.Pod("c", "ns", "p1"), "pod/u1/1", events.TypePod, events.PodState{UID: "u1", Namespace: "ns", Name: "p1"})
+	publish(t, js, subject.Node("c", "n1"), "node/n1/1", events.TypeNode, events.NodeState{UID: "n1", Name: "n1"})
+	publish(t, js, "kube.c.deployment.ns.web", "deployment/d1/1", "io.opswire.kube.deployment", map[string]string{"name": "web"})
+
+	m := New(js, "c", zerolog.Nop(), nil, Handlers{})
+	if got := kubeFilters("c", m.kinds); len(got) != 1 || got[0] != subject.Kube("c") {
+		t.Fatalf("filters of a mirror of every kind = %v, want [%s]", got, subject.Kube("c"))
+	}
+	go m.Run(ctx)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := m.WaitSynced(wctx); err != nil {
+		t.Fatalf("load whose last message is of an unknown kind: %v", err)
+	}
+	if pods, nodes := m.Len(); pods != 1 || nodes != 1 {
+		t.Fatalf("%d pods %d nodes, want 1 and 1", pods, nodes)
+	}
+	if got := testutil.ToFloat64(m.malformed); got != 0 {
+		t.Fatalf("malformed counter = %v, want 0", got)
+	}
+}
+
+func TestDecodeSkipsWhatTheMirrorDoesNotHold(t *testing.T) {
+	pod, err := envelope.New("pod/u/1", "opswire/c/watcher", events.TypePod, "", events.PodState{Namespace: "ns", Name: "p"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := pod.Msg("x").Header
+	every, nodes := kindSet{pods: true, nodes: true}, kindSet{nodes: true}
+	for _, tc := range []struct {
+		subj         string
+		held         kindSet
+		skip, errors bool
+	}{
+		{"kube.c.pod.ns.p", every, false, false},
+		{"kube.c.pod.ns.p", nodes, true, false},        // a pod on a mirror of nodes
+		{"kube.c.deployment.ns.d", every, true, false}, // a kind this build does not know
+		{"kube.c.pod", every, false, true},             // a known kind, wrong tokens: malformed
+		{"kube.c", every, false, true},
+	} {
+		d := decode(fuzzMsg{subj: tc.subj, h: h, data: pod.Data}, nil, tc.held)
+		if d.skip != tc.skip || (d.err != nil) != tc.errors || tc.skip && d.pod != nil {
+			t.Errorf("decode(%s, %+v): skip %v, err %v, pod %v; want skip %v, error %v", tc.subj, tc.held, d.skip, d.err, d.pod != nil, tc.skip, tc.errors)
+		}
 	}
 }

@@ -39,8 +39,8 @@ func deployKubeConsumerIsolation(t *testing.T, n *harness.NATS, pw map[string]st
 	filters := map[string][]string{ // as the services filter (kubestate.New's kinds, the watcher's seed)
 		"watcher": {"kube.default.>"},
 		"cordon":  {"kube.default.node.>"},
-		"cleanup": {"kube.default.pod.>", "kube.default.node.>"},
-		"report":  {"kube.default.node.>", "kube.default.pod.>"},
+		"cleanup": {"kube.default.>"}, // a mirror of every kind has one filter (kubestate's kubeFilters)
+		"report":  {"kube.default.>"},
 	}
 	actors := []string{"watcher", "cordon", "cleanup", "report"}
 	var own []kubeConsumer
@@ -99,10 +99,8 @@ func deployKubeConsumerIsolation(t *testing.T, n *harness.NATS, pw map[string]st
 			switch a {
 			case "cordon":
 				pub(a, "$JS.API.CONSUMER.CREATE.KUBE."+c.name, "$JS.API.CONSUMER.CREATE.KUBE."+c.name+".kube.default.pod.>")
-			case "watcher":
+			default: // watcher, cleanup, report: one filter under kube.*.>
 				pub(a, "$JS.API.CONSUMER.CREATE.KUBE."+c.name)
-			default:
-				pub(a, "$JS.API.CONSUMER.CREATE.KUBE."+c.name+".kube.default.>")
 			}
 		}
 		for _, name := range services {
