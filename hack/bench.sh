@@ -54,8 +54,10 @@ piece rebuild test -tags bench -bench '^BenchmarkMirrorRebuild150k$' -benchtime 
 if want rebuild && [ -x "$OUT/rebuild.test" ]; then
   echo ">> rebuild, profiled ($(date -u +%H:%M:%S))"
   (cd test/bench && "$OUT/rebuild.test" -test.run '^$' -test.bench '^BenchmarkMirrorRebuild150k$' -test.benchtime 1x \
-    -test.cpuprofile "$OUT/rebuild.pprof") > "$OUT/rebuild-profiled.log" 2>&1 ||
+    -test.timeout 40m -test.cpuprofile "$OUT/rebuild.pprof") > "$OUT/rebuild-profiled.log" 2>&1 || {
+    rm -f "$OUT/rebuild.pprof" # written even when the benchmark fails
     echo "!! the profiled rebuild run failed (see .cache/bench/rebuild-profiled.log); its profile is left out"
+  }
 fi
 # 5. Report build (several iterations: these are short).
 piece report services/report -bench '^Benchmark(BuildReport150k|BuildReport150kIncreaseWorkload|FloorScan150k)$' \

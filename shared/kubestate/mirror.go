@@ -166,7 +166,7 @@ func (m *Mirror) Run(ctx context.Context) error {
 // every subject on one filter for less than on two: ~100 ms less nats-server
 // CPU per load of 150,000 pods and 5,000 nodes, the rebuild's time over the
 // floor's 1.27 → 1.17 (figure 3, three interleaved pairs, 2026-12-07). A
-// message of a kind the mirror does not hold is then skipped (apply).
+// message of a kind the mirror does not hold is then skipped (decode).
 func kubeFilters(cluster string, kinds []subject.Kind) []string {
 	if slices.Contains(kinds, subject.KindNode) && slices.Contains(kinds, subject.KindPod) {
 		return []string{subject.Kube(cluster)}

@@ -434,11 +434,14 @@ func deployNATSRefusalCases(durable string) []natsRefusal {
 	}
 	// The create subject pins the filter: cordon only on nodes, the
 	// watcher, cleanup and report only under kube.* (one filter: their
-	// mirrors read every kind); nobody has the form without a filter.
+	// mirrors read every kind). cleanup and report keep the form without a
+	// filter for one release (what their previous build uses: a rolling
+	// upgrade); the watcher and cordon never had it.
 	cases = append(cases, pub("cordon", "$JS.API.CONSUMER.CREATE.KUBE.c1", "$JS.API.CONSUMER.CREATE.KUBE.c1.kube.default.pod.>",
 		"$JS.API.CONSUMER.CREATE.KUBE.c1.kube.>")...)
+	cases = append(cases, pub("watcher", "$JS.API.CONSUMER.CREATE.KUBE.w1")...)
 	for _, actor := range []string{"watcher", "cleanup", "report"} {
-		cases = append(cases, pub(actor, "$JS.API.CONSUMER.CREATE.KUBE.w1", "$JS.API.CONSUMER.CREATE.KUBE.w1.kube.>")...)
+		cases = append(cases, pub(actor, "$JS.API.CONSUMER.CREATE.KUBE.w1.kube.>")...)
 	}
 	// audit: publishes nothing but read-only API requests.
 	cases = append(cases, pub("audit",
