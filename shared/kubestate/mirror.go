@@ -305,7 +305,7 @@ func decode(msg jetstream.Msg, in *events.Interner, held kindSet) decoded {
 	}
 	d.ref, d.err = subject.ParseKube(msg.Subject())
 	if d.err != nil {
-		if k := kindToken(msg.Subject()); k != "" && k != subject.KindPod && k != subject.KindNode {
+		if errors.Is(d.err, subject.ErrUnknownKind) {
 			d.err, d.skip = nil, true // a kind this build does not know
 		}
 		return d
@@ -334,20 +334,6 @@ func decode(msg jetstream.Msg, in *events.Interner, held kindSet) decoded {
 		}
 	}
 	return d
-}
-
-// kindToken is the <kind> of kube.<cluster>.<kind>[...], "" when the
-// subject has fewer tokens.
-func kindToken(subj string) subject.Kind {
-	_, rest, ok := strings.Cut(subj, ".")
-	if !ok {
-		return ""
-	}
-	if _, rest, ok = strings.Cut(rest, "."); !ok {
-		return ""
-	}
-	kind, _, _ := strings.Cut(rest, ".")
-	return subject.Kind(kind)
 }
 
 // presize gives an empty mirror's map room for the initial load (one entry

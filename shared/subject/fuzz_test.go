@@ -20,8 +20,10 @@ func parseKubeSplit(subj string) (Ref, error) {
 		ref.Name = Decode(t[3])
 	case ref.Kind == KindPod && len(t) == 5:
 		ref.Namespace, ref.Name = Decode(t[3]), Decode(t[4])
+	case ref.Kind != KindNode && ref.Kind != KindPod:
+		return Ref{}, fmt.Errorf("subject %q: %w", subj, ErrUnknownKind)
 	default:
-		return Ref{}, fmt.Errorf("subject %q: unknown kind or wrong number of tokens", subj)
+		return Ref{}, fmt.Errorf("subject %q: wrong number of tokens", subj)
 	}
 	for _, tok := range t[1:] {
 		if tok == "" {

@@ -7,6 +7,7 @@
 package subject
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -97,6 +98,10 @@ func (r Ref) Subject() string {
 	return Pod(r.Cluster, r.Namespace, r.Name)
 }
 
+// ErrUnknownKind is ParseKube's error for a KUBE subject of a kind other
+// than node and pod (a newer watcher's, say).
+var ErrUnknownKind = errors.New("unknown kind")
+
 // ParseKube parses a kube.* subject into the object it names.
 func ParseKube(subj string) (Ref, error) {
 	// Every KUBE message is parsed (155,000 when a leader loads the
@@ -141,8 +146,10 @@ func ParseKube(subj string) (Ref, error) {
 		ref.Name = decode(3)
 	case ref.Kind == KindPod && tokens == 5:
 		ref.Namespace, ref.Name = decode(3), decode(4)
+	case ref.Kind != KindNode && ref.Kind != KindPod:
+		return Ref{}, fmt.Errorf("subject %q: %w", subj, ErrUnknownKind)
 	default:
-		return Ref{}, fmt.Errorf("subject %q: unknown kind or wrong number of tokens", subj)
+		return Ref{}, fmt.Errorf("subject %q: wrong number of tokens", subj)
 	}
 	for i := 1; i < tokens; i++ {
 		if tok(i) == "" {
