@@ -2,12 +2,12 @@
 #
 #   make build         all service binaries into ./bin
 #   make test          unit, integration and end-to-end tests of every module
-#                      (builds the real kube-apiserver, etcd and helm once, into .cache/bin)
+#                      (builds the Kubernetes components, etcd, CoreDNS and helm once, into ~/.cache/opswire/bin)
 #   make lint          gofmt and go vet
-#   make rules         promtool check/test of the alert rules (builds promtool once, into .cache/bin)
+#   make rules         promtool check/test of the alert rules (builds promtool once, into ~/.cache/opswire/bin)
 #   make fuzz          every Go fuzz target for FUZZTIME each (part of make test)
 #   make bench         benchmarks; writes docs/benchmarks.md
-#   make controlplane  only build the cached kube-apiserver, etcd, nats-server and helm
+#   make controlplane  only build the cached Kubernetes components, etcd, CoreDNS, nats-server and helm
 #   make demo          opswire end to end on this machine, no cluster needed (Ctrl-C stops it)
 #   make run           the five services against your current kubeconfig, local NATS, actors in dry-run
 #                      (make run DRY_RUN=0 lets them act)

@@ -112,7 +112,7 @@ profile() { # TITLE TEST-BINARY PROFILE PPROF-OPTIONS...
     "$ROOT/.cache/test-bin/opswire-notifier" "$OUT/notifier.pprof" -top -cum -nodecount=15 -focus 'notifier/internal'
   profile "Report build" "$OUT/report.test" "$OUT/report.pprof" -top -cum -nodecount=15 -focus 'restarts\.Build'
   profile "kube-apiserver during the reaction run's cordon phase (its first 6 s; every client: the actors, the watcher, the benchmark's writes and its informer): every LIST (the recounts and the cap's node LISTs), every update (patches of nodes and Events, through etcd), their JSON patch and managed fields, creates (the benchmark's pods, Events), deletions, watches, the protobuf encoding of pod metadata and of Node objects, and the garbage collector" \
-    "$ROOT/.cache/bin/kube-apiserver-$(sed -n 's/^K8S_VERSION=//p' hack/build-controlplane.sh)" "$OUT/apiserver-cordon.pprof" -top -cum \
+    "${OPSWIRE_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/opswire/bin}/k8s-$(sed -n 's/^K8S_VERSION=//p' hack/build-controlplane.sh)/kube-apiserver" "$OUT/apiserver-cordon.pprof" -top -cum \
     -show 'handlers\.ListResource\.func1$|etcd3\.\(\*store\)\.GuaranteedUpdate$|jsonPatcher\)\.applyPatchToCurrentObject$|managedfields/internal\.\(\*FieldManager\)\.Update$|handlers\.CreateResource\.createHandler\.func1(\.[0-9]+)?$|handlers\.DeleteResource\.func1(\.[0-9]+)?$|WatchServer\)\.HandleHTTP$|\(\*PartialObjectMetadata\)\.MarshalToSizedBuffer$|v1\.\(\*Node\)\.MarshalToSizedBuffer$|runtime\.gcBgMarkWorker$'
   for s in watcher cleanup report; do
     profile "opswire-$s process at 150k pods, live heap after GC by allocation site" \

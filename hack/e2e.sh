@@ -14,6 +14,11 @@ out=.cache/e2e.out
 # shellcheck disable=SC2086 # TEST_FLAGS is a list of flags
 (cd test && $GO test $TEST_FLAGS -p 1 -v ./...) 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
+
+# The ten slowest top-level tests, to keep the run within its budget.
+echo ">> the ten slowest end-to-end tests"
+awk '/^--- (PASS|FAIL): / { t = $4; gsub(/[()s]/, "", t); printf "%8.1fs  %s %s\n", t, $3, $2 }' "$out" |
+	sort -rn | head -10
 [ "$rc" -eq 0 ] && exit 0
 
 # Last lines of every log the harness kept (failed tests only), then the

@@ -128,7 +128,7 @@ func (d *demo) waitFor(timeout time.Duration, what, key string) {
 }
 
 func (d *demo) play(o Options) {
-	d.say("Starting a local control plane: kube-apiserver + etcd (built once into .cache/bin by `make controlplane`)…")
+	d.say("Starting a local control plane: kube-apiserver + etcd (built once into ~/.cache/opswire/bin by `make controlplane`)…")
 	cp := harness.StartControlPlane(d.env)
 	d.say("kube-apiserver ready at %s", cp.URL)
 	n := harness.StartNATS(d.env)

@@ -59,12 +59,10 @@ func startControlPlane(t testing.TB, freePort func() int) *ControlPlane {
 		t.Fatal(err)
 	}
 	etcdBin := filepath.Join(bin, "etcd-"+EtcdVersion)
-	apiBin := filepath.Join(bin, "kube-apiserver-"+KubeVersion)
-	for _, b := range []string{etcdBin, apiBin} {
-		if _, err := os.Stat(b); err != nil {
-			t.Fatalf("%s is missing: run `make controlplane` (hack/build-controlplane.sh) first", b)
-		}
+	if _, err := os.Stat(etcdBin); err != nil {
+		t.Fatalf("%s is missing: run `make controlplane` (hack/build-controlplane.sh) first", etcdBin)
 	}
+	apiBin := KubeBin(t, "kube-apiserver")
 	dir, err := os.MkdirTemp("", "opswire-cp-")
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"testing"
 )
 
 // Versions of the control plane; they match the client-go release the services use.
@@ -43,14 +44,31 @@ func RepoRoot() (string, error) {
 	return root, rootErr
 }
 
-// BinDir is where the control-plane binaries are cached ($OPSWIRE_BIN_DIR or .cache/bin).
+// BinDir is where hack/build-controlplane.sh caches the binaries the tests
+// run: $OPSWIRE_BIN_DIR, else opswire/bin in the user's cache directory (so a
+// second clone on this machine reuses them).
 func BinDir() (string, error) {
 	if d := os.Getenv("OPSWIRE_BIN_DIR"); d != "" {
 		return d, nil
 	}
-	r, err := RepoRoot()
+	c, err := os.UserCacheDir()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("no cache directory for the control-plane binaries (set OPSWIRE_BIN_DIR): %w", err)
 	}
-	return filepath.Join(r, ".cache", "bin"), nil
+	return filepath.Join(c, "opswire", "bin"), nil
+}
+
+// KubeBin is the path of a Kubernetes command (kube-apiserver, kubelet…) of
+// KubeVersion; it fails the test, naming the make target, when it is missing.
+func KubeBin(t testing.TB, name string) string {
+	t.Helper()
+	bin, err := BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(bin, "k8s-"+KubeVersion, name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s is missing: run `make controlplane` (hack/build-controlplane.sh) first", p)
+	}
+	return p
 }

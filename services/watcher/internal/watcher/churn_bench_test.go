@@ -403,25 +403,17 @@ func writeChurnHeapProfile(b *testing.B, when string) {
 }
 
 // startNATSProcess starts the cached nats-server binary (make controlplane:
-// $OPSWIRE_BIN_DIR, else .cache/bin of the repository) with JetStream on a
+// $OPSWIRE_BIN_DIR, else opswire/bin in the user's cache directory) with JetStream on a
 // free port and returns its URL; it is killed at the end of the benchmark.
 func startNATSProcess(b *testing.B) string {
 	b.Helper()
 	dir := os.Getenv("OPSWIRE_BIN_DIR")
 	if dir == "" {
-		wd, err := os.Getwd()
+		c, err := os.UserCacheDir()
 		if err != nil {
 			b.Fatal(err)
 		}
-		for d := wd; ; d = filepath.Dir(d) {
-			if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-				dir = filepath.Join(d, ".cache", "bin")
-				break
-			}
-			if filepath.Dir(d) == d {
-				b.Fatal("go.work not found above the working directory")
-			}
-		}
+		dir = filepath.Join(c, "opswire", "bin")
 	}
 	bins, _ := filepath.Glob(filepath.Join(dir, "nats-server-v*"))
 	if len(bins) == 0 {
