@@ -262,8 +262,10 @@ func (rt *Runtime) ActorElector(client kubernetes.Interface, dryRun bool) *leade
 }
 
 // LeaseName is the name of the service's Lease, with DryRunLeaseSuffix in dry-run.
-func (rt *Runtime) LeaseName(dryRun bool) string {
-	name := rt.Config.Controller.LeaseLockName + "-" + rt.Spec.Service
+func (rt *Runtime) LeaseName(dryRun bool) string { return leaseName(rt.Config, rt.Spec, dryRun) }
+
+func leaseName(cfg *config.Config, spec Spec, dryRun bool) string {
+	name := cfg.Controller.LeaseLockName + "-" + spec.Service
 	if dryRun {
 		name += DryRunLeaseSuffix
 	}
@@ -299,7 +301,21 @@ func (rt *Runtime) elector(client kubernetes.Interface, lease string) *leader.El
 			g.Set(0)
 		}
 	}
+	where := c.LeaseLockNamespace + "/" + lease
+	rt.Server.AddReadiness("lease "+lease, func() error {
+		if err := e.Refused(); err != nil {
+			return leaseRefusal(where, err)
+		}
+		return nil
+	})
+	e.OnRefused = func(err error) { rt.podEvent(client, "OpswireLeaseRefused", leaseRefusal(where, err).Error()) }
 	return e
+}
+
+// leaseRefusal says why a replica cannot lead and what to change.
+func leaseRefusal(lease string, err error) error {
+	return fmt.Errorf("cannot lead: the API refuses the Lease %s (%v); set controller.leaseLockNamespace to a namespace "+
+		"where this ServiceAccount may create Leases (deploy/ and the Helm chart grant the namespace opswire runs in)", lease, err)
 }
 
 // DryRun is true when --dry-run or the section's dryRun is set.

@@ -15,6 +15,8 @@ import (
 // be checked in CI before it is applied. A valid file prints the effective
 // configuration (every default filled in, secrets shown as <redacted>) and
 // exits 0; an invalid one prints every bad field, one per line, and exits 2.
+// Given credentials, it also asks the cluster whether the service may take
+// its Lease (checkLease).
 func checkConfig(spec Spec, opts Options, stdout, stderr io.Writer) int {
 	cfg, err := config.Load(opts.Config)
 	if err == nil && opts.Cluster != "" {
@@ -31,6 +33,9 @@ func checkConfig(spec Spec, opts Options, stdout, stderr io.Writer) int {
 		} else {
 			fmt.Fprintf(stderr, "%s: %s: %v\n", spec.Binary(), opts.Config, err)
 		}
+		return ExitUsage
+	}
+	if !checkLease(spec, opts, cfg, stdout, stderr) {
 		return ExitUsage
 	}
 	out, err := yaml.Marshal(cfg)

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -61,11 +62,44 @@ type Elector struct {
 	workMu sync.Mutex
 	// OnChange, when set, is told of every leadership change (for metrics).
 	OnChange func(leading bool)
+	// OnRefused, when set, is told when the API starts refusing this
+	// replica's access to the Lease (once per refusal, not per retry).
+	OnRefused func(error)
+	refused   atomic.Pointer[error]
 }
 
 // New builds an elector.
 func New(client kubernetes.Interface, cfg Config, log zerolog.Logger) *Elector {
 	return &Elector{cfg: cfg, client: client, log: log}
+}
+
+// Refused is the API's refusal of this replica's last access to its Lease
+// (403 or 401), or nil. While it lasts the replica can never lead: its
+// credentials may not read or write the Lease where the config puts it.
+func (e *Elector) Refused() error {
+	if p := e.refused.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// observe keeps a refusal until an access succeeds; other errors (a timeout,
+// a conflict) say nothing about whether the replica may lead.
+func (e *Elector) observe(err error) {
+	switch {
+	case err == nil:
+		if e.refused.Swap(nil) != nil {
+			e.log.Info().Str("lease", e.cfg.Namespace+"/"+e.cfg.Name).Msg("the Lease is accessible again")
+		}
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		if e.refused.Swap(&err) == nil {
+			e.log.Error().Err(err).Str("lease", e.cfg.Namespace+"/"+e.cfg.Name).
+				Msg("may not access the Lease: this replica cannot lead until RBAC or controller.leaseLockNamespace changes")
+			if e.OnRefused != nil {
+				e.OnRefused(err)
+			}
+		}
+	}
 }
 
 // IsLeader reports whether this replica's work currently runs as leader.
@@ -139,11 +173,11 @@ type termResult struct {
 // term campaigns until it holds the lease, runs work, and returns once the
 // term is over and its work has returned.
 func (e *Elector) term(ctx context.Context, work func(ctx context.Context) error) (termResult, error) {
-	lock := &renewLock{Interface: &resourcelock.LeaseLock{
+	lock := newRenewLock(&resourcelock.LeaseLock{
 		LeaseMeta:  metaFor(e.cfg),
 		Client:     e.client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
-	}}
+	}, e.observe)
 	// The elector's context is not ctx: at shutdown the work is stopped
 	// first and the lease released (client-go releases when this context
 	// ends) only after the work has returned.
@@ -249,10 +283,28 @@ func (e *Elector) watchdog(ctx context.Context, lock *renewLock, cancel context.
 
 // renewLock records when the lease was last written with this replica as its
 // holder (the time the write was sent, so the lease is valid at least until
-// then plus its duration).
+// then plus its duration), on the monotonic clock: a step of the wall clock
+// must not move the watchdog's deadline. It tells observe the outcome of
+// every access to the Lease.
 type renewLock struct {
 	resourcelock.Interface
-	last atomic.Int64 // unix nanoseconds
+	base    time.Time    // carries a monotonic reading; last is measured from it
+	last    atomic.Int64 // nanoseconds from base to the last renewal sent
+	observe func(error)
+}
+
+func newRenewLock(l resourcelock.Interface, observe func(error)) *renewLock {
+	return &renewLock{Interface: l, base: time.Now(), observe: observe}
+}
+
+func (l *renewLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	rec, raw, err := l.Interface.Get(ctx)
+	if apierrors.IsNotFound(err) {
+		l.observe(nil) // no Lease yet: the elector creates it
+	} else {
+		l.observe(err)
+	}
+	return rec, raw, err
 }
 
 func (l *renewLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
@@ -264,12 +316,13 @@ func (l *renewLock) Update(ctx context.Context, ler resourcelock.LeaderElectionR
 }
 
 func (l *renewLock) write(ler resourcelock.LeaderElectionRecord, do func() error) error {
-	sent := time.Now()
+	sent := time.Since(l.base)
 	err := do()
 	if err == nil && ler.HolderIdentity == l.Identity() {
-		l.last.Store(sent.UnixNano())
+		l.last.Store(int64(sent))
 	}
+	l.observe(err)
 	return err
 }
 
-func (l *renewLock) renewed() time.Time { return time.Unix(0, l.last.Load()) }
+func (l *renewLock) renewed() time.Time { return l.base.Add(time.Duration(l.last.Load())) }

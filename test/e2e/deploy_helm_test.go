@@ -153,7 +153,8 @@ func wantRBAC(removeFinalizers bool) (cluster, roles map[string][]rule) {
 		if svc == "cordon" || svc == "cleanup" {
 			names += ",opswire-" + svc + "-dryrun"
 		}
-		roles["opswire-"+svc+"-lease"] = []rule{{"coordination.k8s.io", "leases", "create", ""}, {"coordination.k8s.io", "leases", "get,update", names}}
+		roles["opswire-"+svc+"-lease"] = []rule{{"coordination.k8s.io", "leases", "create", ""}, {"coordination.k8s.io", "leases", "get,update", names},
+			{"", "events", "create", ""}}
 	}
 	return cluster, roles
 }
