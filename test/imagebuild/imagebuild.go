@@ -160,6 +160,7 @@ type file struct {
 	name string
 	mode int64
 	dir  bool
+	link string // a symlink to this target
 	data []byte
 }
 
@@ -168,8 +169,11 @@ func tarFiles(files []file, mtime time.Time) ([]byte, error) {
 	tw := tar.NewWriter(&buf)
 	for _, f := range files {
 		h := &tar.Header{Name: f.name, Mode: f.mode, ModTime: mtime, Format: tar.FormatPAX, Typeflag: tar.TypeReg, Size: int64(len(f.data))}
-		if f.dir {
+		switch {
+		case f.dir:
 			h.Typeflag, h.Size = tar.TypeDir, 0
+		case f.link != "":
+			h.Typeflag, h.Size, h.Linkname = tar.TypeSymlink, 0, f.link
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err
@@ -187,6 +191,12 @@ func tarFiles(files []file, mtime time.Time) ([]byte, error) {
 // writeArchive writes img as an OCI image layout (index.json naming it ref)
 // and tars that layout into path.
 func writeArchive(path string, img v1.Image, p v1.Platform, ref string) error {
+	return writeNamedArchive(path, img, p, ref, "docker.io/"+ref)
+}
+
+// writeNamedArchive is writeArchive with the name containerd gives the image
+// (a full, normalized name) set apart from the short one podman uses.
+func writeNamedArchive(path string, img v1.Image, p v1.Platform, ref, containerdName string) error {
 	dir, err := os.MkdirTemp(filepath.Dir(path), ".layout-")
 	if err != nil {
 		return err
@@ -198,8 +208,8 @@ func writeArchive(path string, img v1.Image, p v1.Platform, ref string) error {
 	}
 	if err := lp.AppendImage(img, layout.WithPlatform(p),
 		layout.WithAnnotations(map[string]string{
-			"org.opencontainers.image.ref.name": ref,                // podman load names the image after it
-			"io.containerd.image.name":          "docker.io/" + ref, // docker load (containerd store) does
+			"org.opencontainers.image.ref.name": ref,            // podman load names the image after it
+			"io.containerd.image.name":          containerdName, // docker load and ctr import (containerd) do
 		})); err != nil {
 		return err
 	}

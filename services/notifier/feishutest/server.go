@@ -24,6 +24,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -99,10 +100,21 @@ type failure struct {
 	msg    string
 }
 
-// NewServer starts a server; Close it when done (t.Cleanup(s.Close)).
+// NewServer starts a server on the loopback; Close it when done (t.Cleanup(s.Close)).
 func NewServer() *Server {
 	s := &Server{Now: time.Now, bots: map[string]*botState{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.handle))
+	return s
+}
+
+// NewServerOn starts a server on l: an address that pods of a test node can
+// reach, where the loopback is their own.
+func NewServerOn(l net.Listener) *Server {
+	s := &Server{Now: time.Now, bots: map[string]*botState{}}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(s.handle))
+	s.Server.Listener.Close()
+	s.Server.Listener = l
+	s.Server.Start()
 	return s
 }
 
