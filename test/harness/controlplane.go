@@ -41,6 +41,7 @@ type ControlPlane struct {
 	apiBin, apiLog  string
 	apiArgs         []string
 	apiRestarts     int
+	apiServers      int // started by AddAPIServer, for their logs' names
 }
 
 // StartControlPlane starts etcd and kube-apiserver on free loopback ports,
@@ -110,8 +111,7 @@ func startControlPlane(t testing.TB, freePort func() int) *ControlPlane {
 	if err := writeKubeconfig(cp.Kubeconfig, cp.URL, cp.Token); err != nil {
 		t.Fatal(err)
 	}
-	cp.Config = &rest.Config{Host: cp.URL, BearerToken: cp.Token, QPS: 500, Burst: 1000,
-		TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	cp.Config = adminConfig(cp.URL, cp.Token)
 	cp.Client = kubernetes.NewForConfigOrDie(cp.Config)
 	// The default namespace and ServiceAccount exist before tests use them.
 	Eventually(t, 30*time.Second, "namespace default", func() bool {
@@ -119,6 +119,13 @@ func startControlPlane(t testing.TB, freePort func() int) *ControlPlane {
 		return err == nil
 	})
 	return cp
+}
+
+// adminConfig is the client config of the admin token at url; its rate
+// limit is high enough never to slow a test.
+func adminConfig(url, token string) *rest.Config {
+	return &rest.Config{Host: url, BearerToken: token, QPS: 500, Burst: 1000,
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
 }
 
 // apiArgs are kube-apiserver's flags but its port and etcd's URL.
@@ -147,11 +154,27 @@ func (cp *ControlPlane) waitReady(t testing.TB, timeout time.Duration) {
 // on other ports); every other failure fails the test.
 func (cp *ControlPlane) awaitReady(t testing.TB, timeout time.Duration, portRetry bool) bool {
 	t.Helper()
+	return awaitReadyz(t, cp.URL, cp.Token, timeout, portRetry,
+		namedProc{"etcd", cp.etcd}, namedProc{"kube-apiserver", cp.apiserver})
+}
+
+// namedProc is a process awaitReadyz watches, by the name it reports.
+type namedProc struct {
+	name string
+	proc *proc
+}
+
+// awaitReadyz waits for the kube-apiserver at url to answer /readyz. With
+// portRetry, one of procs that exited because its port was taken returns
+// false (to be started on another); every other exit fails the test, and so
+// does the timeout (with the tails of the procs' logs).
+func awaitReadyz(t testing.TB, url, token string, timeout time.Duration, portRetry bool, procs ...namedProc) bool {
+	t.Helper()
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	deadline := time.Now().Add(timeout)
 	for {
-		req, _ := http.NewRequest(http.MethodGet, cp.URL+"/readyz", nil)
-		req.Header.Set("Authorization", "Bearer "+cp.Token)
+		req, _ := http.NewRequest(http.MethodGet, url+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := client.Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -159,10 +182,7 @@ func (cp *ControlPlane) awaitReady(t testing.TB, timeout time.Duration, portRetr
 				return true
 			}
 		}
-		for _, p := range []struct {
-			name string
-			proc *proc
-		}{{"etcd", cp.etcd}, {"kube-apiserver", cp.apiserver}} {
+		for _, p := range procs {
 			if !p.proc.exited() {
 				continue
 			}
@@ -172,8 +192,11 @@ func (cp *ControlPlane) awaitReady(t testing.TB, timeout time.Duration, portRetr
 			t.Fatalf("%s exited:\n%s", p.name, tail(p.proc.log, 40))
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("kube-apiserver not ready after %v:\n%s\netcd:\n%s", timeout,
-				tail(cp.apiserver.log, 40), tail(cp.etcd.log, 20))
+			msg := fmt.Sprintf("kube-apiserver %s not ready after %v", url, timeout)
+			for _, p := range procs {
+				msg += fmt.Sprintf("\n%s:\n%s", p.name, tail(p.proc.log, 30))
+			}
+			t.Fatal(msg)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -190,6 +213,13 @@ func (cp *ControlPlane) stop(t testing.TB) {
 // token for it (TokenRequest API) and writes a kubeconfig that authenticates as it.
 func (cp *ControlPlane) ServiceAccountKubeconfig(t testing.TB, namespace, name string) string {
 	t.Helper()
+	return cp.ServiceAccountKubeconfigFor(t, namespace, name, cp.URL)
+}
+
+// ServiceAccountKubeconfigFor is ServiceAccountKubeconfig for the API server
+// at url (one of cp's: AddAPIServer's share the token keys).
+func (cp *ControlPlane) ServiceAccountKubeconfigFor(t testing.TB, namespace, name, url string) string {
+	t.Helper()
 	ctx := context.Background()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
 	if _, err := cp.Client.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
@@ -201,8 +231,12 @@ func (cp *ControlPlane) ServiceAccountKubeconfig(t testing.TB, namespace, name s
 	if err != nil {
 		t.Fatalf("token for %s/%s: %v", namespace, name, err)
 	}
-	path := filepath.Join(cp.Dir, "sa-"+namespace+"-"+name+".kubeconfig")
-	if err := writeKubeconfig(path, cp.URL, tr.Status.Token); err != nil {
+	file := "sa-" + namespace + "-" + name
+	if url != cp.URL {
+		file += "-" + unsafeName.ReplaceAllString(strings.TrimPrefix(url, "https://"), "_")
+	}
+	path := filepath.Join(cp.Dir, file+".kubeconfig")
+	if err := writeKubeconfig(path, url, tr.Status.Token); err != nil {
 		t.Fatal(err)
 	}
 	return path
