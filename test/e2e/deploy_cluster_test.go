@@ -30,20 +30,21 @@ import (
 // alert and Feishu cards. Finally each identity is refused what it must not do.
 func TestDeployOnRealCluster(t *testing.T) {
 	cp := harness.StartControlPlane(t)
-	n, pw := startDeployNATS(t)
+	d := harness.StartDeployed(t, cp)
+	n, pw := d.NATS, d.Passwords
 
 	secret := map[string]string{"feishu-url": "https://feishu.invalid/hook", "feishu-secret": ""}
 	for u, p := range pw {
 		secret["nats-"+u+"-password"] = p
 	}
-	dev := kustomizeBuild(t, deployPath(t, "overlays", "dev"))
+	dev := harness.KustomizeBuild(t, deployPath(t, "overlays", "dev"))
 	for _, ov := range []struct {
 		name string
 		objs []*unstructured.Unstructured
 	}{
 		// production first; dev last, so dev is what the pipeline runs on.
-		{"production", kustomizeBuild(t, deployPath(t, "overlays", "production"))},
-		{"dev+cleanup-remove-finalizers", kustomizeBuild(t, finalizerOverlay(t))},
+		{"production", harness.KustomizeBuild(t, deployPath(t, "overlays", "production"))},
+		{"dev+cleanup-remove-finalizers", harness.KustomizeBuild(t, finalizerOverlay(t))},
 		{"dev", dev},
 	} {
 		// volumeClaimTemplates are immutable: switching overlays means
@@ -52,7 +53,7 @@ func TestDeployOnRealCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		serverSideApply(t, cp.Config, append(ov.objs, secretFromTemplate(t, secret)))
+		harness.ServerSideApply(t, cp.Config, append(ov.objs, secretFromTemplate(t, secret)))
 		t.Logf("applied %s: %d objects in %v", ov.name, len(ov.objs)+1, time.Since(start).Round(time.Millisecond))
 	}
 	cr, err := cp.Client.RbacV1().ClusterRoles().Get(context.Background(), "opswire-cleanup", metav1.GetOptions{})
@@ -68,7 +69,7 @@ func TestDeployOnRealCluster(t *testing.T) {
 	}
 
 	// The deployed config.yml, with intervals shortened for the test.
-	cm := findByPrefix(dev, "ConfigMap", "opswire-config-")
+	cm := harness.FindByPrefix(dev, "ConfigMap", "opswire-config-")
 	deployed, _, _ := unstructured.NestedString(cm.Object, "data", "config.yml")
 	cfgPath := harness.WriteConfig(t, testConfigFrom(t, deployed))
 
@@ -79,20 +80,17 @@ func TestDeployOnRealCluster(t *testing.T) {
 
 	kubeconfigs := map[string]string{}
 	procs := map[string]*harness.Process{}
-	for _, svc := range deployServices {
-		// The Deployment's own settings (OPSWIRE_NATS_USER, OPSWIRE_MANAGE_STREAMS…);
-		// flags the harness passes (--nats-url, --log-format) take precedence.
-		env := append(deploymentEnv(t, dev, "opswire-"+svc), "OPSWIRE_NATS_PASSWORD="+pw[svc])
-		o := harness.ServiceOptions{Config: cfgPath, NATSURL: n.URL, Env: env}
-		kubeconfigs[svc] = cp.ServiceAccountKubeconfig(t, "opswire", "opswire-"+svc)
+	for _, svc := range harness.Services {
+		o := d.Service(t, svc, cfgPath)
+		kubeconfigs[svc] = o.Kubeconfig
 		if svc == "notifier" {
 			o.Env = append(o.Env, "OPSWIRE_FEISHU_URL="+botURL, "OPSWIRE_FEISHU_SECRET="+botSecret)
-		} else {
-			o.Kubeconfig = kubeconfigs[svc]
+			// It runs without one; the refusals below check its ServiceAccount anyway.
+			kubeconfigs[svc] = cp.ServiceAccountKubeconfig(t, "opswire", "opswire-"+svc)
 		}
 		procs[svc] = harness.StartService(t, svc, o)
 	}
-	for _, svc := range deployServices {
+	for _, svc := range harness.Services {
 		procs[svc].WaitReady(t, 60*time.Second)
 	}
 

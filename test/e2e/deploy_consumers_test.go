@@ -222,7 +222,7 @@ func consumerFilters(c *natsserver.ConsumerInfo) []string {
 // consumer sees the gap, resets, and still receives all 50, in order, once.
 func TestDeployKubeConsumerStolenPull(t *testing.T) {
 	const total, stolen = 50, 20
-	n, pw := startDeployNATS(t)
+	n, pw := harness.StartDeployedNATS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w := connectAs(t, n, "watcher", pw["watcher"])

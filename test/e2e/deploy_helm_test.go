@@ -153,8 +153,8 @@ func wantRBAC(removeFinalizers bool) (cluster, roles map[string][]rule) {
 		if svc == "cordon" || svc == "cleanup" {
 			names += ",opswire-" + svc + "-dryrun"
 		}
-		roles["opswire-"+svc+"-lease"] = []rule{{"coordination.k8s.io", "leases", "create", ""}, {"coordination.k8s.io", "leases", "get,update", names},
-			{"", "events", "create", ""}}
+		roles["opswire-"+svc+"-lease"] = []rule{{"", "events", "create", ""}, {"coordination.k8s.io", "leases", "create", ""},
+			{"coordination.k8s.io", "leases", "get,update", names}}
 	}
 	return cluster, roles
 }
@@ -193,7 +193,7 @@ func TestHelmTemplate(t *testing.T) {
 		checkRBAC(t, objs, cluster, roles)
 		checkWorkloads(t, objs, 2, 3)
 		checkConfigs(t, objs, 3)
-		if findObj(objs, "NetworkPolicy", "nats") == nil || findObj(objs, "NetworkPolicy", "opswire-services") == nil {
+		if harness.FindObj(objs, "NetworkPolicy", "nats") == nil || harness.FindObj(objs, "NetworkPolicy", "opswire-services") == nil {
 			t.Error("production values: NetworkPolicies nats and opswire-services missing")
 		}
 	})
@@ -203,8 +203,8 @@ func TestHelmTemplate(t *testing.T) {
 		if o.TLSConfig == nil || o.AllowNonTLS || len(o.Routes) != 0 {
 			t.Errorf("single+tls nats.conf: TLS %v, allow non-TLS %v, %d routes; want TLS required, no routes", o.TLSConfig != nil, o.AllowNonTLS, len(o.Routes))
 		}
-		for _, svc := range deployServices {
-			if env := strings.Join(deploymentEnv(t, objs, "opswire-"+svc), " "); !strings.Contains(env, "OPSWIRE_NATS_TLS_CA=/etc/opswire-tls/ca.crt") {
+		for _, svc := range harness.Services {
+			if env := strings.Join(harness.DeploymentEnv(t, objs, "opswire-"+svc), " "); !strings.Contains(env, "OPSWIRE_NATS_TLS_CA=/etc/opswire-tls/ca.crt") {
 				t.Errorf("opswire-%s: no OPSWIRE_NATS_TLS_CA (%s)", svc, env)
 			}
 		}
@@ -218,12 +218,12 @@ func TestHelmTemplate(t *testing.T) {
 				t.Errorf("external NATS with an existing Secret: %s %s rendered", o.GetKind(), o.GetName())
 			}
 		}
-		for _, svc := range deployServices {
-			env := strings.Join(deploymentEnv(t, objs, "opswire-"+svc), " ")
+		for _, svc := range harness.Services {
+			env := strings.Join(harness.DeploymentEnv(t, objs, "opswire-"+svc), " ")
 			if !strings.Contains(env, "OPSWIRE_NATS_URL="+url) || !strings.Contains(env, "OPSWIRE_NATS_TLS_CA=") {
 				t.Errorf("opswire-%s env %q: want the external URL and its CA", svc, env)
 			}
-			d, _ := json.Marshal(findObj(objs, "Deployment", "opswire-"+svc).Object)
+			d, _ := json.Marshal(harness.FindObj(objs, "Deployment", "opswire-"+svc).Object)
 			if strings.Contains(string(d), "opswire-secrets") || !strings.Contains(string(d), `"name":"my-secrets"`) {
 				t.Errorf("opswire-%s does not read the existing Secret my-secrets only", svc)
 			}
@@ -233,7 +233,7 @@ func TestHelmTemplate(t *testing.T) {
 		objs := helmTemplate(t, helmFeishu, "image.registry=registry.example.com/team", "image.tag=v1.2.3",
 			"cordon.replicas=3", "cleanup.resources.limits.memory=300Mi", "cleanup.removeFinalizers=true",
 			"nats.storage=2Gi", "secrets.natsPasswords.watcher=pw4tch3r")
-		d := findObj(objs, "Deployment", "opswire-cordon")
+		d := harness.FindObj(objs, "Deployment", "opswire-cordon")
 		img, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
 		if got := img[0].(map[string]any)["image"]; got != "registry.example.com/team/opswire/opswire-cordon:v1.2.3" {
 			t.Errorf("image %v", got)
@@ -241,13 +241,13 @@ func TestHelmTemplate(t *testing.T) {
 		if n, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas"); n != 3 {
 			t.Errorf("cordon replicas %d, want 3", n)
 		}
-		c, _, _ := unstructured.NestedSlice(findObj(objs, "Deployment", "opswire-cleanup").Object, "spec", "template", "spec", "containers")
+		c, _, _ := unstructured.NestedSlice(harness.FindObj(objs, "Deployment", "opswire-cleanup").Object, "spec", "template", "spec", "containers")
 		if mem, _, _ := unstructured.NestedString(c[0].(map[string]any), "resources", "limits", "memory"); mem != "300Mi" {
 			t.Errorf("cleanup memory limit %q, want 300Mi", mem)
 		}
 		fc, fr := wantRBAC(true)
 		checkRBAC(t, objs, fc, fr)
-		s := findObj(objs, "Secret", "opswire-secrets")
+		s := harness.FindObj(objs, "Secret", "opswire-secrets")
 		data, _, _ := unstructured.NestedStringMap(s.Object, "stringData")
 		if data["nats-watcher-password"] != "pw4tch3r" || !regexp.MustCompile(`^p[A-Za-z0-9]{40}$`).MatchString(data["nats-cordon-password"]) ||
 			data["feishu-url"] != "https://feishu.invalid/hook" || len(data) != 9 {
@@ -269,7 +269,7 @@ func TestHelmTemplate(t *testing.T) {
 			t.Fatal(err)
 		}
 		objs := helmTemplate(t, helmFeishu, "--set-file=config="+path, "imagePullSecrets[0].name=regcred")
-		got, _, _ := unstructured.NestedString(findByPrefix(objs, "ConfigMap", "opswire-config-").Object, "data", "config.yml")
+		got, _, _ := unstructured.NestedString(harness.FindByPrefix(objs, "ConfigMap", "opswire-config-").Object, "data", "config.yml")
 		cfg, err := config.Parse([]byte(got))
 		if err != nil || cfg.AutoCordon.MaxPods != 177 {
 			t.Fatalf("config from --set-file: %v, %+v", err, cfg)
@@ -288,13 +288,13 @@ func TestHelmTemplate(t *testing.T) {
 	})
 	t.Run("cert-manager", func(t *testing.T) {
 		objs := helmTemplate(t, helmFeishu, productionValues(t), "nats.tls.certManager=true")
-		kust := kustomizeBuild(t, certManagerOverlay(t))
+		kust := harness.KustomizeBuild(t, certManagerOverlay(t))
 		for _, kind := range []string{"Issuer", "Certificate"} {
 			for _, k := range kust {
 				if k.GetKind() != kind {
 					continue
 				}
-				h := findObj(objs, kind, k.GetName())
+				h := harness.FindObj(objs, kind, k.GetName())
 				if h == nil || !reflect.DeepEqual(h.Object["spec"], k.Object["spec"]) {
 					t.Errorf("%s %s differs from the kustomize component", kind, k.GetName())
 				}
@@ -360,7 +360,7 @@ func TestHelmEqualsKustomize(t *testing.T) {
 	specKinds := map[string]bool{"Deployment": true, "StatefulSet": true, "Service": true, "PodDisruptionBudget": true, "NetworkPolicy": true}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			chart, kust := helmTemplate(t, c.helm...), kustomizeBuild(t, c.kust(t))
+			chart, kust := helmTemplate(t, c.helm...), harness.KustomizeBuild(t, c.kust(t))
 			for kind := range rbacKinds {
 				if h, k := names(chart, kind), names(kust, kind); !reflect.DeepEqual(h, k) {
 					t.Errorf("%s: chart has %v, kustomize %v", kind, h, k)
@@ -372,7 +372,7 @@ func TestHelmEqualsKustomize(t *testing.T) {
 				}
 			}
 			for _, k := range kust {
-				h := findObj(chart, k.GetKind(), k.GetName())
+				h := harness.FindObj(chart, k.GetKind(), k.GetName())
 				if h == nil {
 					continue // reported above
 				}
@@ -393,14 +393,14 @@ func TestHelmEqualsKustomize(t *testing.T) {
 			// The configurations: config.yml loads to the same config, the
 			// NATS users and permissions are the same file, nats.conf gives
 			// the same server.
-			hc, _, _ := unstructured.NestedString(findByPrefix(chart, "ConfigMap", "opswire-config-").Object, "data", "config.yml")
-			kc, _, _ := unstructured.NestedString(findByPrefix(kust, "ConfigMap", "opswire-config-").Object, "data", "config.yml")
+			hc, _, _ := unstructured.NestedString(harness.FindByPrefix(chart, "ConfigMap", "opswire-config-").Object, "data", "config.yml")
+			kc, _, _ := unstructured.NestedString(harness.FindByPrefix(kust, "ConfigMap", "opswire-config-").Object, "data", "config.yml")
 			hcfg, err1 := config.Parse([]byte(hc))
 			kcfg, err2 := config.Parse([]byte(kc))
 			if err1 != nil || err2 != nil || !reflect.DeepEqual(hcfg, kcfg) {
 				t.Errorf("config.yml: chart and kustomize load differently (%v, %v)", err1, err2)
 			}
-			ha, _, _ := unstructured.NestedString(findByPrefix(chart, "ConfigMap", "nats-config-").Object, "data", "auth.conf")
+			ha, _, _ := unstructured.NestedString(harness.FindByPrefix(chart, "ConfigMap", "nats-config-").Object, "data", "auth.conf")
 			if want := mustRead(t, deployPath(t, "base", "nats", "auth.conf")); ha != want {
 				t.Errorf("the chart's auth.conf is not deploy/base/nats/auth.conf (%d vs %d bytes): copy it to deploy/helm/opswire/files/", len(ha), len(want))
 			}
@@ -509,7 +509,7 @@ func jsonOf(v any) string {
 // mounted Secret, the passwords and route URLs the StatefulSet sets).
 func loadChartNATSConf(t *testing.T, objs []*unstructured.Unstructured) *natsserver.Options {
 	t.Helper()
-	nc := findByPrefix(objs, "ConfigMap", "nats-config-")
+	nc := harness.FindByPrefix(objs, "ConfigMap", "nats-config-")
 	if nc == nil {
 		t.Fatal("ConfigMap nats-config missing")
 	}
@@ -521,7 +521,7 @@ func loadChartNATSConf(t *testing.T, objs []*unstructured.Unstructured) *natsser
 			t.Fatal(err)
 		}
 	}
-	for u, p := range deployPasswords() {
+	for u, p := range harness.DeployPasswords() {
 		t.Setenv("NATS_"+strings.ToUpper(u)+"_PASSWORD", p)
 	}
 	t.Setenv("POD_NAME", "nats-0")
@@ -594,7 +594,7 @@ func TestHelmOnRealCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		serverSideApply(t, cp.Config, objs)
+		harness.ServerSideApply(t, cp.Config, objs)
 		t.Logf("applied %s: %d objects in %v", m.name, len(objs), time.Since(start).Round(time.Millisecond))
 	}
 	ns, err := cp.Client.CoreV1().Namespaces().Get(ctx, "opswire", metav1.GetOptions{})
@@ -612,7 +612,7 @@ func TestHelmOnRealCluster(t *testing.T) {
 	if err != nil || *sts.Spec.Replicas != 1 {
 		t.Fatalf("StatefulSet nats after the defaults: %v", err)
 	}
-	for _, svc := range deployServices {
+	for _, svc := range harness.Services {
 		d, err := cp.Client.AppsV1().Deployments("opswire").Get(ctx, "opswire-"+svc, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -699,7 +699,7 @@ func TestHelmInstall(t *testing.T) {
 	cfgPath := harness.WriteConfig(t, testConfigFrom(t, configYML))
 	procs := map[string]*harness.Process{}
 	for _, svc := range []string{"watcher", "cordon", "cleanup"} {
-		env := append(deploymentEnv(t, rendered, "opswire-"+svc), "OPSWIRE_NATS_PASSWORD="+first["nats-"+svc+"-password"])
+		env := append(harness.DeploymentEnv(t, rendered, "opswire-"+svc), "OPSWIRE_NATS_PASSWORD="+first["nats-"+svc+"-password"])
 		procs[svc] = harness.StartService(t, svc, harness.ServiceOptions{Config: cfgPath, NATSURL: n.URL, Env: env,
 			Kubeconfig: cp.ServiceAccountKubeconfig(t, "opswire", "opswire-"+svc)})
 	}

@@ -41,7 +41,7 @@ func TestDeployCompose(t *testing.T) {
 		t.Errorf("nats service missing or without JetStream client port: %+v", s)
 	}
 	ports := map[string]string{}
-	for _, svc := range deployServices {
+	for _, svc := range harness.Services {
 		t.Run(svc, func(t *testing.T) {
 			s, ok := doc.Services[svc]
 			if !ok {
@@ -115,14 +115,14 @@ func TestDeployImagesRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- " + prod + "\nimages:\n"
-	for _, svc := range deployServices {
+	for _, svc := range harness.Services {
 		k += "- {name: opswire/opswire-" + svc + ", newName: registry.example.com/acme/opswire-" + svc + ", newTag: v1.2.3}\n"
 	}
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
-	for _, o := range kustomizeBuild(t, dir) {
+	for _, o := range harness.KustomizeBuild(t, dir) {
 		if o.GetKind() != "Deployment" && o.GetKind() != "StatefulSet" {
 			continue
 		}
@@ -140,7 +140,7 @@ func TestDeployImagesRegistry(t *testing.T) {
 			}
 		}
 	}
-	for _, svc := range deployServices {
+	for _, svc := range harness.Services {
 		if !seen[svc] {
 			t.Errorf("no container of %s rendered", svc)
 		}

@@ -27,7 +27,7 @@ import (
 // terminate the forgery (docs/security.md).
 func TestDeployMsgIDSquatting(t *testing.T) {
 	cp := harness.StartControlPlane(t)
-	n, pw := startDeployNATS(t)
+	n, pw := harness.StartDeployedNATS(t)
 	hook := newWebhookRecorder(t)
 	urlFile := filepath.Join(t.TempDir(), "hook-url")
 	if err := os.WriteFile(urlFile, []byte(hook.URL+"/hooks/msgid\n"), 0o600); err != nil {

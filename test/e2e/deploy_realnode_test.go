@@ -48,7 +48,7 @@ func TestDeployOnRealNode(t *testing.T) {
 		t.Fatalf("make images: %v\n%s", err, out)
 	}
 	archives, err := filepath.Glob(filepath.Join(tmp, "images", "*.oci.tar"))
-	if err != nil || len(archives) != len(deployServices) {
+	if err != nil || len(archives) != len(harness.Services) {
 		t.Fatalf("make images wrote %v (%v); want one archive per service", archives, err)
 	}
 	t.Logf("make images (five services, linux/amd64): %s", time.Since(start).Round(time.Second))

@@ -42,12 +42,12 @@ func TestDeployRouteTLS(t *testing.T) {
 	const total = 30
 	certs := makeCerts(t, "IP:127.0.0.1,DNS:localhost")
 	otherCA := makeCerts(t, "IP:127.0.0.1,DNS:localhost")
-	prod := kustomizeBuild(t, deployPath(t, "overlays", "production"))
-	pw := deployPasswords()
+	prod := harness.KustomizeBuild(t, deployPath(t, "overlays", "production"))
+	pw := harness.DeployPasswords()
 	for u, p := range pw {
 		t.Setenv("NATS_"+strings.ToUpper(u)+"_PASSWORD", p)
 	}
-	cm := findByPrefix(prod, "ConfigMap", "nats-config-")
+	cm := harness.FindByPrefix(prod, "ConfigMap", "nats-config-")
 	if cm == nil {
 		t.Fatal("ConfigMap nats-config missing")
 	}
@@ -152,7 +152,7 @@ func TestDeployRouteTLS(t *testing.T) {
 
 	// opswire on the TLS cluster: KUBE and OPS with 3 replicas.
 	cp := harness.StartControlPlane(t)
-	serverSideApply(t, cp.Config, prod) // namespace, service accounts, RBAC
+	harness.ServerSideApply(t, cp.Config, prod) // namespace, service accounts, RBAC
 	cfgPath := harness.WriteConfig(t, testConfigFrom(t, files0(t, prod)))
 	harness.CreateNamespace(t, cp.Client, "bulk")
 	for i := range 3 {
@@ -164,7 +164,7 @@ func TestDeployRouteTLS(t *testing.T) {
 	px := harness.StartAPIProxy(t, cp)
 	procs := map[string]*harness.Process{}
 	for _, svc := range []string{"watcher", "cleanup"} {
-		env := append(deploymentEnv(t, prod, "opswire-"+svc), "OPSWIRE_NATS_TLS_CA="+caFile, "OPSWIRE_NATS_PASSWORD="+pw[svc])
+		env := append(harness.DeploymentEnv(t, prod, "opswire-"+svc), "OPSWIRE_NATS_TLS_CA="+caFile, "OPSWIRE_NATS_PASSWORD="+pw[svc])
 		kc := cp.ServiceAccountKubeconfig(t, "opswire", "opswire-"+svc)
 		if svc == "cleanup" {
 			kc = px.Kubeconfig(t, kc)
@@ -375,7 +375,7 @@ func productionNode(t *testing.T, files map[string]string, n harness.NATSNode, c
 // StatefulSet, with the route password of the test.
 func statefulSetRoutes(t *testing.T, objs []*unstructured.Unstructured) []*neturl.URL {
 	t.Helper()
-	ss := findObj(objs, "StatefulSet", "nats")
+	ss := harness.FindObj(objs, "StatefulSet", "nats")
 	if ss == nil {
 		t.Fatal("no StatefulSet nats rendered")
 	}
@@ -389,7 +389,7 @@ func statefulSetRoutes(t *testing.T, objs []*unstructured.Unstructured) []*netur
 				if m["name"] != fmt.Sprintf("NATS_ROUTE_%d", i) {
 					continue
 				}
-				v := strings.ReplaceAll(m["value"].(string), "$(NATS_ROUTE_PASSWORD)", deployPasswords()["route"])
+				v := strings.ReplaceAll(m["value"].(string), "$(NATS_ROUTE_PASSWORD)", harness.DeployPasswords()["route"])
 				u, err := neturl.Parse(v)
 				if err != nil || u.User.Username() != "route" {
 					t.Fatalf("NATS_ROUTE_%d %q: %v", i, m["value"], err)
@@ -451,7 +451,7 @@ func monitorJSON[T any](t *testing.T, n harness.NATSNode, path string) T {
 // files0 is the production overlay's config.yml.
 func files0(t *testing.T, prod []*unstructured.Unstructured) string {
 	t.Helper()
-	cm := findByPrefix(prod, "ConfigMap", "opswire-config-")
+	cm := harness.FindByPrefix(prod, "ConfigMap", "opswire-config-")
 	if cm == nil {
 		t.Fatal("ConfigMap opswire-config missing")
 	}

@@ -29,7 +29,7 @@ func TestDeployRunLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	var binDir string
-	for _, svc := range deployServices {
+	for _, svc := range harness.Services {
 		binDir = filepath.Dir(harness.Build(t, svc))
 	}
 	run := filepath.Join(t.TempDir(), "opswire-run")
@@ -43,7 +43,7 @@ func TestDeployRunLocal(t *testing.T) {
 	cfg := harness.WriteConfig(t, strings.Replace(local, "autoCordon:\n", "autoCordon:\n  maxPods: 3\n  minPods: 1\n  interval: 2s\n  maxCordonedPercent: 100\n", 1))
 
 	natsPort := testport.Must(t)
-	firstPort, err := testport.FreeRun(len(deployServices)) // consecutive, one per service
+	firstPort, err := testport.FreeRun(len(harness.Services)) // consecutive, one per service
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,9 +61,9 @@ func TestDeployRunLocal(t *testing.T) {
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 
-	for i := range deployServices {
+	for i := range harness.Services {
 		url := fmt.Sprintf("http://127.0.0.1:%d/readyz", firstPort+i)
-		harness.Eventually(t, 60*time.Second, deployServices[i]+" ready", func() bool {
+		harness.Eventually(t, 60*time.Second, harness.Services[i]+" ready", func() bool {
 			select {
 			case err := <-exited:
 				t.Fatalf("opswire-run exited early (%v):\n%s", err, out.String())

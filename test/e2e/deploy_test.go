@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/test/harness"
 )
 
 // rule is one RBAC rule in a comparable form.
@@ -51,7 +52,8 @@ func TestDeployManifests(t *testing.T) {
 		if svc == "cordon" || svc == "cleanup" {
 			names += ",opswire-" + svc + "-dryrun" // a dry-run replica's own Lease (docs/actuate.md)
 		}
-		return []rule{{"coordination.k8s.io", "leases", "create", ""}, {"coordination.k8s.io", "leases", "get,update", names}}
+		// events: a replica refused its Lease says why on its own pod.
+		return []rule{{"", "events", "create", ""}, {"coordination.k8s.io", "leases", "create", ""}, {"coordination.k8s.io", "leases", "get,update", names}}
 	}
 	events := rule{"", "events", "create,list,patch", ""}
 	cleanupRules := []rule{events, {"", "nodes", "get", ""}, {"", "pods", "get,delete", ""}}
@@ -70,7 +72,7 @@ func TestDeployManifests(t *testing.T) {
 	}
 	for _, ov := range overlays {
 		t.Run(ov.name, func(t *testing.T) {
-			objs := kustomizeBuild(t, ov.dir(t))
+			objs := harness.KustomizeBuild(t, ov.dir(t))
 			wantCluster := map[string][]rule{
 				"opswire-watcher": {{"", "pods,nodes", "list,watch", ""}},
 				"opswire-cordon":  {{"", "events", "create,list,patch", ""}, {"", "nodes", "get,list,patch", ""}, {"", "pods", "list", ""}},
@@ -105,8 +107,8 @@ func TestDeployCertManager(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	objs := kustomizeBuild(t, dir)
-	cert := findObj(objs, "Certificate", "nats-tls")
+	objs := harness.KustomizeBuild(t, dir)
+	cert := harness.FindObj(objs, "Certificate", "nats-tls")
 	if cert == nil {
 		t.Fatal("no Certificate nats-tls rendered")
 	}
@@ -228,12 +230,12 @@ func checkWorkloads(t *testing.T, objs []*unstructured.Unstructured, replicas, n
 			pdbs[sel["app.kubernetes.io/name"]] = true
 		}
 	}
-	for _, name := range append([]string{"nats"}, prefixed(deployServices)...) {
+	for _, name := range append([]string{"nats"}, prefixed(harness.Services)...) {
 		kind, want := "Deployment", replicas
 		if name == "nats" {
 			kind, want = "StatefulSet", natsReplicas
 		}
-		o := findObj(objs, kind, name)
+		o := harness.FindObj(objs, kind, name)
 		if o == nil {
 			t.Errorf("%s %s missing", kind, name)
 			continue
@@ -316,7 +318,7 @@ func checkNATSProbes(t *testing.T, c corev1.Container) {
 // and the NATS configuration with nats-server's.
 func checkConfigs(t *testing.T, objs []*unstructured.Unstructured, streamReplicas int) {
 	t.Helper()
-	cm := findByPrefix(objs, "ConfigMap", "opswire-config-")
+	cm := harness.FindByPrefix(objs, "ConfigMap", "opswire-config-")
 	if cm == nil {
 		t.Fatal("ConfigMap opswire-config missing")
 	}
@@ -335,7 +337,7 @@ func checkConfigs(t *testing.T, objs []*unstructured.Unstructured, streamReplica
 	if len(recv) != 1 || recv[0].URLEnv != "OPSWIRE_FEISHU_URL" || recv[0].SecretEnv != "OPSWIRE_FEISHU_SECRET" {
 		t.Errorf("notifier receivers = %+v, want one feishu receiver from the Secret", recv)
 	}
-	nc := findByPrefix(objs, "ConfigMap", "nats-config-")
+	nc := harness.FindByPrefix(objs, "ConfigMap", "nats-config-")
 	if nc == nil {
 		t.Fatal("ConfigMap nats-config missing")
 	}
@@ -349,7 +351,7 @@ func checkConfigs(t *testing.T, objs []*unstructured.Unstructured, streamReplica
 			t.Fatal(err)
 		}
 	}
-	for u, p := range deployPasswords() {
+	for u, p := range harness.DeployPasswords() {
 		t.Setenv("NATS_"+strings.ToUpper(u)+"_PASSWORD", p)
 	}
 	t.Setenv("POD_NAME", "nats-0")
@@ -378,8 +380,8 @@ func checkConfigs(t *testing.T, objs []*unstructured.Unstructured, streamReplica
 	if production && (o.Cluster.TLSConfig == nil || o.Cluster.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert) {
 		t.Errorf("nats.conf: routes without mutual TLS")
 	}
-	for _, svc := range deployServices {
-		env := strings.Join(deploymentEnv(t, objs, "opswire-"+svc), " ")
+	for _, svc := range harness.Services {
+		env := strings.Join(harness.DeploymentEnv(t, objs, "opswire-"+svc), " ")
 		if strings.Contains(env, "OPSWIRE_NATS_TLS_CA=/etc/opswire-tls/ca.crt") != production {
 			t.Errorf("opswire-%s: OPSWIRE_NATS_TLS_CA in %q, want it exactly in production", svc, env)
 		}

@@ -32,15 +32,15 @@ import (
 func TestDeployTLS(t *testing.T) {
 	certs := makeCerts(t, "IP:127.0.0.1,DNS:localhost")
 	otherCA := makeCerts(t, "IP:127.0.0.1,DNS:localhost")
-	prod := kustomizeBuild(t, deployPath(t, "overlays", "production"))
-	dev := kustomizeBuild(t, deployPath(t, "overlays", "dev"))
-	pw := deployPasswords()
+	prod := harness.KustomizeBuild(t, deployPath(t, "overlays", "production"))
+	dev := harness.KustomizeBuild(t, deployPath(t, "overlays", "dev"))
+	pw := harness.DeployPasswords()
 	n := harness.StartNATS(t, productionNATSConfig(t, prod, certs, pw))
 	cp := harness.StartControlPlane(t)
-	serverSideApply(t, cp.Config, prod) // namespace, service accounts, RBAC
+	harness.ServerSideApply(t, cp.Config, prod) // namespace, service accounts, RBAC
 
 	// The dev config.yml (one server: one stream replica), test intervals.
-	cm := findByPrefix(dev, "ConfigMap", "opswire-config-")
+	cm := harness.FindByPrefix(dev, "ConfigMap", "opswire-config-")
 	deployed, _, _ := unstructured.NestedString(cm.Object, "data", "config.yml")
 	cfgPath := harness.WriteConfig(t, testConfigFrom(t, deployed))
 	bot := feishutest.NewServer()
@@ -51,8 +51,8 @@ func TestDeployTLS(t *testing.T) {
 	caFile := filepath.Join(certs, "ca.crt")
 	procs := map[string]*harness.Process{}
 	start := time.Now()
-	for _, svc := range deployServices {
-		env := deploymentEnv(t, prod, "opswire-"+svc)
+	for _, svc := range harness.Services {
+		env := harness.DeploymentEnv(t, prod, "opswire-"+svc)
 		if !strings.Contains(strings.Join(env, " "), "OPSWIRE_NATS_TLS_CA=") {
 			t.Fatalf("opswire-%s: the production Deployment sets no OPSWIRE_NATS_TLS_CA", svc)
 		}
@@ -66,7 +66,7 @@ func TestDeployTLS(t *testing.T) {
 		}
 		procs[svc] = harness.StartService(t, svc, o)
 	}
-	for _, svc := range deployServices {
+	for _, svc := range harness.Services {
 		procs[svc].WaitReady(t, 60*time.Second)
 	}
 	t.Logf("5 services started and ready over TLS in %v", time.Since(start).Round(time.Millisecond))
@@ -92,8 +92,8 @@ func TestDeployTLS(t *testing.T) {
 			}
 		}
 	}
-	if len(seen) != len(deployServices) {
-		t.Errorf("TLS connections of %v, want all of %v", seen, deployServices)
+	if len(seen) != len(harness.Services) {
+		t.Errorf("TLS connections of %v, want all of %v", seen, harness.Services)
 	}
 
 	// The pipeline works over TLS: a cordon, seen by the audit user, and its card.
@@ -123,7 +123,7 @@ func TestDeployTLS(t *testing.T) {
 	// ready, says why, and leaks no password.
 	wrong := harness.StartService(t, "notifier", harness.ServiceOptions{
 		Config: cfgPath, NATSURL: n.URL, ID: "notifier-wrong-ca",
-		Env: append(deploymentEnv(t, prod, "opswire-notifier"), "OPSWIRE_NATS_TLS_CA="+filepath.Join(otherCA, "ca.crt"),
+		Env: append(harness.DeploymentEnv(t, prod, "opswire-notifier"), "OPSWIRE_NATS_TLS_CA="+filepath.Join(otherCA, "ca.crt"),
 			"OPSWIRE_NATS_PASSWORD="+pw["notifier"], "OPSWIRE_FEISHU_URL="+botURL, "OPSWIRE_FEISHU_SECRET="+botSecret),
 	})
 	harness.Eventually(t, 30*time.Second, "the wrong-CA notifier logs why it cannot connect", func() bool {
@@ -168,7 +168,7 @@ func TestDeployTLS(t *testing.T) {
 // port and storage, and monitoring is off (tested by TestDeployManifests).
 func productionNATSConfig(t *testing.T, objs []*unstructured.Unstructured, certs string, pw map[string]string) harness.NATSOption {
 	t.Helper()
-	cm := findByPrefix(objs, "ConfigMap", "nats-config-")
+	cm := harness.FindByPrefix(objs, "ConfigMap", "nats-config-")
 	if cm == nil {
 		t.Fatal("ConfigMap nats-config missing")
 	}

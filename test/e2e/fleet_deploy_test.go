@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/test/harness"
 )
 
 // TestFleetManifests renders the fleet overlays and checks what
@@ -26,8 +27,8 @@ import (
 // remote over TLS); a per-cluster kustomization of fleet-edge names its own
 // cluster; and every pod passes the deploy's hardening checklist.
 func TestFleetManifests(t *testing.T) {
-	hub := kustomizeBuild(t, deployPath(t, "overlays", "fleet-hub"))
-	edge := kustomizeBuild(t, deployPath(t, "overlays", "fleet-edge"))
+	hub := harness.KustomizeBuild(t, deployPath(t, "overlays", "fleet-hub"))
+	edge := harness.KustomizeBuild(t, deployPath(t, "overlays", "fleet-edge"))
 	kinds := func(objs []*unstructured.Unstructured, kind string) []string {
 		var out []string
 		for _, o := range objs {
@@ -51,11 +52,11 @@ func TestFleetManifests(t *testing.T) {
 	if got := kinds(hub, "ServiceAccount"); !reflect.DeepEqual(got, []string{"opswire-notifier"}) {
 		t.Errorf("hub ServiceAccounts %v", got)
 	}
-	if env := strings.Join(deploymentEnv(t, hub, "opswire-notifier"), " "); !strings.Contains(env, "OPSWIRE_MANAGE_STREAMS=true") ||
+	if env := strings.Join(harness.DeploymentEnv(t, hub, "opswire-notifier"), " "); !strings.Contains(env, "OPSWIRE_MANAGE_STREAMS=true") ||
 		!strings.Contains(env, "OPSWIRE_NATS_TLS_CA=/etc/opswire-tls/ca.crt") {
 		t.Errorf("hub notifier env %q: want it to manage the streams, over TLS", env)
 	}
-	svc := findObj(hub, "Service", "nats-leaf")
+	svc := harness.FindObj(hub, "Service", "nats-leaf")
 	if svc == nil {
 		t.Fatal("hub: no Service nats-leaf")
 	}
@@ -113,10 +114,10 @@ func TestFleetManifests(t *testing.T) {
 	if got := kinds(edge, "Deployment"); !reflect.DeepEqual(got, []string{"opswire-cleanup", "opswire-cordon", "opswire-report", "opswire-watcher"}) {
 		t.Errorf("edge Deployments %v", got)
 	}
-	if findObj(edge, "ServiceAccount", "opswire-notifier") != nil || findObj(edge, "PodDisruptionBudget", "opswire-notifier") != nil {
+	if harness.FindObj(edge, "ServiceAccount", "opswire-notifier") != nil || harness.FindObj(edge, "PodDisruptionBudget", "opswire-notifier") != nil {
 		t.Error("edge: the notifier's objects are left")
 	}
-	fleetCM := findByPrefix(edge, "ConfigMap", "opswire-fleet-")
+	fleetCM := harness.FindByPrefix(edge, "ConfigMap", "opswire-fleet-")
 	if fleetCM == nil {
 		t.Fatal("edge: no ConfigMap opswire-fleet")
 	}
@@ -141,7 +142,7 @@ func TestFleetManifests(t *testing.T) {
 		t.Errorf("edge config.yml: nats %+v; want the production file's", edgeCfg.NATS)
 	}
 	for _, d := range kinds(edge, "Deployment") {
-		if env := strings.Join(deploymentEnv(t, edge, d), " "); !strings.Contains(env, "OPSWIRE_NATS_TLS_CA=/etc/opswire-tls/ca.crt") {
+		if env := strings.Join(harness.DeploymentEnv(t, edge, d), " "); !strings.Contains(env, "OPSWIRE_NATS_TLS_CA=/etc/opswire-tls/ca.crt") {
 			t.Errorf("edge %s: no OPSWIRE_NATS_TLS_CA in %q", d, env)
 		}
 	}
@@ -164,8 +165,8 @@ func TestFleetManifests(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b := kustomizeBuild(t, dir)
-	cm := findByPrefix(b, "ConfigMap", "opswire-fleet-")
+	b := harness.KustomizeBuild(t, dir)
+	cm := harness.FindByPrefix(b, "ConfigMap", "opswire-fleet-")
 	if data, _, _ := unstructured.NestedStringMap(cm.Object, "data"); data["cluster"] != "b" {
 		t.Errorf("cluster b's opswire-fleet: %v", data)
 	}
@@ -176,7 +177,7 @@ func TestFleetManifests(t *testing.T) {
 
 func podOf(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *corev1.PodTemplateSpec {
 	t.Helper()
-	o := findObj(objs, kind, name)
+	o := harness.FindObj(objs, kind, name)
 	if o == nil {
 		t.Fatalf("%s %s missing", kind, name)
 	}
@@ -202,7 +203,7 @@ func envFrom(t *testing.T, spec *corev1.PodTemplateSpec, name string) *corev1.En
 // the test's passwords and the given variables in the environment.
 func loadNATSConf(t *testing.T, objs []*unstructured.Unstructured, vars map[string]string) *natsserver.Options {
 	t.Helper()
-	cm := findByPrefix(objs, "ConfigMap", "nats-config-")
+	cm := harness.FindByPrefix(objs, "ConfigMap", "nats-config-")
 	if cm == nil {
 		t.Fatal("ConfigMap nats-config missing")
 	}
@@ -253,7 +254,7 @@ func TestHelmFleetEqualsKustomize(t *testing.T) {
 				t.Fatalf("helm lint: %v\n%s", err, out)
 			}
 			chart := helmTemplate(t, helmFeishu, "-f="+filepath.Join(chartPath(t), c.values))
-			kust := kustomizeBuild(t, deployPath(t, "overlays", c.overlay))
+			kust := harness.KustomizeBuild(t, deployPath(t, "overlays", c.overlay))
 			for kind := range rbacKinds {
 				if h, k := names(chart, kind), names(kust, kind); !reflect.DeepEqual(h, k) {
 					t.Errorf("%s: chart has %v, kustomize %v", kind, h, k)
@@ -265,7 +266,7 @@ func TestHelmFleetEqualsKustomize(t *testing.T) {
 				}
 			}
 			for _, k := range kust {
-				h := findObj(chart, k.GetKind(), k.GetName())
+				h := harness.FindObj(chart, k.GetKind(), k.GetName())
 				if h == nil || !(rbacKinds[k.GetKind()] || specKinds[k.GetKind()]) {
 					continue
 				}
@@ -279,7 +280,7 @@ func TestHelmFleetEqualsKustomize(t *testing.T) {
 				t.Errorf("config.yml: chart and kustomize load differently (%v, %v)", err1, err2)
 			}
 			auth := func(objs []*unstructured.Unstructured) string {
-				s, _, _ := unstructured.NestedString(findByPrefix(objs, "ConfigMap", "nats-config-").Object, "data", "auth.conf")
+				s, _, _ := unstructured.NestedString(harness.FindByPrefix(objs, "ConfigMap", "nats-config-").Object, "data", "auth.conf")
 				return s
 			}
 			if h, k := auth(chart), auth(kust); h != k {
@@ -287,7 +288,7 @@ func TestHelmFleetEqualsKustomize(t *testing.T) {
 			}
 			if c.name == "edge" {
 				data := func(objs []*unstructured.Unstructured) map[string]string {
-					d, _, _ := unstructured.NestedStringMap(findByPrefix(objs, "ConfigMap", "opswire-fleet-").Object, "data")
+					d, _, _ := unstructured.NestedStringMap(harness.FindByPrefix(objs, "ConfigMap", "opswire-fleet-").Object, "data")
 					return d
 				}
 				if h, k := data(chart), data(kust); !reflect.DeepEqual(h, k) {

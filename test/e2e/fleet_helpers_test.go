@@ -17,6 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opswire/opswire/test/harness"
 )
 
 // fleetClusters are the clusters of the fleet overlays' example: the hub's
@@ -26,7 +28,7 @@ var fleetClusters = []string{"a", "b"}
 // fleetPasswords are the test's passwords: the base users', the route's and
 // one leaf password per cluster (Secret opswire-fleet).
 func fleetPasswords() map[string]string {
-	pw := deployPasswords()
+	pw := harness.DeployPasswords()
 	for _, c := range fleetClusters {
 		pw["leaf_"+c] = "pleaf-" + c + "-91d0c37e"
 	}
@@ -41,7 +43,7 @@ func fleetPasswords() map[string]string {
 // the path of nats.conf.
 func natsConfFiles(t *testing.T, objs []*unstructured.Unstructured, certs string, ports map[string]int) string {
 	t.Helper()
-	cm := findByPrefix(objs, "ConfigMap", "nats-config-")
+	cm := harness.FindByPrefix(objs, "ConfigMap", "nats-config-")
 	if cm == nil {
 		t.Fatal("ConfigMap nats-config missing")
 	}
@@ -103,7 +105,7 @@ func localNATSConf(t *testing.T, body, dir, certs string, ports map[string]int) 
 // come from a Secret or ConfigMap taken from vals (by variable name).
 func stsEnv(t *testing.T, objs []*unstructured.Unstructured, vals map[string]string) []string {
 	t.Helper()
-	sts := findObj(objs, "StatefulSet", "nats")
+	sts := harness.FindObj(objs, "StatefulSet", "nats")
 	if sts == nil {
 		t.Fatal("StatefulSet nats missing")
 	}

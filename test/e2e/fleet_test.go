@@ -96,7 +96,7 @@ func overrideConfig(t *testing.T, deployed, over string) string {
 
 func renderedConfig(t *testing.T, objs []*unstructured.Unstructured) string {
 	t.Helper()
-	cm := findByPrefix(objs, "ConfigMap", "opswire-config-")
+	cm := harness.FindByPrefix(objs, "ConfigMap", "opswire-config-")
 	if cm == nil {
 		t.Fatal("ConfigMap opswire-config missing")
 	}
@@ -110,8 +110,8 @@ func startFleet(t *testing.T) *fleet {
 	t.Helper()
 	f := &fleet{certs: makeCerts(t, "IP:127.0.0.1,DNS:localhost"), pw: fleetPasswords(), edges: map[string]*fleetEdge{}}
 	f.caFile = filepath.Join(f.certs, "ca.crt")
-	hubObjs := kustomizeBuild(t, deployPath(t, "overlays", "fleet-hub"))
-	edgeObjs := kustomizeBuild(t, deployPath(t, "overlays", "fleet-edge"))
+	hubObjs := harness.KustomizeBuild(t, deployPath(t, "overlays", "fleet-hub"))
+	edgeObjs := harness.KustomizeBuild(t, deployPath(t, "overlays", "fleet-edge"))
 
 	// The hub.
 	ports := map[string]int{"client": testport.Must(t), "http": testport.Must(t), "leafnodes": testport.Must(t)}
@@ -135,13 +135,13 @@ func startFleet(t *testing.T) *fleet {
 		e.link = startTCPProxy(t, f.hubLeaf)
 		ports := map[string]int{"client": testport.Must(t), "http": testport.Must(t)}
 		e.url = "nats://127.0.0.1:" + strconv.Itoa(ports["client"])
-		vals := natsEnvPasswords(deployPasswords())
+		vals := natsEnvPasswords(harness.DeployPasswords())
 		vals["OPSWIRE_CLUSTER"], vals["NATS_HUB"], vals["NATS_LEAF_PASSWORD"] = c, e.link.Addr(), f.pw["leaf_"+c]
 		e.nats = harness.StartNATSServer(t, "edge-"+c, natsConfFiles(t, edgeObjs, f.certs, ports), stsEnv(t, edgeObjs, vals))
 		e.auditCon = connectUser(t, e.url, f.caFile, "audit", f.pw["audit"])
 		e.auditJS = jetStream(t, e.auditCon)
 		for _, svc := range []string{"watcher", "cleanup"} {
-			env := append(deploymentEnv(t, edgeObjs, "opswire-"+svc), "OPSWIRE_NATS_TLS_CA="+f.caFile,
+			env := append(harness.DeploymentEnv(t, edgeObjs, "opswire-"+svc), "OPSWIRE_NATS_TLS_CA="+f.caFile,
 				"OPSWIRE_NATS_PASSWORD="+f.pw[svc], "OPSWIRE_CLUSTER="+c) // OPSWIRE_CLUSTER: the ConfigMap opswire-fleet's value
 			p := harness.StartService(tc, svc, harness.ServiceOptions{Config: edgeCfg, NATSURL: e.url, Env: env,
 				Kubeconfig: e.api.Kubeconfig(t, e.cp.Kubeconfig), ID: svc + "-" + c})
@@ -164,7 +164,7 @@ func startFleet(t *testing.T) *fleet {
 	t.Cleanup(f.bot.Close)
 	botURL := f.bot.AddBot(fleetBot, feishutest.Bot{Secret: "fleet-secret-7d"})
 	hubCfg := overrideConfig(t, renderedConfig(t, hubObjs), fleetHubOverrides)
-	env := append(deploymentEnv(t, hubObjs, "opswire-notifier"), "OPSWIRE_NATS_TLS_CA="+f.caFile,
+	env := append(harness.DeploymentEnv(t, hubObjs, "opswire-notifier"), "OPSWIRE_NATS_TLS_CA="+f.caFile,
 		"OPSWIRE_NATS_PASSWORD="+f.pw["notifier"], "OPSWIRE_FEISHU_URL="+botURL, "OPSWIRE_FEISHU_SECRET=fleet-secret-7d")
 	// One fleet notifier (the hub config's notifier.clusters) reads every
 	// cluster from the fleet OPS.

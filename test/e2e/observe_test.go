@@ -297,14 +297,14 @@ notifier:
     receivers: [audit]
 `, urlFile))
 	procs := map[string]*harness.Process{}
-	for _, svc := range deployServices {
+	for _, svc := range harness.Services {
 		o := harness.ServiceOptions{Config: cfg, NATSURL: n.URL}
 		if svc != "notifier" {
 			o.Kubeconfig = cp.Kubeconfig
 		}
 		procs[svc] = harness.StartService(t, svc, o)
 	}
-	for _, svc := range deployServices {
+	for _, svc := range harness.Services {
 		procs[svc].WaitReady(t, 60*time.Second)
 	}
 	harness.Eventually(t, 60*time.Second, "every actor leading", func() bool {
@@ -361,7 +361,7 @@ notifier:
 			t.Errorf("%s is not exported by any service (used by %s)", m, strings.Join(want[m], "; "))
 		}
 	}
-	for _, svc := range deployServices {
+	for _, svc := range harness.Services {
 		if v := procs[svc].Metric(`opswire_build_info{service="` + svc + `",version="dev"}`); v != 1 {
 			t.Errorf("%s: opswire_build_info{service=%q} = %v, want 1", svc, svc, v)
 		}
