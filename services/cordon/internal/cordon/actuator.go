@@ -107,9 +107,15 @@ type Actuator struct {
 	// announced holds, per node, the refusals and failures published in the
 	// current episode, so a condition that persists across ticks is announced once.
 	announced *actuate.Announced
-	// lastWrite is the resourceVersion of opswire's newest write: the API
-	// count for the cap asks for a list at least that new.
+	// lastWrite is the resourceVersion of opswire's newest write, or of the
+	// term's first consistent count if newer: the API count for the cap asks
+	// for a list at least that new.
 	lastWrite string
+	// floored: lastWrite includes this term's consistent count. Until then
+	// (a term whose first count failed) every count for the cap is itself a
+	// consistent read: a new leader's API server may have a watch cache
+	// behind its predecessor's last write.
+	floored bool
 	// simSeq numbers the decisions that write nothing (dry-run, refusals) per
 	// node: the node's resourceVersion does not change for them, so it alone
 	// cannot make their message ids unique.
@@ -217,7 +223,7 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 		// taken beside a GET is taken again in the rare case it was served
 		// older than the node.
 		if f == nil || (f.node != node && !rvAtLeast(f.asOf, node.ResourceVersion)) {
-			c, err := a.fleet.Live(ctx, newestRV(a.lastWrite, node.ResourceVersion), node.Name)
+			c, err := a.fleet.Live(ctx, a.countFloor(node.ResourceVersion), node.Name)
 			if err != nil {
 				release() // fail closed: no cordon without a count
 				return actuate.Outcome{}, fmt.Errorf("count the fleet for the cap before cordoning %s: %w", node.Name, err)
@@ -287,7 +293,7 @@ func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked boo
 		tr.recount = time.Since(start)
 	})
 	if want.Action == ActionCordon && !marked {
-		if f, ferr := a.fleet.Live(ctx, newestRV(a.lastWrite, n.ResourceVersion), n.Name); ferr == nil {
+		if f, ferr := a.fleet.Live(ctx, a.countFloor(n.ResourceVersion), n.Name); ferr == nil {
 			fleet = &f
 		}
 	}
@@ -665,6 +671,27 @@ func (a *Actuator) Forget(name string) {
 	}
 }
 
+// StartTerm is told the term's first count, a consistent read: its version
+// is the floor of every later count, so no count of this term can come from
+// a watch cache older than what the term started from (its predecessor's
+// last write included).
+func (a *Actuator) StartTerm(f Fleet) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if f.listed {
+		a.lastWrite, a.floored = newestRV(a.lastWrite, f.asOf), true
+	}
+}
+
+// countFloor is the version a count for the cap must be at least as new as
+// ("" asks for a consistent read; a.mu held).
+func (a *Actuator) countFloor(nodeRV string) string {
+	if !a.floored {
+		return ""
+	}
+	return newestRV(a.lastWrite, nodeRV)
+}
+
 // EndTerm is called once the term's last Apply has returned: a write still
 // in doubt is left to its intent (the next leader's recovery decides it,
 // Happened) and counted as term_ended, so that unanswered minus the decided
@@ -673,6 +700,7 @@ func (a *Actuator) Forget(name string) {
 func (a *Actuator) EndTerm() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.floored = false // the next term starts from a consistent count of its own
 	if a.doubt == nil {
 		return
 	}

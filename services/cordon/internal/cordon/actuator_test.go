@@ -146,6 +146,7 @@ func newHarness(t *testing.T, policy Policy, dryRun bool, fleet Fleet, objs ...r
 		Cluster: "prod", Policy: policy, DryRun: dryRun, Identity: "replica-a",
 		Now: func() time.Time { return now },
 	}, h.m, zerolog.Nop())
+	h.act.StartTerm(Fleet{listed: true}) // the term's start count, as Controller.Run takes it
 	return h
 }
 

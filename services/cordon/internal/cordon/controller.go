@@ -71,12 +71,16 @@ func (c *Controller) Run(ctx context.Context) error {
 	// The mirror may be stale (a lagging or stopped watcher): learn from the
 	// API which nodes carry opswire's mark before the first decision, so a new
 	// leader holds on to its predecessor's marks and counts them.
+	// A consistent read: this replica's API server may have a watch cache
+	// behind the previous leader's last write; its version is the floor of
+	// every later count of the term.
 	f, err := c.fleet.Live(ctx, "", "")
 	if err != nil {
-		c.log.Warn().Err(err).Msg("could not count the fleet from the API at start; every new cordon counts it again first")
+		c.log.Warn().Err(err).Msg("could not count the fleet from the API at start; every new cordon reads it consistently first")
 		f = c.Fleet()
 	} else {
 		c.log.Info().Int("marked", f.Marks).Int("outOfService", f.Held).Int("managed", f.Managed).Msg("fleet counted from the API")
+		c.act.StartTerm(f)
 	}
 	c.m.Held.Set(float64(f.Marks))
 	c.EnqueueAll()

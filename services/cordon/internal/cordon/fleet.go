@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -77,10 +78,12 @@ func (f *Fleets) Mirror(exclude string) Fleet {
 	return t.fleet(managed)
 }
 
-// Live counts from the API, from one LIST of every node served from the API
-// server's watch cache (resourceVersionMatch=NotOlderThan notOlderThan, or
-// any version when ""), so the count includes every write up to that
-// version, whatever the mirror shows: the nodes carrying opswire's label,
+// Live counts from the API, from one LIST of every node: served from the API
+// server's watch cache with resourceVersionMatch=NotOlderThan notOlderThan,
+// or, when notOlderThan is "", a consistent read (a quorum read of etcd's
+// revision, which the API server answers only once its cache holds it, or
+// from etcd). So the count includes every write up to that version, whatever
+// the mirror and whatever this API server's watch cache show: the nodes carrying opswire's label,
 // and with capCounts "unavailable" every managed node cordoned by anyone
 // (spec.unschedulable) or NotReady (its Ready condition False or Unknown),
 // and the managed fleet itself (the percentage cap's denominator). Nothing
@@ -95,11 +98,16 @@ func (f *Fleets) Live(ctx context.Context, notOlderThan, exclude string) (Fleet,
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	opts := metav1.ListOptions{ResourceVersion: "0"}
+	var opts metav1.ListOptions
 	if notOlderThan != "" {
 		opts.ResourceVersion, opts.ResourceVersionMatch = notOlderThan, metav1.ResourceVersionMatchNotOlderThan
 	}
 	list, err := f.client.CoreV1().Nodes().List(ctx, opts)
+	if err != nil && notOlderThan != "" && (apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)) {
+		// A watch cache behind notOlderThan answers 504 after waiting for
+		// it: read consistently instead, never count a smaller fleet.
+		list, err = f.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	}
 	if err != nil {
 		return Fleet{}, fmt.Errorf("list nodes: %w", err)
 	}
