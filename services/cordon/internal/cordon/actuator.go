@@ -448,12 +448,7 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, slo
 		return actuate.Outcome{}, nil
 	case err != nil:
 		release()
-		// A 408 (never the API server's own: a proxy's, whose request may
-		// have gone on) is a refusal here, as before, but not one that
-		// proves the write cannot commit: no answer record.
-		if !requestTimeout(err) {
-			a.answerIntent(ctx, intent, journaled, "refused")
-		}
+		a.answerIntent(ctx, intent, journaled, "refused")
 		a.fail(node, d, err)
 		return actuate.Outcome{}, fmt.Errorf("%s %s: %w", d.Action, node.Name, err)
 	}

@@ -20,12 +20,14 @@ import (
 // inDoubt reports whether a write's error leaves open whether the API
 // applied it. Only an answer from the API server that refused the request
 // (a 4xx status) says it did not: a client timeout, a cancelled context, a
-// reset connection or a 5xx (a 504 or 500 timeout: the server may still
-// commit the write to etcd; a 503 from a proxy in front of it) do not. A 429
-// is given before the request is processed (priority and fairness, a server
-// shutting down), and since client-go no longer sends a write again on its
-// own (kube.NoWriteRetries), no earlier attempt of it can have been applied.
-// 404, 409 and 429 are refusals the caller handles before this.
+// reset connection, a 408 (no API server sends one itself: a proxy in front
+// of it timed the request out, and the request may have gone on) or a 5xx (a
+// 504 or 500 timeout: the server may still commit the write to etcd; a 503
+// from a proxy in front of it) do not. A 429 is given before the request is
+// processed (priority and fairness, a server shutting down), and since
+// client-go no longer sends a write again on its own (kube.NoWriteRetries),
+// no earlier attempt of it can have been applied. 404, 409 and 429 are
+// refusals the caller handles before this.
 func inDoubt(err error) bool {
 	if err == nil {
 		return false
@@ -35,16 +37,8 @@ func inDoubt(err error) bool {
 		return true // no answer from the API server at all
 	}
 	code := status.Status().Code
-	refused := code >= http.StatusBadRequest && code < http.StatusInternalServerError
+	refused := code >= http.StatusBadRequest && code < http.StatusInternalServerError && code != http.StatusRequestTimeout
 	return !refused
-}
-
-// requestTimeout reports a 408: a refusal for inDoubt, but one no API server
-// sends itself (a proxy in front of it does, and its request may have gone
-// on), so it is no proof that the write cannot commit later.
-func requestTimeout(err error) bool {
-	var status apierrors.APIStatus
-	return errors.As(err, &status) && status.Status().Code == http.StatusRequestTimeout
 }
 
 // lateCommitMargin is added to the horizon for what the timeouts do not

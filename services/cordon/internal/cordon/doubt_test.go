@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,7 @@ func TestInDoubt(t *testing.T) {
 		{"500 server timeout", apierrors.NewServerTimeout(nodesGR, "patch", 1), true},
 		{"500", apierrors.NewInternalError(errors.New("etcd")), true},
 		{"503", apierrors.NewServiceUnavailable("etcd leader change"), true},
+		{"408 (a proxy's: the server may have gone on)", apierrors.NewGenericServerResponse(http.StatusRequestTimeout, "patch", nodesGR, "a", "", 0, true), true},
 		{"429 (handled before: not processed)", apierrors.NewTooManyRequests("slow down", 1), false},
 		{"403", apierrors.NewForbidden(nodesGR, "a", errors.New("rbac")), false},
 		{"422", apierrors.NewInvalid(schema.GroupKind{Kind: "Node"}, "a", nil), false},
@@ -125,6 +127,9 @@ func TestActuatorLostPatchAnswerIsAudited(t *testing.T) {
 		"504":            apierrors.NewTimeoutError("request did not complete", 1),
 		"client timeout": context.DeadlineExceeded,
 		"reset":          errors.New("read tcp: connection reset by peer"),
+		// A proxy in front of the API server timed the request out; the
+		// server may have gone on and applied it.
+		"408": apierrors.NewGenericServerResponse(http.StatusRequestTimeout, "patch", nodesGR, "a", "", 0, true),
 	}
 	for _, tc := range []struct {
 		name       string
