@@ -95,7 +95,11 @@ func BenchmarkReaction5000(b *testing.B) {
 	nodes := make([]string, reactionNodes)
 	for i := range nodes {
 		nodes[i] = fmt.Sprintf("node-%02d", i)
-		harness.CreateNode(b, c, harness.Node(nodes[i], map[string]string{"pool": "bench"}))
+		// Nodes as kubelets fill them (50 images, conditions, addresses):
+		// the cap's LIST of every node costs what it costs in a cluster.
+		n := harness.RealSizeNode(nodes[i], harness.KubeletMaxImages)
+		n.Labels["pool"] = "bench"
+		harness.CreateRealSizeNode(b, c, n)
 	}
 	start := time.Now()
 	createPods(b, c, reactionNodes*podsPerNode, func(i int) *corev1.Pod {
