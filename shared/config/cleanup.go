@@ -33,15 +33,15 @@ type DelException struct {
 	// pods are only reported).
 	RemoveFinalizers bool `json:"removeFinalizers"`
 	// AllowStatefulSetOnReadyNode lets force deletion act on pods with
-	// identity or storage (StatefulSet pods, pods mounting a
-	// PersistentVolumeClaim) whose node is still Ready (two copies of one
-	// identity may then run).
+	// identity, storage or a node of their own (StatefulSet and DaemonSet
+	// pods, pods mounting a PersistentVolumeClaim) whose node is still Ready
+	// (two copies of one identity, or two agents on one node, may then run).
 	AllowStatefulSetOnReadyNode bool `json:"allowStatefulSetOnReadyNode"`
 	// StatefulNotReadyTimeout lets force deletion act on pods with identity
 	// or storage whose node has been not Ready for at least this long. Zero
-	// (the default) never does: only a deleted node or the taint
-	// node.kubernetes.io/out-of-service releases them, because in a network
-	// partition the kubelet may still run the pod.
+	// (the default) never does: only a deleted node, or a node not Ready
+	// and tainted node.kubernetes.io/out-of-service, releases them, because
+	// in a network partition the kubelet may still run the pod.
 	StatefulNotReadyTimeout Duration `json:"statefulNotReadyTimeout"`
 	// BrakeNotReadyShare pauses every force deletion while more than this
 	// share of the nodes is not Ready (a mass failure or a partition of the
@@ -103,10 +103,16 @@ func (d *DelException) validate(p string, errs *Errors) {
 	if d.BrakeNotReadyShare <= 0 || d.BrakeNotReadyShare > 1 {
 		errs.add(join(p, "brakeNotReadyShare"), "must be more than 0 and at most 1 (1 disables the brake)")
 	}
-	if d.MaxDeletionsPerMinute < 1 {
-		errs.add(join(p, "maxDeletionsPerMinute"), "must be at least 1")
+	if d.MaxDeletionsPerMinute < 1 || d.MaxDeletionsPerMinute > MaxActionsPerWindow {
+		errs.add(join(p, "maxDeletionsPerMinute"), "must be in [1, %d], got %d", MaxActionsPerWindow, d.MaxDeletionsPerMinute)
 	}
 	if d.RateWindow.Duration <= 0 {
 		errs.add(join(p, "rateWindow"), "must be positive")
 	}
 }
+
+// MaxActionsPerWindow bounds an actor's rate limit: the window keeps the time
+// of every action it admits, preallocated, so a mistyped 1e9 would take
+// gigabytes at start; a janitor that needs more than 10,000 writes a window
+// is not rate-limited at all.
+const MaxActionsPerWindow = 10000

@@ -150,8 +150,8 @@ func (a *AutoCordon) validate(p string, errs *Errors) {
 	if a.DrainEvictedPercent < 0 || a.DrainEvictedPercent > 100 {
 		errs.add(join(p, "drainEvictedPercent"), "must be in [0, 100], got %v", a.DrainEvictedPercent)
 	}
-	if a.MaxActionsPerMinute < 1 {
-		errs.add(join(p, "maxActionsPerMinute"), "must be at least 1")
+	if a.MaxActionsPerMinute < 1 || a.MaxActionsPerMinute > MaxActionsPerWindow {
+		errs.add(join(p, "maxActionsPerMinute"), "must be in [1, %d], got %d", MaxActionsPerWindow, a.MaxActionsPerMinute)
 	}
 	if a.RateWindow.Duration <= 0 {
 		errs.add(join(p, "rateWindow"), "must be positive")

@@ -62,6 +62,7 @@ func TestAutoCordonValidation(t *testing.T) {
 		{"negative node cap", "maxCordonedNodes: -1", "autoCordon.maxCordonedNodes"},
 		{"percent cap over 100", "maxCordonedPercent: 101", "autoCordon.maxCordonedPercent"},
 		{"no actions per minute", "maxActionsPerMinute: 0", "autoCordon.maxActionsPerMinute"},
+		{"actions per minute beyond any window", "maxActionsPerMinute: 1000000000", "autoCordon.maxActionsPerMinute"},
 		{"cap counts marks", "capCounts: marks", ""},
 		{"unknown cap counts", "capCounts: all", "autoCordon.capCounts"},
 		{"taint key lists", "ignoreTaintKeys: [dedicated, 'example.com/*', '*']\nalwaysCountTaintKeys: [ToBeDeletedByClusterAutoscaler]", ""},
