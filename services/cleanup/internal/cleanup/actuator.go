@@ -244,9 +244,9 @@ func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision,
 }
 
 // reread GETs the pod (and, for the partition rule, its node: only for a
-// Terminating pod with identity or storage). It returns a nil pod when the
-// pod is gone or was recreated under the same name, and a nil node when the
-// node does not exist or is not needed.
+// Terminating pod tied to its node or storage, holdsNode). It returns a nil
+// pod when the pod is gone or was recreated under the same name, and a nil
+// node when the node does not exist or is not needed.
 func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Pod, *events.NodeState, error) {
 	live, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Pod, error) {
 		return a.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
@@ -267,9 +267,14 @@ func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Po
 			Msg("pod was recreated under the same name; not touching it")
 		return nil, nil, nil
 	}
-	ref := metav1.GetControllerOf(live)
-	sts := ref != nil && ref.Kind == "StatefulSet"
-	if live.DeletionTimestamp == nil || live.Spec.NodeName == "" || !sts && !kube.PodMountsPVC(live) {
+	// The node is read for every pod the partition rule may hold: without
+	// it the live decision would take the node for deleted and release the
+	// pod (a DaemonSet pod too, not only a StatefulSet's).
+	kind := ""
+	if ref := metav1.GetControllerOf(live); ref != nil {
+		kind = ref.Kind
+	}
+	if live.DeletionTimestamp == nil || live.Spec.NodeName == "" || !holdsNode(kind, kube.PodMountsPVC(live)) {
 		return live, nil, nil
 	}
 	n, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {

@@ -82,6 +82,11 @@ func liveSTS(p *corev1.Pod) {
 	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "sts", Controller: &yes}}
 }
 
+func liveDS(p *corev1.Pod) {
+	yes := true
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: "ds", Controller: &yes}}
+}
+
 type actuatorRig struct {
 	client   *fake.Clientset
 	pub      *recPub
@@ -153,6 +158,14 @@ func TestActuator(t *testing.T) {
 	unknownNodeObj.Status.Conditions[0].Status = corev1.ConditionUnknown
 	outOfServiceObj := unknownNodeObj.DeepCopy()
 	outOfServiceObj.Spec.Taints = []corev1.Taint{{Key: events.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
+	// readyOutOfServiceObj came back Ready after a non-graceful shutdown
+	// before anyone removed its out-of-service taint.
+	readyOutOfServiceObj := readyNodeObj.DeepCopy()
+	readyOutOfServiceObj.Spec.Taints = outOfServiceObj.Spec.Taints
+	// dsState is what the mirror holds of a stuck DaemonSet pod whose node is
+	// not in the mirror (yet, or any more): the mirror decision is
+	// ForceDelete, so only the live node can hold it.
+	dsState := pod(deleting(t0.Add(-6*time.Minute)), func(p *events.PodState) { p.Owner = &events.Owner{Kind: "DaemonSet", Name: "agent"} })
 	// pvcState is what the mirror holds of a stuck pod mounting a claim, with
 	// its node not yet in the mirror (so the mirror decision is ForceDelete).
 	pvcState := pod(deleting(t0.Add(-6*time.Minute)), func(p *events.PodState) { p.PVC = true })
@@ -239,6 +252,31 @@ func TestActuator(t *testing.T) {
 		{
 			name: "statefulset pod on a live out-of-service node is force-deleted", state: stsState,
 			objs:   []runtime.Object{livePod(liveDeleting, liveSTS), outOfServiceObj},
+			writes: []string{"delete pods"},
+			ops:    []string{"ops.c1.cleanup.forcedeleted.apps.web-1 cleanup/uid-1/forcedeleted"},
+			events: []string{"Warning CleanupForceDeleted"},
+		},
+		{
+			name: "statefulset pod on a live-Ready node still tainted out-of-service is held", state: stsState,
+			objs:   []runtime.Object{livePod(liveDeleting, liveSTS), readyOutOfServiceObj},
+			ops:    []string{"ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/StatefulSetOnReadyNode"},
+			events: []string{"Warning CleanupSkipped StatefulSetOnReadyNode"},
+		},
+		{
+			name: "daemonset pod on a live-Ready node is held", state: dsState,
+			objs:   []runtime.Object{livePod(liveDeleting, liveDS), readyNodeObj},
+			ops:    []string{"ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/StatefulSetOnReadyNode"},
+			events: []string{"Warning CleanupSkipped StatefulSetOnReadyNode"},
+		},
+		{
+			name: "daemonset pod on a live-Unknown node is held", state: dsState,
+			objs:   []runtime.Object{livePod(liveDeleting, liveDS), unknownNodeObj},
+			ops:    []string{"ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/NodeNotConfirmedDown"},
+			events: []string{"Warning CleanupSkipped NodeNotConfirmedDown"},
+		},
+		{
+			name: "daemonset pod on a live out-of-service node that is not Ready is force-deleted", state: dsState,
+			objs:   []runtime.Object{livePod(liveDeleting, liveDS), outOfServiceObj},
 			writes: []string{"delete pods"},
 			ops:    []string{"ops.c1.cleanup.forcedeleted.apps.web-1 cleanup/uid-1/forcedeleted"},
 			events: []string{"Warning CleanupForceDeleted"},

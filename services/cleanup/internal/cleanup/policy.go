@@ -48,8 +48,8 @@ const (
 	ReasonStuckTerminating  = "StuckTerminating"       // deletionTimestamp + terminatingTimeout has passed
 	ReasonOptedOut          = "OptedOut"               // the pod carries the opt-out label
 	ReasonHasFinalizers     = "HasFinalizers"          // stuck, but finalizers would keep it; removeFinalizers is false
-	ReasonStatefulSetOnNode = "StatefulSetOnReadyNode" // stuck pod with identity or storage on a Ready node
-	ReasonNodeNotDown       = "NodeNotConfirmedDown"   // stuck pod with identity or storage on a NotReady node not known to be down
+	ReasonStatefulSetOnNode = "StatefulSetOnReadyNode" // stuck pod with identity, storage or a DaemonSet owner on a Ready node
+	ReasonNodeNotDown       = "NodeNotConfirmedDown"   // the same on a NotReady node not known to be down
 	ReasonMassNodeFailure   = "MassNodeFailure"        // too many nodes not Ready: force deletions paused
 )
 
@@ -252,25 +252,60 @@ func interruptedDelete(pod *events.PodState) bool {
 		pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds == 0
 }
 
-// partition applies the rule for pods that carry identity or storage
-// (StatefulSet pods, pods mounting a PersistentVolumeClaim): force deletion
-// lets a replacement start while, in a network partition, the kubelet may
-// still run the pod and write to its volume. Such a pod is force-deleted only
-// when its node is known to be down: deleted, or tainted out-of-service
-// (Kubernetes' non-graceful node shutdown). ok is false when the pod is held;
-// held is then the skip.
+// holdsNode reports whether a pod of that controller kind (the controller
+// reference's, "" without one), mounting a PersistentVolumeClaim or not, is
+// tied to what its node may still hold, so that removing it from the API
+// while its kubelet may still run it would run a second copy beside the
+// first:
+//   - a StatefulSet pod's identity (name, volume): the StatefulSet controller
+//     creates the same name again once the old pod is gone from the API;
+//   - a pod's PersistentVolumeClaim: a replacement mounts the same volume;
+//   - a DaemonSet pod's node: the DaemonSet controller creates a node's pod
+//     when none exists there (a Terminating one still counts, so it waits;
+//     pkg/controller/daemon podsShouldBeOnNode), and the new agent lands on
+//     the same node, beside the old one a hung runtime may still be running
+//     (two CNI, log or storage agents on one node).
+//
+// The live re-check uses it too, to know that it must read the node.
+func holdsNode(kind string, pvc bool) bool {
+	return pvc || kind == "StatefulSet" || kind == "DaemonSet"
+}
+
+// partition applies the rule for pods tied to their node or storage
+// (holdsNode: StatefulSet and DaemonSet pods, pods mounting a
+// PersistentVolumeClaim): force deletion lets a replacement start while, in a
+// network partition or with a hung runtime, the kubelet may still run the pod
+// and write to its volume. Such a pod is force-deleted only when its node is
+// known to be down: deleted, or not Ready and tainted out-of-service
+// (Kubernetes' non-graceful node shutdown; the same two conditions PodGC's
+// gcTerminating requires before it force-deletes a Terminating pod). A Ready
+// node that still carries the taint came back from a shutdown before anyone
+// removed the taint: its kubelet runs pods again, so the taint alone
+// releases nothing. ok is false when the pod is held; held is then the skip.
 func (p Policy) partition(pod *events.PodState, f Facts) (held Decision, ok bool) {
-	sts := pod.Owner != nil && pod.Owner.Kind == "StatefulSet"
-	if !sts && !pod.PVC {
+	kind := ""
+	if pod.Owner != nil {
+		kind = pod.Owner.Kind
+	}
+	if !holdsNode(kind, pod.PVC) {
 		return Decision{}, true
 	}
 	node := f.Node
-	if node == nil || node.HasTaint(events.TaintOutOfService) {
+	if node == nil {
 		return Decision{}, true
 	}
-	what := "pod mounting a PersistentVolumeClaim"
-	if sts {
+	outOfService := node.HasTaint(events.TaintOutOfService)
+	if outOfService && node.Ready != "True" {
+		return Decision{}, true
+	}
+	var what string
+	switch kind {
+	case "StatefulSet":
 		what = "StatefulSet " + pod.Owner.Name + " pod"
+	case "DaemonSet":
+		what = "DaemonSet " + pod.Owner.Name + " pod"
+	default:
+		what = "pod mounting a PersistentVolumeClaim"
 	}
 	held = Decision{Action: Skip, Want: ForceDelete}
 	if node.Ready == "True" {
@@ -279,6 +314,12 @@ func (p Policy) partition(pod *events.PodState, f Facts) (held Decision, ok bool
 		}
 		held.Reason = ReasonStatefulSetOnNode
 		held.Message = fmt.Sprintf("%s on node %s that is still Ready: force deletion could run two copies of one identity", what, node.Name)
+		if kind == "DaemonSet" {
+			held.Message = fmt.Sprintf("%s on node %s that is still Ready: force deletion lets the DaemonSet controller start a second agent on that node while the first may still run", what, node.Name)
+		}
+		if outOfService {
+			held.Message += fmt.Sprintf(" (the node carries %s but is Ready: it came back, and the taint releases a pod only on a node that is not Ready)", events.TaintOutOfService)
+		}
 		return held, false
 	}
 	held.Reason = ReasonNodeNotDown

@@ -54,8 +54,17 @@ func outOfService() *events.NodeState {
 	return n
 }
 
+// readyOutOfService is node n1, Ready again after a non-graceful shutdown,
+// its out-of-service taint not yet removed.
+func readyOutOfService() *events.NodeState {
+	n := outOfService()
+	n.Ready = "True"
+	return n
+}
+
 func TestDecide(t *testing.T) {
 	sts := func(p *events.PodState) { p.Owner = &events.Owner{Kind: "StatefulSet", Name: "db"} }
+	ds := func(p *events.PodState) { p.Owner = &events.Owner{Kind: "DaemonSet", Name: "agent"} }
 	finalizers := func(p *events.PodState) { p.Finalizers = 2 }
 	optOut := func(p *events.PodState) { p.Labels = map[string]string{events.LabelOptOut: ""} }
 	inNS := func(ns string) func(*events.PodState) { return func(p *events.PodState) { p.Namespace = ns } }
@@ -122,7 +131,28 @@ func TestDecide(t *testing.T) {
 		{name: "statefulset on node without Ready condition is held", pod: pod(deleting(stuckSince), sts), node: readyNode(""), action: Skip, reason: ReasonNodeNotDown},
 		{name: "statefulset on deleted node", pod: pod(deleting(stuckSince), sts), node: nil, action: ForceDelete, reason: ReasonStuckTerminating},
 		{name: "statefulset on out-of-service node", pod: pod(deleting(stuckSince), sts), node: outOfService(), action: ForceDelete, reason: ReasonStuckTerminating},
-		{name: "out-of-service taint wins over Ready", pod: pod(deleting(stuckSince), sts), node: func() *events.NodeState { n := outOfService(); n.Ready = "True"; return n }(), action: ForceDelete, reason: ReasonStuckTerminating},
+		// PodGC's gcTerminating: the taint releases only a node that is not
+		// Ready; a Ready one came back before the taint was removed.
+		{name: "out-of-service taint on a Ready node holds", pod: pod(deleting(stuckSince), sts), node: readyOutOfService(), action: Skip, reason: ReasonStatefulSetOnNode},
+		{name: "out-of-service taint on a Ready node holds a pvc pod", pod: pod(deleting(stuckSince), pvc), node: readyOutOfService(), action: Skip, reason: ReasonStatefulSetOnNode},
+		{name: "out-of-service taint on an Unknown node releases", pod: pod(deleting(stuckSince), sts), node: func() *events.NodeState { n := outOfService(); n.Ready = "Unknown"; return n }(), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "out-of-service taint on a node without Ready condition releases", pod: pod(deleting(stuckSince), sts), node: func() *events.NodeState { n := outOfService(); n.Ready = ""; return n }(), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "allowStatefulSetOnReadyNode releases a Ready out-of-service node like any Ready node", policy: func(p *Policy) { p.AllowStatefulSetOnReadyNode = true }, pod: pod(deleting(stuckSince), sts), node: readyOutOfService(), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "plain pod on a Ready out-of-service node is force-deleted", pod: pod(deleting(stuckSince)), node: readyOutOfService(), action: ForceDelete, reason: ReasonStuckTerminating},
+		// A DaemonSet pod holds its node: the DaemonSet controller starts a
+		// second agent there as soon as the first is gone from the API.
+		{name: "daemonset pod on ready node is held", pod: pod(deleting(stuckSince), ds), node: readyNode("True"), action: Skip, reason: ReasonStatefulSetOnNode},
+		{name: "daemonset pod on unreachable node is held", pod: pod(deleting(stuckSince), ds), node: readyNode("Unknown"), action: Skip, reason: ReasonNodeNotDown},
+		{name: "daemonset pod on not-ready node is held", pod: pod(deleting(stuckSince), ds), node: readyNode("False"), action: Skip, reason: ReasonNodeNotDown},
+		{name: "daemonset pod on out-of-service node that is not Ready", pod: pod(deleting(stuckSince), ds), node: outOfService(), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "daemonset pod on a Ready out-of-service node is held", pod: pod(deleting(stuckSince), ds), node: readyOutOfService(), action: Skip, reason: ReasonStatefulSetOnNode},
+		{name: "daemonset pod on deleted node", pod: pod(deleting(stuckSince), ds), node: nil, action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "daemonset pod on ready node allowed", policy: func(p *Policy) { p.AllowStatefulSetOnReadyNode = true }, pod: pod(deleting(stuckSince), ds), node: readyNode("True"), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "daemonset pod released by statefulNotReadyTimeout", policy: func(p *Policy) { p.StatefulNotReadyTimeout = 10 * time.Minute },
+			pod: pod(deleting(stuckSince), ds), node: notReadySince("Unknown", t0.Add(-10*time.Minute)), action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "unscheduled daemonset pod is released", pod: pod(deleting(stuckSince), ds, func(p *events.PodState) { p.NodeName = "" }), node: nil, action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "daemonset pod with finalizers reports the finalizers first", pod: pod(deleting(stuckSince), ds, finalizers), node: readyNode("True"), action: Skip, reason: ReasonHasFinalizers},
+		{name: "Failed daemonset pod is deleted on a Ready node", pod: pod(failed("Evicted"), ds), node: readyNode("True"), action: Delete, reason: ReasonFailedPod},
 		{name: "pvc pod on unreachable node is held", pod: pod(deleting(stuckSince), pvc), node: readyNode("Unknown"), action: Skip, reason: ReasonNodeNotDown},
 		{name: "pvc pod on ready node is held", pod: pod(deleting(stuckSince), pvc), node: readyNode("True"), action: Skip, reason: ReasonStatefulSetOnNode},
 		{name: "pvc pod on out-of-service node", pod: pod(deleting(stuckSince), pvc), node: outOfService(), action: ForceDelete, reason: ReasonStuckTerminating},
