@@ -40,6 +40,8 @@ const (
 	EventHandedOver   = "OpswireCordonHandedOver"
 	EventRefused      = "OpswireCordonRefused"
 	EventActionFailed = "OpswireCordonFailed"
+	// EventDoNotCordonHeld: a node opswire holds is labelled donotcordon.
+	EventDoNotCordonHeld = "OpswireCordonHeldDoNotCordon"
 )
 
 // Service is the actor's name in subjects, ce-source and Event sources.
@@ -124,6 +126,11 @@ type Actuator struct {
 	// yet (nil: none). No other write goes out while it is there, so there is
 	// never more than one.
 	doubt *doubt
+	// refused holds the uids of the release Events this term's recovery
+	// refused (LiveActions), so each is logged and counted once, not on
+	// every recovery attempt; bounded by maxRefused.
+	refusedMu sync.Mutex
+	refused   map[types.UID]struct{}
 }
 
 // NewActuator builds the actuator. rec may be a record.FakeRecorder in tests.
@@ -174,6 +181,10 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 		}
 	}
 	if d.Action == ActionNone {
+		if d.Code == CodeDoNotCordonHeld {
+			a.announceHeld(n, d)
+			return actuate.Outcome{}, nil
+		}
 		a.announced.Reset(n.Name)
 		return actuate.Outcome{}, nil
 	}
@@ -252,7 +263,7 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 		a.simSeq[node.Name]++
 		id := fmt.Sprintf("cordon/%s/%s/%s/%s/%d", node.UID, VerbDryRun, live.Action, node.ResourceVersion, a.simSeq[node.Name])
 		a.publish(VerbDryRun, id, a.payload(VerbDryRun, node.Name, string(node.UID), node.ResourceVersion, live))
-		a.count(live.Action, true)
+		a.count(live, true)
 		a.announced.Reset(n.Name)
 		return actuate.Outcome{}, nil
 	}
@@ -338,7 +349,7 @@ func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked boo
 	live, liveMarked := a.ledger.View(a.cfg.Policy, live) // dry-run: the simulated mark
 	// What the API just said is newer than the mirror: a mark found live is
 	// counted from now on, even while the mirror does not show it.
-	a.ledger.Learn(node.Name, string(node.UID), node.ResourceVersion, apiMarked)
+	a.ledger.Learn(node.Name, string(node.UID), node.ResourceVersion, apiMarked, node.Spec.Unschedulable)
 	if liveMarked && !evicting && a.needsEvicting() {
 		// The mirror showed no mark and the live node has one (another
 		// leader's not shown yet, a person's label): its decision may be a
@@ -539,10 +550,14 @@ func (a *Actuator) answerIntent(ctx context.Context, intent *intentMsg, journale
 // on, which LiveActions reads back), the metrics and the outcome message.
 func (a *Actuator) done(node *corev1.Node, d Decision, o written, rv string, tr trace) {
 	a.announced.Reset(node.Name)
-	a.ledger.RecordAt(node.Name, string(node.UID), rv, d.Action == ActionCordon)
+	if d.Action == ActionCordon {
+		a.ledger.RecordAt(node.Name, string(node.UID), rv, true)
+	} else {
+		a.ledger.RecordRelease(node.Name, string(node.UID), rv, d.Action == ActionHandOver)
+	}
 	a.lastWrite = newestRV(a.lastWrite, rv)
-	a.rec.Eventf(node, corev1.EventTypeNormal, o.reason, "opswire %s (%s): %s", o.verb, a.cfg.Policy.Mode, d.Reason)
-	a.count(d.Action, false)
+	a.rec.Eventf(node, corev1.EventTypeNormal, o.reason, "opswire %s (%s): %s", o.verb, a.effectOf(d), d.Reason)
+	a.count(d, false)
 	a.log.Info().Str("node", node.Name).Str("verb", o.verb).Int("pods", d.Pods).Int("maxPods", d.MaxPods).
 		Int("minPods", d.MinPods).Str("reason", d.Reason).Dur("readMs", tr.read).Dur("recountMs", tr.recount).Dur("nodeReadMs", tr.node).Dur("intentMs", tr.intent).
 		Dur("patchMs", tr.patch).Dur("tookMs", time.Since(tr.start)).Msg("node " + o.verb)
@@ -567,6 +582,25 @@ func (a *Actuator) refuse(n *events.NodeState, d Decision, f Fleet) {
 	p.Cap, _, _ = a.cfg.Policy.CordonLimit(f.Managed)
 	if !a.cfg.DryRun {
 		a.rec.Eventf(nodeRef(n), corev1.EventTypeWarning, EventRefused, "opswire did not %s: %s", d.Action, d.Reason)
+	}
+	a.publish(VerbSkipped, a.refusalID(n, a.simSeq[n.Name]), p)
+}
+
+// announceHeld says, once per episode, that a node opswire holds carries
+// the donotcordon label: opswire leaves it cordoned and marked (it neither
+// releases nor re-applies it), and only a person can end that. Published as
+// skipped (code donotcordon-held, nothing wanted: no action) with a Warning
+// Event, like a refusal; nothing is written to the node.
+func (a *Actuator) announceHeld(n *events.NodeState, d Decision) {
+	if !a.announced.First(n.Name, VerbSkipped+"/"+d.Code) {
+		return
+	}
+	a.log.Warn().Str("node", n.Name).Str("reason", d.Reason).Msg("node opswire holds is labelled donotcordon: left cordoned and marked")
+	a.simSeq[n.Name]++
+	p := a.payload(VerbSkipped, n.Name, n.UID, n.ResourceVersion, d)
+	p.Action = ""
+	if !a.cfg.DryRun {
+		a.rec.Eventf(nodeRef(n), corev1.EventTypeWarning, EventDoNotCordonHeld, "opswire leaves the node as it is: %s", d.Reason)
 	}
 	a.publish(VerbSkipped, a.refusalID(n, a.simSeq[n.Name]), p)
 }
@@ -602,11 +636,11 @@ func (a *Actuator) stale(node, why string) {
 	a.log.Debug().Str("node", node).Str("why", why).Msg("action dropped after re-verification")
 }
 
-func (a *Actuator) count(action Action, dryRun bool) {
+func (a *Actuator) count(d Decision, dryRun bool) {
 	dr := strconv.FormatBool(dryRun)
-	switch action {
+	switch d.Action {
 	case ActionCordon:
-		a.m.Cordons.WithLabelValues(a.cfg.Policy.Mode, dr).Inc()
+		a.m.Cordons.WithLabelValues(a.effectOf(d), dr).Inc()
 	case ActionHandOver:
 		a.m.Handovers.WithLabelValues(dr).Inc()
 	default:
@@ -623,10 +657,19 @@ func (a *Actuator) payload(verb, node, uid, rv string, d Decision) events.Cordon
 		sev = events.SeverityCritical
 	}
 	return events.CordonDecision{
-		Verb: verb, Action: string(d.Action), Mode: a.cfg.Policy.Mode, Node: node, NodeUID: uid,
+		Verb: verb, Action: string(d.Action), Mode: a.effectOf(d), Node: node, NodeUID: uid,
 		Pods: d.Pods, MaxPods: d.MaxPods, MinPods: d.MinPods, Reason: d.Reason, Code: d.Code,
 		Severity: sev, DryRun: a.cfg.DryRun, Time: a.cfg.Now().UTC(), ResourceVersion: rv, Replica: a.cfg.Identity,
 	}
+}
+
+// effectOf is the effect decision d applies or lifts: the one its node's
+// mark lists (Decision.Effect), or the current mode for a new cordon.
+func (a *Actuator) effectOf(d Decision) string {
+	if d.Effect != "" {
+		return d.Effect
+	}
+	return a.cfg.Policy.Mode
 }
 
 // publish hands one audit message to the audit publisher, which keeps it

@@ -2,6 +2,7 @@ package cordon
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -34,6 +35,7 @@ const (
 	CodeMinReached        = "min-reached"        // uncordon: count fell to minPods
 	CodeHolding           = "holding"            // marked, count above minPods: keep it
 	CodeCapReached        = "cap-reached"        // refusal: blast-radius cap
+	CodeDoNotCordonHeld   = "donotcordon-held"   // donotcordon on a node opswire holds: left as is, announced once
 )
 
 // Decision is what one node needs, with the numbers that led to it.
@@ -47,6 +49,11 @@ type Decision struct {
 	// Departed and DepartedEvicted are the node's departure totals the
 	// decision saw; a cordon records them in its mark as the baseline.
 	Departed, DepartedEvicted int
+	// Effect is what the action applies or lifts, as published (the
+	// payload's mode): for a node opswire holds, the effect its mark lists
+	// (a re-apply: the first one missing; a release or handover: the cordon
+	// if listed, else the taint); for a new cordon "" (the current mode).
+	Effect string
 }
 
 // Evaluate decides what one node needs from its state alone. marked says
@@ -55,7 +62,8 @@ type Decision struct {
 // it may know of a mark it wrote that the mirror has not shown yet.
 //
 // The rules, in order:
-//  1. donotcordon label: nothing, whatever else holds.
+//  1. donotcordon label: nothing, whatever else holds (on a node opswire
+//     holds: CodeDoNotCordonHeld, which the actuator announces once).
 //  2. marked, cordoned by opswire's mark, and being drained (most of its
 //     pods evicted through the Eviction API): hand the node over to the
 //     person draining it (remove the mark, keep the cordon).
@@ -77,6 +85,14 @@ type Decision struct {
 func Evaluate(p Policy, n *events.NodeState, marked bool) Decision {
 	d := Decision{Action: ActionNone, Pods: n.Pods, Departed: n.Departed, DepartedEvicted: n.DepartedEvicted}
 	if hasLabel(n, events.LabelDoNotCordon) {
+		if marked {
+			// Nothing either way: the label keeps opswire off the node, so it
+			// neither releases nor re-applies what it holds. The actuator
+			// says so once, or the node would stay cordoned in silence.
+			return d.with(ActionNone, CodeDoNotCordonHeld, "node is labelled %s while it carries opswire's mark (label %s): "+
+				"opswire neither releases nor re-applies it; remove %s to give it back to opswire's rules, "+
+				"or uncordon it and remove the mark by hand", events.LabelDoNotCordon, events.LabelAutoCordon, events.LabelDoNotCordon)
+		}
 		return d.with(ActionNone, CodeDoNotCordon, "node is labelled %s", events.LabelDoNotCordon)
 	}
 	var ok bool
@@ -85,6 +101,11 @@ func Evaluate(p Policy, n *events.NodeState, marked bool) Decision {
 		return d.with(ActionNone, CodeAllocatableAbsent, "node reports no allocatable pods; percentage thresholds cannot apply")
 	}
 	if marked {
+		// What opswire holds the node with is what its mark lists, not the
+		// current mode: a switch of mode or taintKey leaves held nodes as
+		// they are.
+		missing := p.missingEffects(n)
+		d.Effect = p.releaseEffect(n)
 		atMin := n.Pods <= d.MinPods
 		left, evicted, drainedAway := 0, 0, false
 		streak, drainStreak := 0, false
@@ -106,9 +127,12 @@ func Evaluate(p Policy, n *events.NodeState, marked bool) Decision {
 				"opswire removes its mark and leaves the node cordoned until a person uncordons it", streak, n.DepartedUnknown)
 		case atMin:
 			return d.with(ActionUncordon, CodeMinReached, "%d non-terminated pods <= minPods %d", n.Pods, d.MinPods)
-		case n.Pods >= d.MaxPods && p.Managed(n) && !p.applied(n, p.Mode):
-			return d.with(ActionCordon, CodeReapply, "%d non-terminated pods >= maxPods %d and the %s was removed while opswire's mark stayed", n.Pods, d.MaxPods, p.Mode)
+		case n.Pods >= d.MaxPods && p.Managed(n) && len(missing) > 0:
+			d.Effect = missing[0]
+			return d.with(ActionCordon, CodeReapply, "%d non-terminated pods >= maxPods %d and %s removed while opswire's mark stayed",
+				n.Pods, d.MaxPods, describeEffects(missing))
 		default:
+			d.Effect = ""
 			return d.with(ActionNone, CodeHolding, "%d non-terminated pods > minPods %d", n.Pods, d.MinPods)
 		}
 	}
@@ -124,6 +148,15 @@ func Evaluate(p Policy, n *events.NodeState, marked bool) Decision {
 		return d.with(ActionNone, CodeTainted, "node carries the taint %s and not opswire's label: left alone", describeTaint(t))
 	}
 	return d.with(ActionCordon, CodeMaxReached, "%d non-terminated pods >= maxPods %d", n.Pods, d.MaxPods)
+}
+
+// describeEffects names effects in a sentence: "the cordon was", "the
+// cordon and the taint were".
+func describeEffects(effects []string) string {
+	if len(effects) == 1 {
+		return "the " + effects[0] + " was"
+	}
+	return "the " + strings.Join(effects, " and the ") + " were"
 }
 
 func (d Decision) with(a Action, code, format string, args ...any) Decision {

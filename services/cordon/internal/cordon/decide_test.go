@@ -81,7 +81,7 @@ func TestEvaluate(t *testing.T) {
 		{"marked, effect removed, between bounds", seedPolicy("cordon"), node(95), true, ActionNone, CodeHolding},
 		// labels
 		{"donotcordon over max", seedPolicy("cordon"), node(200, withLabel(events.LabelDoNotCordon, "")), false, ActionNone, CodeDoNotCordon},
-		{"donotcordon beats our own mark", seedPolicy("cordon"), node(0, withLabel(events.LabelDoNotCordon, "yes"), unschedulable), true, ActionNone, CodeDoNotCordon},
+		{"donotcordon beats our own mark", seedPolicy("cordon"), node(0, withLabel(events.LabelDoNotCordon, "yes"), unschedulable), true, ActionNone, CodeDoNotCordonHeld},
 		{"control plane excluded", seedPolicy("cordon"), node(200, withLabel(events.LabelControlPlane, "")), false, ActionNone, CodeUnmanaged},
 		{"legacy master excluded", seedPolicy("cordon"), node(200, withLabel(events.LabelMaster, "")), false, ActionNone, CodeUnmanaged},
 		{"control plane included", func() Policy { p := seedPolicy("cordon"); p.IncludeControlPlane = true; return p }(),
@@ -154,7 +154,7 @@ func TestEvaluate(t *testing.T) {
 			node(90, unschedulable, tainted(mark), evicting(90), withMark(EffectTaint)), true, ActionUncordon, CodeMinReached},
 		{"mode switched to taint, mark lists the cordon: handed over", seedPolicy("taint"),
 			node(100, unschedulable, evicting(100), withMark(EffectCordon)), true, ActionHandOver, CodeDrained},
-		{"donotcordon beats a drain", seedPolicy("cordon"), node(100, unschedulable, evicting(100), withLabel(events.LabelDoNotCordon, "")), true, ActionNone, CodeDoNotCordon},
+		{"donotcordon beats a drain", seedPolicy("cordon"), node(100, unschedulable, evicting(100), withLabel(events.LabelDoNotCordon, "")), true, ActionNone, CodeDoNotCordonHeld},
 		// taint mode
 		{"taint mode at max", seedPolicy("taint"), node(100), false, ActionCordon, CodeMaxReached},
 		{"taint mode, person cordoned", seedPolicy("taint"), node(100, unschedulable), false, ActionNone, CodeHeldByOther},

@@ -74,7 +74,7 @@ func TestEvaluatePacedDrain(t *testing.T) {
 		{"a person uncordoned, left the label: released", pol, node(90, cordonedAt(100, base(0, 0)), departed(10, 10)), ActionUncordon, CodeMinReached},
 		{"taint mode: opswire lifts its taint, the drain's cordon stays", withPolicy("taint", func(p *Policy) { p.DrainEvictedPercent = 50 }),
 			node(90, unschedulable, tainted(events.LabelAutoCordon), cordonedAt(100, base(0, 0), EffectTaint), departed(10, 10)), ActionUncordon, CodeMinReached},
-		{"donotcordon beats it", pol, node(90, unschedulable, cordonedAt(100, base(0, 0)), departed(10, 10), withLabel(events.LabelDoNotCordon, "")), ActionNone, CodeDoNotCordon},
+		{"donotcordon beats it", pol, node(90, unschedulable, cordonedAt(100, base(0, 0)), departed(10, 10), withLabel(events.LabelDoNotCordon, "")), ActionNone, CodeDoNotCordonHeld},
 		{"the at-once rule still holds between the bounds", pol, node(95, unschedulable, evicting(60), cordonedAt(100, base(0, 0)), departed(5, 0)), ActionHandOver, CodeDrained},
 	}
 	for _, tc := range tests {

@@ -122,7 +122,7 @@ func (f *Fleets) Live(ctx context.Context, notOlderThan, exclude string) (Fleet,
 		s.Ready = readyOf(n)
 		marked := hasLabel(s, events.LabelAutoCordon)
 		if marked {
-			f.ledger.Learn(n.Name, string(n.UID), n.ResourceVersion, true)
+			f.ledger.Learn(n.Name, string(n.UID), n.ResourceVersion, true, n.Spec.Unschedulable)
 		}
 		if f.policy.Managed(s) {
 			managed++

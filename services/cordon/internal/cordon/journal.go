@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/envelope"
@@ -170,13 +171,29 @@ func patchVisible(p Policy, node *corev1.Node, verb string, d events.CordonDecis
 //     involvedObject.resourceVersion is the node version the write was
 //     decided on. An Event the recorder aggregated (count > 1) stands for
 //     several writes of which only the first's version is known: left out
-//     (docs/cordon.md).
+//     (docs/cordon.md). Events are not authenticated: one that the live
+//     node contradicts (releaseContradicted) is refused, logged and counted
+//     once, neither published nor counted in the window.
+//
+// The Events are listed before the nodes: a release that lands between the
+// two reads is then either missing from both (decided by the next leader) or
+// shows as an unmarked node, never as an Event about a node still marked.
 func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.LiveAction, error) {
-	out, err := a.liveCordons(ctx, since)
+	evs, err := a.releaseEvents(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rel, err := a.liveReleases(ctx, since)
+	marked, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.NodeList, error) {
+		return a.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: markSelector.String()})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes carrying opswire's mark: %w", err)
+	}
+	out, err := a.liveCordons(marked.Items, since)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := a.liveReleases(evs, marked.Items, since)
 	if err != nil {
 		return nil, err
 	}
@@ -186,8 +203,8 @@ func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.
 // EventSource is the component of the Kubernetes Events cordon records.
 const EventSource = "opswire-" + Service
 
-// liveReleases reads the uncordons and handovers of the Events.
-func (a *Actuator) liveReleases(ctx context.Context, since time.Time) ([]actuate.LiveAction, error) {
+// releaseEvents lists opswire-cordon's Events on nodes.
+func (a *Actuator) releaseEvents(ctx context.Context) ([]corev1.Event, error) {
 	sel := fields.AndSelectors(fields.OneTermEqualSelector("source", EventSource),
 		fields.OneTermEqualSelector("involvedObject.kind", "Node")).String()
 	list, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.EventList, error) {
@@ -196,9 +213,19 @@ func (a *Actuator) liveReleases(ctx context.Context, since time.Time) ([]actuate
 	if err != nil {
 		return nil, fmt.Errorf("list opswire-cordon's Events on nodes: %w", err)
 	}
+	return list.Items, nil
+}
+
+// liveReleases rebuilds the uncordons and handovers of the Events, checked
+// against marked, the nodes carrying opswire's label read after them.
+func (a *Actuator) liveReleases(evs []corev1.Event, marked []corev1.Node, since time.Time) ([]actuate.LiveAction, error) {
+	byName := make(map[string]*corev1.Node, len(marked))
+	for i := range marked {
+		byName[marked[i].Name] = &marked[i]
+	}
 	var out []actuate.LiveAction
-	for i := range list.Items {
-		ev := &list.Items[i]
+	for i := range evs {
+		ev := &evs[i]
 		var verb string
 		var action Action
 		sev := events.SeverityInfo
@@ -217,6 +244,10 @@ func (a *Actuator) liveReleases(ctx context.Context, since time.Time) ([]actuate
 		obj := ev.InvolvedObject
 		if ev.Source.Component != EventSource || obj.Kind != "Node" || obj.UID == "" || obj.ResourceVersion == "" ||
 			ev.Count > 1 || at.Before(since) {
+			continue
+		}
+		if why, ok := releaseContradicted(ev, byName[obj.Name]); ok {
+			a.refuseEvent(ev, why)
 			continue
 		}
 		// The message is "opswire <verb> (<mode>): <reason>".
@@ -240,17 +271,69 @@ func (a *Actuator) liveReleases(ctx context.Context, since time.Time) ([]actuate
 	return out, nil
 }
 
-// liveCordons reads the cordons of the marks.
-func (a *Actuator) liveCordons(ctx context.Context, since time.Time) ([]actuate.LiveAction, error) {
-	list, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.NodeList, error) {
-		return a.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: markSelector.String()})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list nodes carrying opswire's mark: %w", err)
+// releaseContradicted reports whether the live node (nil: it carries no
+// opswire label) shows that the release an Event claims did not happen, and
+// why. A release removes opswire's label and mark, so a node of the Event's
+// uid that still carries a mark written before the Event was not released by
+// it: the mark was decided on a version no newer than the one the Event
+// names (a release is decided on a later version than the cordon whose mark
+// it removes, and a cordon after the release on a later one still), or
+// written before the API server created the Event (a genuine Event is
+// created just after its release, so before any cordon that follows it),
+// or its time and version cannot be read (a label without a readable mark).
+// A node re-created under the name, or without the label, contradicts
+// nothing (docs/security.md: what stays possible).
+func releaseContradicted(ev *corev1.Event, node *corev1.Node) (string, bool) {
+	if node == nil || node.UID != ev.InvolvedObject.UID {
+		return "", false
 	}
+	m, ok := readMark(node.Annotations)
+	switch {
+	case !ok:
+		return "the node still carries opswire's label (its mark unreadable)", true
+	case m.RV != "" && !rvNewer(m.RV, ev.InvolvedObject.ResourceVersion):
+		return fmt.Sprintf("the node still carries opswire's mark, decided on version %s, not after the version %s the Event names",
+			m.RV, ev.InvolvedObject.ResourceVersion), true
+	case !m.Time.After(ev.CreationTimestamp.Time):
+		return fmt.Sprintf("the node still carries opswire's mark, written at %s, before the Event was created (%s)",
+			m.Time.UTC().Format(time.RFC3339Nano), ev.CreationTimestamp.UTC().Format(time.RFC3339Nano)), true
+	}
+	return "", false
+}
+
+// refuseEvent logs and counts (opswire_cordon_recovery_events_rejected_total)
+// a release Event the recovery refused, once per Event and term: a retried
+// recovery lists it again.
+func (a *Actuator) refuseEvent(ev *corev1.Event, why string) {
+	a.refusedMu.Lock()
+	_, seen := a.refused[ev.UID]
+	if !seen && ev.UID != "" {
+		if a.refused == nil || len(a.refused) >= maxRefused {
+			a.refused = map[types.UID]struct{}{}
+		}
+		a.refused[ev.UID] = struct{}{}
+	}
+	a.refusedMu.Unlock()
+	if seen {
+		return
+	}
+	a.m.RecoveryRejected.WithLabelValues(rejectedForged).Inc()
+	a.log.Warn().Str("event", ev.Namespace+"/"+ev.Name).Str("reason", ev.Reason).Str("node", ev.InvolvedObject.Name).
+		Str("rv", ev.InvolvedObject.ResourceVersion).Str("why", why).Str("host", ev.Source.Host).
+		Str("reportingController", ev.ReportingController).
+		Msg("release Event contradicted by the live node, refused by the recovery (not published, not counted in the rate window)")
+}
+
+// maxRefused bounds Actuator.refused: past it the set starts over (a flood
+// of forged Events is logged and counted again, never held without bound).
+const maxRefused = 4096
+
+// liveCordons rebuilds the cordons of the marks on marked, the nodes
+// carrying opswire's label.
+func (a *Actuator) liveCordons(marked []corev1.Node, since time.Time) ([]actuate.LiveAction, error) {
 	var out []actuate.LiveAction
-	for i := range list.Items {
-		node := &list.Items[i]
+	for i := range marked {
+		node := &marked[i]
 		m, ok := readMark(node.Annotations)
 		if !ok || m.RV == "" || m.Time.Before(since) {
 			continue

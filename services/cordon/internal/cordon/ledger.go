@@ -34,6 +34,12 @@ type pendingMark struct {
 	// would have written (its departure baseline included), so the simulated
 	// node carries it as the real one would.
 	annotation string
+	// cordoned is, for an entry without the mark, whether the node is
+	// unschedulable without it (nil: the release lifted what the mark
+	// lists): a handover keeps the cordon, and a node read live says. A
+	// view that lifted the cordon of a node handed over would show a
+	// schedulable node over maxPods, a cordon to refuse when the cap is full.
+	cordoned *bool
 }
 
 // NewLedger builds a ledger; simulate is true in dry-run.
@@ -52,6 +58,19 @@ func (l *Ledger) RecordAt(name, uid, rv string, marked bool) {
 	l.pending[name] = pendingMark{uid: uid, marked: marked, rv: rv}
 }
 
+// RecordRelease notes that opswire removed its mark from a node, as of
+// resourceVersion rv: an uncordon (lifts what the mark lists) or a handover
+// (lifts the mark's taints and keeps the cordon).
+func (l *Ledger) RecordRelease(name, uid, rv string, handover bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := pendingMark{uid: uid, rv: rv}
+	if handover {
+		e.cordoned = ptr(true)
+	}
+	l.pending[name] = e
+}
+
 // Simulate notes, in dry-run, a simulated cordon and the mark annotation it
 // would have written.
 func (l *Ledger) Simulate(name, uid, annotation string) {
@@ -63,13 +82,20 @@ func (l *Ledger) Simulate(name, uid, annotation string) {
 // Learn replaces what the ledger believes with what the API just said
 // (a re-verifying GET, a LIST): it is newer than anything the ledger or a
 // lagging mirror hold, so a mark found live is counted until the mirror
-// catches up. In dry-run the simulated marks stay, since the API never
+// catches up, and a node found unmarked is seen with its live cordon
+// (unschedulable). In dry-run the simulated marks stay, since the API never
 // carries them.
-func (l *Ledger) Learn(name, uid, rv string, liveMarked bool) {
+func (l *Ledger) Learn(name, uid, rv string, liveMarked, unschedulable bool) {
 	if l.simulate {
 		return
 	}
-	l.RecordAt(name, uid, rv, liveMarked)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := pendingMark{uid: uid, marked: liveMarked, rv: rv}
+	if !liveMarked {
+		e.cordoned = ptr(unschedulable)
+	}
+	l.pending[name] = e
 }
 
 // SimulatedMarks returns, in dry-run, the nodes a dry run marked (and nil in
@@ -117,8 +143,10 @@ func (l *Ledger) Forget(name string) {
 
 // View returns the node as opswire believes it is: when the ledger holds a
 // mark the state does not show yet (or, in dry-run, a simulated one), a copy
-// with the mark and the policy's effect applied (or removed); and whether
-// the node is marked.
+// with the mark and the policy's effect applied; when it holds a release the
+// state does not show yet, a copy without the mark and without what the
+// release lifted (what the mark lists; a handover keeps the cordon); and
+// whether the node is marked.
 func (l *Ledger) View(p Policy, n *events.NodeState) (*events.NodeState, bool) {
 	marked := l.Marked(n)
 	if marked == hasLabel(n, events.LabelAutoCordon) {
@@ -129,11 +157,11 @@ func (l *Ledger) View(p Policy, n *events.NodeState) (*events.NodeState, bool) {
 	if v.Labels == nil {
 		v.Labels = map[string]string{}
 	}
-	v.Taints = slices.DeleteFunc(slices.Clone(n.Taints), func(t events.Taint) bool {
-		return t.Key == p.TaintKey && t.Effect == "NoSchedule"
-	})
 	if marked {
 		v.Labels[events.LabelAutoCordon] = MarkLabelValue
+		v.Taints = slices.DeleteFunc(slices.Clone(n.Taints), func(t events.Taint) bool {
+			return t.Key == p.TaintKey && t.Effect == "NoSchedule"
+		})
 		if ann := l.simulatedAnnotation(n.Name); ann != "" {
 			v.Annotations = maps.Clone(n.Annotations)
 			if v.Annotations == nil {
@@ -146,11 +174,33 @@ func (l *Ledger) View(p Policy, n *events.NodeState) (*events.NodeState, bool) {
 		} else {
 			v.Unschedulable = true
 		}
-	} else {
-		delete(v.Labels, events.LabelAutoCordon)
+		return &v, marked
+	}
+	// The release lifted what the mark the state still shows lists.
+	effects, taintKeys := p.markEffects(n.Annotations)
+	delete(v.Labels, events.LabelAutoCordon)
+	v.Annotations = maps.Clone(n.Annotations)
+	delete(v.Annotations, events.AnnotationAutoCordon)
+	if slices.Contains(effects, EffectTaint) {
+		v.Taints = slices.DeleteFunc(slices.Clone(n.Taints), func(t events.Taint) bool {
+			return t.Effect == "NoSchedule" && slices.Contains(taintKeys, t.Key)
+		})
+	}
+	switch cordoned := l.releasedCordon(n.Name); {
+	case cordoned != nil:
+		v.Unschedulable = *cordoned
+	case slices.Contains(effects, EffectCordon):
 		v.Unschedulable = false
 	}
 	return &v, marked
+}
+
+// releasedCordon is, for a release the ledger holds, whether the node stays
+// cordoned (nil: the release lifted what the mark lists).
+func (l *Ledger) releasedCordon(name string) *bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pending[name].cordoned
 }
 
 func (l *Ledger) simulatedAnnotation(name string) string {

@@ -21,13 +21,13 @@ func TestLedger(t *testing.T) {
 		{"own write not yet in the mirror", false, func(l *Ledger) { l.Record("n1", "u1", true) }, unmarked(), true, true},
 		{"own release not yet in the mirror", false, func(l *Ledger) { l.Record("n1", "u1", false) }, markedNode(), false, false},
 		{"node replaced: entry ignored", false, func(l *Ledger) { l.Record("n1", "other-uid", true) }, unmarked(), false, false},
-		{"live read contradicts: corrected", false, func(l *Ledger) { l.Record("n1", "u1", true); l.Learn("n1", "u1", "9", false) }, unmarked(), false, false},
+		{"live read contradicts: corrected", false, func(l *Ledger) { l.Record("n1", "u1", true); l.Learn("n1", "u1", "9", false, false) }, unmarked(), false, false},
 		{"forgotten", false, func(l *Ledger) { l.Record("n1", "u1", true); l.Forget("n1") }, unmarked(), false, false},
-		{"mark found live, mirror stale: counted", false, func(l *Ledger) { l.Learn("n1", "u1", "9", true) }, unmarked(), true, true},
-		{"release found live, mirror stale", false, func(l *Ledger) { l.Learn("n1", "u1", "9", false) }, markedNode(), false, false},
+		{"mark found live, mirror stale: counted", false, func(l *Ledger) { l.Learn("n1", "u1", "9", true, false) }, unmarked(), true, true},
+		{"release found live, mirror stale", false, func(l *Ledger) { l.Learn("n1", "u1", "9", false, false) }, markedNode(), false, false},
 		{"mirror newer than the entry: the mirror wins", false, func(l *Ledger) { l.RecordAt("n1", "u1", "5", true) }, unmarked(), false, false},
-		{"dry run ignores what the API says", true, func(l *Ledger) { l.Record("n1", "u1", true); l.Learn("n1", "u1", "9", false) }, unmarked(), true, true},
-		{"dry run keeps the simulated mark", true, func(l *Ledger) { l.Record("n1", "u1", true); l.Learn("n1", "u1", "9", false) }, unmarked(), true, true},
+		{"dry run ignores what the API says", true, func(l *Ledger) { l.Record("n1", "u1", true); l.Learn("n1", "u1", "9", false, false) }, unmarked(), true, true},
+		{"dry run keeps the simulated mark", true, func(l *Ledger) { l.Record("n1", "u1", true); l.Learn("n1", "u1", "9", false, false) }, unmarked(), true, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,7 +24,14 @@ type Metrics struct {
 	// unanswered minus the rest is the write in doubt now, which holds
 	// every other cordon write.
 	WritesInDoubt *prometheus.CounterVec // {how}
+	// RecoveryRejected counts the release Events (OpswireUncordoned,
+	// OpswireCordonHandedOver) a new leader's recovery refused because the
+	// live node contradicts them (LiveActions), by why: forged.
+	RecoveryRejected *prometheus.CounterVec // {why}
 }
+
+// rejectedForged: a release Event the live node shows never happened.
+const rejectedForged = "forged"
 
 // NewMetrics registers the metrics on reg (nil: unregistered, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -48,7 +55,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "opswire_cordon_stale_total", Help: "Actions dropped because the node no longer qualified when re-read from the API.",
 		}),
 		Held: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "opswire_cordon_nodes_cordoned", Help: "Nodes currently carrying opswire's autocordon mark.",
+			Name: "opswire_cordon_nodes_cordoned",
+			Help: "Nodes currently carrying opswire's autocordon mark, including nodes labelled donotcordon since opswire marked them: " +
+				"opswire neither releases nor re-applies those (announced once as skipped, code donotcordon-held) until a person acts.",
 		}),
 		Postponed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "opswire_cordon_releases_postponed_total",
@@ -61,12 +70,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "opswire_cordon_writes_in_doubt_total",
 			Help: "Node writes whose answer was lost (unanswered) and how they were decided (applied, not_applied, unclear, node_deleted, term_ended: left to the next leader); while one is in doubt no other cordon write goes out.",
 		}, []string{"how"}),
+		RecoveryRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opswire_cordon_recovery_events_rejected_total",
+			Help: "Release Events (uncordon, handover) a new leader's recovery refused because the live node still carries the mark they claim to have removed " +
+				"(not published, not counted in the rate window), by why (forged).",
+		}, []string{"why"}),
 	}
 	// The closed label sets start at zero, so rate() and alerts see them
 	// before the first event.
 	for _, r := range []string{"cap-reached", "rate-limited"} {
 		m.Refusals.WithLabelValues(r)
 	}
+	m.RecoveryRejected.WithLabelValues(rejectedForged)
 	for _, h := range []string{doubtUnanswered, doubtApplied, doubtNotApplied, doubtUnclear, doubtNodeDeleted, doubtTermEnded} {
 		m.WritesInDoubt.WithLabelValues(h)
 	}
@@ -75,7 +90,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Handovers.WithLabelValues(d)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Cordons, m.Uncordons, m.Handovers, m.Refusals, m.Failures, m.Stale, m.Held, m.Postponed, m.Reconciles, m.WritesInDoubt)
+		reg.MustRegister(m.Cordons, m.Uncordons, m.Handovers, m.Refusals, m.Failures, m.Stale, m.Held, m.Postponed, m.Reconciles, m.WritesInDoubt,
+			m.RecoveryRejected)
 	}
 	return m
 }

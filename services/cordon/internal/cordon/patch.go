@@ -80,20 +80,23 @@ type patchSpec struct {
 	Taints *[]corev1.Taint `json:"taints,omitempty"`
 }
 
-// cordonPatch marks the node and applies the policy's effect on top of what
-// opswire already applied (a re-apply keeps earlier effects listed).
+// cordonPatch marks the node and applies an effect. On a node that carries
+// opswire's label and a readable mark (a re-apply: a person lifted an effect
+// and left the mark) it puts back exactly the effects and taint keys the
+// mark lists, whatever the current mode and taintKey: a switch of either
+// must not add an effect to the nodes opswire already holds, and the release
+// undoes what the mark lists. Any other node gets the current mode's effect
+// and a fresh mark listing it.
 func cordonPatch(p Policy, node *corev1.Node, d Decision, now time.Time, by string) ([]byte, Mark, error) {
 	m := Mark{Reason: d.Reason, Pods: d.Pods, MaxPods: d.MaxPods, MinPods: d.MinPods, Time: now.UTC(), By: by,
 		Code: d.Code, RV: node.ResourceVersion,
 		Departed: &Departures{Pods: d.Departed, Evicted: d.DepartedEvicted}}
-	if old, ok := readMark(node.Annotations); ok {
-		m.Effects, m.TaintKeys = old.Effects, old.TaintKeys
+	m.Effects, m.TaintKeys = []string{p.Mode}, nil
+	if p.Mode == EffectTaint {
+		m.TaintKeys = []string{p.TaintKey}
 	}
-	if !slices.Contains(m.Effects, p.Mode) {
-		m.Effects = append(m.Effects, p.Mode)
-	}
-	if p.Mode == EffectTaint && !slices.Contains(m.TaintKeys, p.TaintKey) {
-		m.TaintKeys = append(m.TaintKeys, p.TaintKey)
+	if _, ok := readMark(node.Annotations); ok && carriesLabel(node) {
+		m.Effects, m.TaintKeys = p.markEffects(node.Annotations)
 	}
 	ann, err := json.Marshal(m)
 	if err != nil {
@@ -104,20 +107,29 @@ func cordonPatch(p Policy, node *corev1.Node, d Decision, now time.Time, by stri
 		Labels:      map[string]*string{events.LabelAutoCordon: ptr(MarkLabelValue)},
 		Annotations: map[string]*string{events.AnnotationAutoCordon: ptr(string(ann))},
 	}}
-	switch p.Mode {
-	case EffectTaint:
-		if !hasNodeTaint(node, p.TaintKey, corev1.TaintEffectNoSchedule) {
-			taints := append(slices.Clone(node.Spec.Taints), corev1.Taint{
-				Key: p.TaintKey, Value: MarkLabelValue, Effect: corev1.TaintEffectNoSchedule,
-			})
+	if slices.Contains(m.Effects, EffectTaint) {
+		taints := slices.Clone(node.Spec.Taints)
+		for _, k := range m.TaintKeys {
+			if !hasNodeTaint(node, k, corev1.TaintEffectNoSchedule) {
+				taints = append(taints, corev1.Taint{Key: k, Value: MarkLabelValue, Effect: corev1.TaintEffectNoSchedule})
+			}
+		}
+		if len(taints) > len(node.Spec.Taints) {
 			patch.Spec.Taints = &taints
 		}
-	default:
+	}
+	if slices.Contains(m.Effects, EffectCordon) {
 		yes := ptr(true)
 		patch.Spec.Unschedulable = &yes
 	}
 	b, err := json.Marshal(patch)
 	return b, m, err
+}
+
+// carriesLabel reports whether the node carries opswire's label.
+func carriesLabel(node *corev1.Node) bool {
+	_, ok := node.Labels[events.LabelAutoCordon]
+	return ok
 }
 
 // uncordonPatch removes the mark and undoes exactly the effects the mark

@@ -107,12 +107,52 @@ func (p Policy) CordonLimit(managed int) (limit int, setting string, unlimited b
 	return limit, setting, unlimited
 }
 
-// applied reports whether the effect of the given mode is on the node.
-func (p Policy) applied(n *events.NodeState, mode string) bool {
-	if mode == EffectTaint {
-		return hasTaint(n, p.TaintKey, "NoSchedule")
+// markEffects returns what opswire's mark on a node says it applied: the
+// effects and the keys of its NoSchedule taints. A release lifts exactly
+// that and a re-apply puts back exactly that, whatever mode and taintKey are
+// configured now (a switch of either must not rewrite the nodes opswire
+// already holds). Without a readable mark, the current mode's effect.
+func (p Policy) markEffects(annotations map[string]string) (effects, taintKeys []string) {
+	m, ok := readMark(annotations)
+	if !ok {
+		return []string{p.Mode}, []string{p.TaintKey}
 	}
-	return n.Unschedulable
+	taintKeys = m.TaintKeys
+	if len(taintKeys) == 0 && slices.Contains(m.Effects, EffectTaint) {
+		taintKeys = []string{p.TaintKey}
+	}
+	return m.Effects, taintKeys
+}
+
+// missingEffects returns the effects opswire's mark lists that are not on
+// the node (a person lifted them and left the mark), in the mark's order.
+func (p Policy) missingEffects(n *events.NodeState) []string {
+	effects, taintKeys := p.markEffects(n.Annotations)
+	var missing []string
+	for _, e := range effects {
+		switch e {
+		case EffectCordon:
+			if !n.Unschedulable {
+				missing = append(missing, e)
+			}
+		case EffectTaint:
+			if slices.ContainsFunc(taintKeys, func(k string) bool { return !hasTaint(n, k, "NoSchedule") }) {
+				missing = append(missing, e)
+			}
+		}
+	}
+	return missing
+}
+
+// releaseEffect names the effect a release of the node lifts, as its mark
+// lists it: the cordon when listed (a mark listing both lifts both), else
+// the taint.
+func (p Policy) releaseEffect(n *events.NodeState) string {
+	effects, _ := p.markEffects(n.Annotations)
+	if slices.Contains(effects, EffectCordon) {
+		return EffectCordon
+	}
+	return EffectTaint
 }
 
 // heldBySomeoneElse reports an unmarked node that is already cordoned or
