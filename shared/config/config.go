@@ -45,6 +45,37 @@ type Cluster struct {
 	Name string `json:"name"`
 }
 
+// ClusterKey is a cluster name as one token of a NATS KV key. A subject
+// token takes the name as it is (any character but '.', '*', '>' and
+// whitespace: an EKS ARN, a Chinese name), but nats.go refuses every KV key
+// outside [-/_=.a-zA-Z0-9], so such a name built into a key as it is would
+// make every KV call fail. Any other byte is written =XX, the upper-case hex
+// of the UTF-8 byte, and so is a '=' that would read as such an escape. The
+// mapping is one to one (clusters sharing a bucket never share a key) and
+// gives no '.' (one token). A name that is a valid key already keeps it,
+// unless it holds '=' followed by two upper-case hex digits, so upgrading
+// keeps the stored state and the leases of existing clusters.
+func ClusterKey(name string) string {
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case keyByte(c), c == '=' && !(i+2 < len(name) && isUpperHex(name[i+1]) && isUpperHex(name[i+2])):
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "=%02X", c)
+		}
+	}
+	return b.String()
+}
+
+// keyByte reports whether c stands for itself in a ClusterKey.
+func keyByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '/'
+}
+
+func isUpperHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'A' && c <= 'F' }
+
 // Load reads, defaults and validates a configuration file.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
@@ -126,10 +157,8 @@ func Default() *Config {
 // Validate returns every problem found, each naming its field.
 func (c *Config) Validate() error {
 	var errs Errors
-	if c.Cluster.Name == "" {
-		errs.add("cluster.name", "must not be empty")
-	} else if strings.ContainsAny(c.Cluster.Name, ".*> \t") {
-		errs.add("cluster.name", "%q must be one NATS subject token (no '.', '*', '>' or spaces)", c.Cluster.Name)
+	if p := clusterTokenProblem(c.Cluster.Name); p != "" {
+		errs.add("cluster.name", "%q %s", c.Cluster.Name, p)
 	}
 	c.Controller.validate("controller", &errs)
 	c.Kube.validate("kube", &errs)

@@ -1,6 +1,9 @@
 package config
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // DefaultOpsStream is the stream a notifier reads unless notifier.stream
 // names another (a hub's fleet-wide stream).
@@ -71,12 +74,15 @@ func (n *Notifier) validateRouteClusters(p string, clusters []string, errs *Erro
 }
 
 // clusterTokenProblem says why c cannot be a <cluster> subject token, or "".
+// Any other name is accepted: subjects carry it as it is, and KV keys take
+// it through ClusterKey.
 func clusterTokenProblem(c string) string {
 	switch {
 	case c == "":
 		return "must not be empty"
-	case strings.ContainsAny(c, ".*> \t"):
-		return "must be one NATS subject token (no '.', '*', '>' or spaces)"
+	case strings.ContainsAny(c, ".*> \t\r\n\f\x00") || !utf8.ValidString(c):
+		return "must be one NATS subject token: UTF-8 without '.', '*', '>', whitespace or NUL " +
+			"(any other character is fine, e.g. ':', '/', '=' or 北京)"
 	}
 	return ""
 }

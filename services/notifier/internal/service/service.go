@@ -115,7 +115,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
-	l := &lease.Lease{KV: lkv, Key: subject.Encode(rt.Cluster), ID: rt.Options.ID, Duration: c.LeaseDuration.Duration,
+	l := &lease.Lease{KV: lkv, Key: config.ClusterKey(rt.Cluster), ID: rt.Options.ID, Duration: c.LeaseDuration.Duration,
 		RenewDeadline: c.RenewDeadline.Duration, RetryPeriod: c.RetryPeriod.Duration, Log: rt.Log,
 		OnChange: func(on bool) { activeGauge.Set(map[bool]float64{true: 1}[on]) }}
 	rt.Log.Info().Str("lease", lease.Bucket+"/"+l.Key).Str("id", l.ID).Msg("notifier standing by until it holds the lease")

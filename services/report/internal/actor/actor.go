@@ -53,10 +53,24 @@ type Deps struct {
 	MaxPayload int64
 	Log        zerolog.Logger
 	Registry   prometheus.Registerer
-	// Getenv reads $TZ; Now is the clock. Both default to the real ones.
+	// Getenv reads $TZ (required); Clock defaults to the real one.
 	Getenv func(string) string
-	Now    func() time.Time
+	Clock  Clock
 }
+
+// Clock is the actor's time. Now is the wall clock, in which schedules are
+// written. After is a timer, and Go timers run on the monotonic clock, which
+// stops while the machine is suspended and ignores steps of the wall clock
+// (NTP): a wait on it can end long after the wall time it was meant for.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Actor is one replica of the report service.
 type Actor struct {
@@ -67,7 +81,7 @@ type Actor struct {
 	maxPayload int
 	log        zerolog.Logger
 	reg        prometheus.Registerer
-	now        func() time.Time
+	clock      Clock
 	sched      *schedule.Schedule
 	opts       restarts.Options
 	thresholds images.Thresholds
@@ -93,8 +107,8 @@ func New(d Deps) (*Actor, error) {
 	if d.Getenv == nil {
 		return nil, errors.New("actor: Getenv is required")
 	}
-	if d.Now == nil {
-		d.Now = time.Now
+	if d.Clock == nil {
+		d.Clock = realClock{}
 	}
 	sr := d.Config.SendReport
 	loc, err := schedule.Location(sr.Timezone, d.Getenv)
@@ -111,11 +125,14 @@ func New(d Deps) (*Actor, error) {
 	}
 	return &Actor{
 		cfg: d.Config, cluster: d.Cluster, js: d.JS, nc: d.NC, maxPayload: maxPayload,
-		log: d.Log, reg: d.Registry, now: d.Now, sched: sched,
+		log: d.Log, reg: d.Registry, clock: d.Clock, sched: sched,
 		opts: restarts.OptionsFrom(sr), thresholds: images.ThresholdsFrom(d.Config.ImageAlert),
 		m: newMetrics(d.Registry), run: make(chan struct{}, 1),
 	}, nil
 }
+
+// now reads the wall clock.
+func (a *Actor) now() time.Time { return a.clock.Now() }
 
 // lockRun takes the run slot, or gives up when ctx ends.
 func (a *Actor) lockRun(ctx context.Context) error {

@@ -30,13 +30,15 @@ import (
 
 const cluster = "unit"
 
-// env is a real embedded NATS server with the KUBE and OPS streams.
+// env is a real embedded NATS server with the KUBE and OPS streams, and the
+// cluster whose states it publishes and whose leaders it runs.
 type env struct {
-	t   *testing.T
-	ctx context.Context
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	rv  int
+	t       *testing.T
+	ctx     context.Context
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	rv      int
+	cluster string
 }
 
 func newEnv(t *testing.T) *env {
@@ -47,14 +49,14 @@ func newEnv(t *testing.T) *env {
 	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, ctx: ctx, nc: nc, js: js}
+	return &env{t: t, ctx: ctx, nc: nc, js: js, cluster: cluster}
 }
 
 // publish stores a KUBE state the way the watcher does.
 func (e *env) publish(subj, typ string, payload any) {
 	e.t.Helper()
 	e.rv++
-	ev, err := envelope.New(fmt.Sprintf("%s/%d", subj, e.rv), envelope.Source(cluster, "watcher"), typ, "", payload, time.Now())
+	ev, err := envelope.New(fmt.Sprintf("%s/%d", subj, e.rv), envelope.Source(e.cluster, "watcher"), typ, "", payload, time.Now())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func (e *env) publish(subj, typ string, payload any) {
 }
 
 func (e *env) pod(ns, name string, restarts int32) {
-	e.publish(subject.Pod(cluster, ns, name), events.TypePod, events.PodState{
+	e.publish(subject.Pod(e.cluster, ns, name), events.TypePod, events.PodState{
 		Op: events.OpUpsert, UID: ns + "-" + name, Namespace: ns, Name: name, NodeName: "n1", Phase: "Running",
 		Owner:      &events.Owner{Kind: "Deployment", Name: name},
 		Containers: []events.Container{{Name: "app", Restarts: restarts, LastReason: "OOMKilled", LastExitCode: 137}},
@@ -74,7 +76,7 @@ func (e *env) pod(ns, name string, restarts int32) {
 func (e *env) node(name string, imageBytes int64) { e.nodeUID(name, name+"-uid", imageBytes) }
 
 func (e *env) nodeUID(name, uid string, imageBytes int64) {
-	e.publish(subject.Node(cluster, name), events.TypeNode, events.NodeState{
+	e.publish(subject.Node(e.cluster, name), events.TypeNode, events.NodeState{
 		Op: events.OpUpsert, UID: uid, Name: name, ResourceVersion: strconv.Itoa(e.rv + 1),
 		ImageBytes: imageBytes, ImageCount: 50, ImagesTruncated: true, EphemeralBytes: 1 << 40,
 	})
@@ -153,7 +155,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 func (e *env) lead(cfg *config.Config) (a *Actor, reg *prometheus.Registry, stop func()) {
 	e.t.Helper()
 	reg = prometheus.NewRegistry()
-	a, err := New(Deps{Config: cfg, Cluster: cluster, JS: e.js, NC: e.nc, MaxPayload: e.nc.MaxPayload(),
+	a, err := New(Deps{Config: cfg, Cluster: e.cluster, JS: e.js, NC: e.nc, MaxPayload: e.nc.MaxPayload(),
 		Log: zerolog.Nop(), Registry: reg, Getenv: func(string) string { return "" }})
 	if err != nil {
 		e.t.Fatal(err)
@@ -191,7 +193,7 @@ func (e *env) request() RunReply {
 	e.t.Helper()
 	var reply RunReply
 	eventually(e.t, 10*time.Second, "an answer to the report request", func() bool {
-		m, err := e.nc.Request(subject.Ctl(cluster, Service, "run"), nil, 5*time.Second)
+		m, err := e.nc.Request(subject.Ctl(e.cluster, Service, "run"), nil, 5*time.Second)
 		if err != nil {
 			return false // no responder yet
 		}
@@ -423,8 +425,9 @@ func scheduledOnly(rs []events.RestartReport) []events.RestartReport {
 	return out
 }
 
-// A fleet hub's OPS deduplicates across clusters: two clusters' reports of the
-// same tick must not share an id.
+// Clusters on one NATS system share its OPS stream, which deduplicates
+// Nats-Msg-Id across all its subjects: two clusters' reports of the same
+// tick must not share an id.
 func TestScheduledIDNamesTheCluster(t *testing.T) {
 	tick := time.Date(2025, 1, 6, 2, 0, 0, 0, time.UTC)
 	if a, b := ScheduledID("a", tick), ScheduledID("b", tick); a == b {
@@ -432,6 +435,65 @@ func TestScheduledIDNamesTheCluster(t *testing.T) {
 	}
 	if got, want := ScheduledID("prod", tick), "report/prod/restarts/2025-01-06T02:00:00Z"; got != want {
 		t.Fatalf("ScheduledID = %s, want %s", got, want)
+	}
+}
+
+// TestClustersOnOneNATSStoreTheirOwnReportOfATick: two clusters on one
+// NATS system, one OPS stream, the same schedule. Each tick gets one report
+// per cluster, each stored at the first publish under its own id: none is
+// answered as a duplicate of the other cluster's report, and none is taken
+// for the suppression of a foreign message (which republishes it under a
+// fallback id and counts opswire_publish_suppressed_total, a sign of
+// tampering).
+func TestClustersOnOneNATSStoreTheirOwnReportOfATick(t *testing.T) {
+	foreign := func() float64 { return testutil.ToFloat64(natsx.Suppressed.WithLabelValues("foreign")) }
+	before := foreign()
+	e := newEnv(t)
+	ops := e.collect("ops.*.report.restarts")
+	cfg := testConfig(t, "sendReport:\n  schedule: \"@every 1s\"\nimageAlert:\n  enable: false\n")
+	leaders := map[string]*Actor{}
+	for _, name := range []string{"a", "b"} {
+		ce := *e
+		ce.cluster = name
+		ce.pod("shop", "crashy", 150)
+		c := *cfg
+		c.Cluster.Name = name
+		leaders[name], _, _ = ce.lead(&c)
+	}
+	// tick → cluster (the subject's) → Nats-Msg-Id it was stored under
+	ticks := map[time.Time]map[string]string{}
+	eventually(t, 10*time.Second, "two ticks reported by both clusters", func() bool {
+		ops.mu.Lock()
+		defer ops.mu.Unlock()
+		clear(ticks)
+		both := 0
+		for _, m := range ops.msgs {
+			var r events.RestartReport
+			if _, err := envelope.Decode(m.Headers(), m.Data(), events.TypeRestartReport, &r); err != nil || r.OnDemand {
+				continue
+			}
+			if ticks[r.Tick] == nil {
+				ticks[r.Tick] = map[string]string{}
+			}
+			ticks[r.Tick][strings.Split(m.Subject(), ".")[1]] = m.Headers().Get(envelope.HeaderMsgID)
+			if len(ticks[r.Tick]) == 2 {
+				both++
+			}
+		}
+		return both >= 2
+	})
+	for tick, ids := range ticks {
+		if len(ids) == 2 && ids["a"] == ids["b"] {
+			t.Fatalf("tick %s: both clusters' reports stored under the id %s", tick, ids["a"])
+		}
+	}
+	for name, a := range leaders {
+		if n := testutil.ToFloat64(a.m.reports.WithLabelValues(triggerSchedule, "duplicate")); n != 0 {
+			t.Errorf("cluster %s: %v scheduled reports answered as duplicates", name, n)
+		}
+	}
+	if n := foreign() - before; n != 0 {
+		t.Errorf("%v reports taken for suppressed by a foreign message", n)
 	}
 }
 

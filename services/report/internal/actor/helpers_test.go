@@ -4,11 +4,18 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opswire/opswire/services/report/internal/store"
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/events"
 )
+
+// wallClock is a test clock: the given wall clock, real timers.
+type wallClock func() time.Time
+
+func (c wallClock) Now() time.Time                       { return c() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 func kvStore(t *testing.T, e *env) *store.Store {
 	t.Helper()
@@ -16,7 +23,7 @@ func kvStore(t *testing.T, e *env) *store.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return store.New(kv, cluster)
+	return store.New(kv, e.cluster)
 }
 
 func TestFitPayload(t *testing.T) {

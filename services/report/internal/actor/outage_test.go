@@ -70,7 +70,7 @@ func TestReportTickAcrossNATSOutage(t *testing.T) {
 	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ctx: ctx, nc: nc, js: js}
+	e := &env{t: t, ctx: ctx, nc: nc, js: js, cluster: cluster}
 	e.pod("shop", "crashy", 150)
 
 	// Hourly: the only tick in the test is the one the clock is held before.
@@ -81,7 +81,7 @@ func TestReportTickAcrossNATSOutage(t *testing.T) {
 	}
 	clock := &outageClock{tick: probe.sched.Next(time.Now())}
 	a, err := New(Deps{Config: cfg, Cluster: cluster, JS: js, NC: nc, MaxPayload: nc.MaxPayload(),
-		Log: zerolog.Nop(), Registry: prometheus.NewRegistry(), Getenv: func(string) string { return "" }, Now: clock.now})
+		Log: zerolog.Nop(), Registry: prometheus.NewRegistry(), Getenv: func(string) string { return "" }, Clock: wallClock(clock.now)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestTickAfterARetriedTickIsNotLostSilently(t *testing.T) {
 	if err := natsx.EnsureStreams(ctx, js, config.Default().NATS); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ctx: ctx, nc: nc, js: js}
+	e := &env{t: t, ctx: ctx, nc: nc, js: js, cluster: cluster}
 	e.pod("shop", "crashy", 150)
 	cfg := testConfig(t, "sendReport:\n  schedule: \"@every 6s\"\nimageAlert:\n  enable: false\n")
 	a, err := New(Deps{Config: cfg, Cluster: cluster, JS: js, NC: nc, MaxPayload: nc.MaxPayload(),
@@ -265,7 +265,7 @@ func TestTickBetweenScheduleStartAndCatchUpRunsOnce(t *testing.T) {
 	}
 	clock := &steppingClock{tick: tick}
 	a, err := New(Deps{Config: cfg, Cluster: cluster, JS: e.js, NC: e.nc, MaxPayload: e.nc.MaxPayload(),
-		Log: zerolog.Nop(), Registry: prometheus.NewRegistry(), Getenv: func(string) string { return "" }, Now: clock.now})
+		Log: zerolog.Nop(), Registry: prometheus.NewRegistry(), Getenv: func(string) string { return "" }, Clock: wallClock(clock.now)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,8 +31,12 @@ const headerRoom = 4 << 10
 
 // ScheduledID is the id of the report of one schedule tick: the same on every
 // replica, so JetStream stores one report per tick whoever sends it. It names
-// the cluster because a fleet hub's OPS deduplicates across the clusters it
-// sources, and clusters often share a schedule.
+// the cluster because clusters on one NATS system share its OPS stream, which
+// deduplicates Nats-Msg-Id across all its subjects, and clusters often share
+// a schedule: with the tick alone, each tick's second report would be
+// answered as a duplicate of the first cluster's, taken by PublishEvent for
+// a foreign message suppressing it, and republished under a fallback id,
+// logged and counted as suppressed.
 func ScheduledID(cluster string, tick time.Time) string {
 	return "report/" + cluster + "/restarts/" + tick.UTC().Format(time.RFC3339)
 }

@@ -117,21 +117,27 @@ func (r *reporter) tick(ctx context.Context, tick time.Time) {
 	}
 }
 
+// wakeEvery bounds how long the scheduler trusts one timer. Timers follow
+// the monotonic clock, which stops while the machine is suspended and
+// ignores forward steps of the wall clock: one timer armed for a week's wait
+// would fire hours after Monday 10:00 on a machine that slept through it,
+// past the tick's catch-up window, and the tick would count as missed.
+const wakeEvery = time.Minute
+
 // waitUntil sleeps until the wall clock reaches t; false when ctx ended.
-// It re-checks the clock after waking, so a wall-clock step back (NTP) cannot
-// make a tick fire early.
+// It reads the wall clock at least every wakeEvery, so a tick passed while
+// the monotonic clock stood still runs at most that late; and after every
+// wake, so a wall-clock step back (NTP) cannot make a tick fire early.
 func (r *reporter) waitUntil(ctx context.Context, t time.Time) bool {
 	for {
 		d := t.Sub(r.a.now())
 		if d <= 0 {
 			return true
 		}
-		timer := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
-			timer.Stop()
 			return false
-		case <-timer.C:
+		case <-r.a.clock.After(min(d, wakeEvery)):
 		}
 	}
 }

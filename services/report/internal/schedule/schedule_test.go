@@ -260,3 +260,36 @@ func TestLocationFollowsCRONTZ(t *testing.T) {
 		t.Fatalf("@every: Location() = %s, want UTC (its grid)", s.Location())
 	}
 }
+
+// TestHourlyTicksPerLocalDay: an hourly cron line ticks once per local
+// hour of the day: 24 on the day the clock goes back (the repeated hour
+// ticks once), 23 on the day it goes forward (the skipped hour has no
+// ticks of its own), as docs/report.md says.
+func TestHourlyTicksPerLocalDay(t *testing.T) {
+	ny := mustLoc(t, "America/New_York")
+	s, err := Parse("0 * * * *", ny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		day  time.Time
+		want int
+	}{
+		{"an ordinary day", time.Date(2025, 1, 15, 0, 0, 0, 0, ny), 24},
+		{"the clock goes back (25 hours long)", time.Date(2025, 11, 2, 0, 0, 0, 0, ny), 24},
+		{"the clock goes forward (23 hours long)", time.Date(2025, 3, 9, 0, 0, 0, 0, ny), 23},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			end := tc.day.AddDate(0, 0, 1)
+			n := 0
+			for at := s.Next(tc.day.Add(-time.Second)); at.Before(end); at = s.Next(at) {
+				n++
+			}
+			if n != tc.want {
+				t.Fatalf("%d hourly ticks on %s, want %d", n, tc.day.Format(time.DateOnly), tc.want)
+			}
+		})
+	}
+}

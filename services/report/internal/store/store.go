@@ -4,7 +4,9 @@
 // mode, and what was last alerted per node (so a restart does not re-alert).
 //
 // Keys are prefixed with the cluster, because several clusters may share one
-// NATS system and one bucket:
+// NATS system and one bucket. <cluster> is config.ClusterKey of the name:
+// KV keys allow fewer characters than cluster.name does (eu:prod is
+// eu=3Aprod):
 //
 //	<cluster>.tick.last              RFC 3339 time of the last scheduled report sent
 //	<cluster>.baseline.time          RFC 3339 time the baseline was taken
@@ -25,20 +27,31 @@ import (
 
 	"github.com/opswire/opswire/services/report/internal/images"
 	"github.com/opswire/opswire/services/report/internal/restarts"
+	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/subject"
 )
 
 // Bucket is the KV bucket of the report actor.
 const Bucket = "opswire_report"
 
+// markerTTL is how long a purge marker stays in the bucket. A purge leaves
+// a marker per key (one per pod UID that ever restarted, per node that
+// ever alerted), and every leader's load reads every marker under its
+// prefix: without a TTL they pile up for ever. Nothing here needs a marker
+// for long: only a load running at the moment of the purge reads it.
+var markerTTL = time.Hour
+
 // Open creates the bucket if needed (idempotent, so replicas may race).
+// LimitMarkerTTL lets purges give their markers a TTL (it turns on the
+// stream's per-message TTLs, which nats-server never turns off again).
 func Open(ctx context.Context, js jetstream.KeyValueManager, replicas int) (jetstream.KeyValue, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      Bucket,
-		Description: "opswire report actor: last tick, increase-mode baseline, image alert memory",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
+		Bucket:         Bucket,
+		Description:    "opswire report actor: last tick, increase-mode baseline, image alert memory",
+		History:        1,
+		Storage:        jetstream.FileStorage,
+		Replicas:       replicas,
+		LimitMarkerTTL: markerTTL,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("KV bucket %s: %w", Bucket, err)
@@ -54,7 +67,7 @@ type Store struct {
 
 // New wraps a bucket for one cluster.
 func New(kv jetstream.KeyValue, cluster string) *Store {
-	return &Store{kv: kv, prefix: subject.Encode(cluster) + "."}
+	return &Store{kv: kv, prefix: config.ClusterKey(cluster) + "."}
 }
 
 func (s *Store) key(parts ...string) string { return s.prefix + strings.Join(parts, ".") }
@@ -97,13 +110,22 @@ func (s *Store) SetLastTick(ctx context.Context, tick time.Time) error {
 	return s.putTime(ctx, s.key("tick", "last"), tick)
 }
 
-// each calls fn with every live entry under the filter.
+// purge removes a key, leaving a marker that expires after markerTTL.
+func (s *Store) purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	return s.kv.Purge(ctx, key, append(opts, jetstream.PurgeTTL(markerTTL))...)
+}
+
+// each calls fn with every live entry under the filter. Markers it meets
+// that have outlived their TTL twice over have none (a build before
+// markerTTL left them, or a purge made while the bucket had no TTLs): they
+// are purged again, with a TTL, if nothing was written to the key since.
 func (s *Store) each(ctx context.Context, filter string, fn func(jetstream.KeyValueEntry) error) error {
-	w, err := s.kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	w, err := s.kv.Watch(ctx, filter)
 	if err != nil {
 		return fmt.Errorf("KV watch %s: %w", filter, err)
 	}
 	defer func() { _ = w.Stop() }()
+	var stale []jetstream.KeyValueEntry
 	for {
 		select {
 		case <-ctx.Done():
@@ -113,7 +135,19 @@ func (s *Store) each(ctx context.Context, filter string, fn func(jetstream.KeyVa
 				return errors.New("KV watch closed")
 			}
 			if e == nil { // all current values delivered
+				for _, m := range stale {
+					err := s.purge(ctx, m.Key(), jetstream.LastRevision(m.Revision()))
+					if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+						return fmt.Errorf("KV purge old marker %s: %w", m.Key(), err)
+					}
+				}
 				return nil
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				if time.Since(e.Created()) > 2*markerTTL {
+					stale = append(stale, e)
+				}
+				continue
 			}
 			if err := fn(e); err != nil {
 				return err
@@ -158,7 +192,7 @@ func (s *Store) SaveBaseline(ctx context.Context, next, old *restarts.Baseline) 
 		}
 	}
 	for _, uid := range remove {
-		if err := s.kv.Purge(ctx, s.key("baseline", "pod", uid)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if err := s.purge(ctx, s.key("baseline", "pod", uid)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return fmt.Errorf("KV purge baseline of pod %s: %w", uid, err)
 		}
 	}
@@ -186,7 +220,7 @@ func (s *Store) LoadImageMemory(ctx context.Context) (map[string]images.Memory, 
 		return nil, err
 	}
 	for _, key := range stale {
-		if err := s.kv.Purge(ctx, prefix+key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if err := s.purge(ctx, prefix+key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, fmt.Errorf("KV purge stale image memory %s: %w", key, err)
 		}
 	}
@@ -204,7 +238,7 @@ func (s *Store) SaveImageMemory(ctx context.Context, uid string, m images.Memory
 
 // DeleteImageMemory forgets the node uid (deleted or replaced).
 func (s *Store) DeleteImageMemory(ctx context.Context, uid string) error {
-	err := s.kv.Purge(ctx, s.key("images", subject.Encode(uid)))
+	err := s.purge(ctx, s.key("images", subject.Encode(uid)))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("KV purge image memory of node %s: %w", uid, err)
 	}
