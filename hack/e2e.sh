@@ -17,7 +17,7 @@ rc=${PIPESTATUS[0]}
 
 # The ten slowest top-level tests, to keep the run within its budget.
 echo ">> the ten slowest end-to-end tests"
-awk '/^--- (PASS|FAIL): / { t = $4; gsub(/[()s]/, "", t); printf "%8.1fs  %s %s\n", t, $3, $2 }' "$out" |
+awk '/^--- (PASS|FAIL): / { t = $4; gsub(/[()s]/, "", t); sub(/:$/, "", $2); printf "%8.1fs  %s %s\n", t, $3, $2 }' "$out" |
 	sort -rn | head -10
 [ "$rc" -eq 0 ] && exit 0
 

@@ -45,9 +45,11 @@ type Window struct {
 	pending int         // held slots whose action is not over (Slot)
 }
 
-// NewWindow builds a window of max actions per per.
+// NewWindow builds a window of max actions per per. Its memory grows with
+// the actions it holds, not with max: a generous limit costs nothing until
+// it is used.
 func NewWindow(max int, per time.Duration) *Window {
-	return &Window{Max: max, Per: per, times: make([]time.Time, 0, max)}
+	return &Window{Max: max, Per: per, times: make([]time.Time, 0, min(max, 64))}
 }
 
 // Reserve takes a slot for an action done at now. It returns 0 when a slot
