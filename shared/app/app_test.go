@@ -197,3 +197,26 @@ func TestNATSReconnectBuffer(t *testing.T) {
 		}
 	}
 }
+
+// --check-config names the trade-off of cordon's taint mode (DaemonSet pods
+// deleted on a tainted node are not re-created) before the service runs.
+func TestCheckConfigWarnsOfTaintMode(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		mode string
+		warn bool
+	}{{"cordon", false}, {"taint", true}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			path := filepath.Join(dir, tc.mode+".yml")
+			if err := os.WriteFile(path, []byte("autoCordon:\n  mode: "+tc.mode+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			code := Run(Spec{Service: "cordon", Actor: true}, []string{"--check-config", "--config", path},
+				func(string) string { return "" }, &stdout, &stderr, func(context.Context, *Runtime) error { return nil })
+			if code != ExitOK || strings.Contains(stderr.String(), "DaemonSet") != tc.warn {
+				t.Fatalf("exit %d, stderr %q; want 0 and a DaemonSet warning %v", code, stderr.String(), tc.warn)
+			}
+		})
+	}
+}

@@ -35,6 +35,11 @@ func checkConfig(spec Spec, opts Options, stdout, stderr io.Writer) int {
 		}
 		return ExitUsage
 	}
+	if spec.Service == "cordon" {
+		for _, w := range cfg.AutoCordon.Warnings() {
+			fmt.Fprintf(stderr, "%s: warning: %s\n", spec.Binary(), w)
+		}
+	}
 	if !checkLease(spec, opts, cfg, stdout, stderr) {
 		return ExitUsage
 	}

@@ -183,3 +183,23 @@ func (a *AutoCordon) Selector() labels.Selector {
 	}
 	return s
 }
+
+// Warnings names the trade-offs of a valid section that a person should have
+// chosen knowingly; the service logs them at start-up.
+//
+// Taint mode: DaemonSet pods tolerate a cordon (the DaemonSet controller adds
+// a toleration of node.kubernetes.io/unschedulable to every one) but not a
+// NoSchedule taint of opswire's key, so on a node opswire has tainted, a
+// DaemonSet pod that is deleted (a rolling update of a CNI or a log agent) is
+// not re-created until the taint is lifted. A warning rather than a refusal:
+// a DaemonSet can be given the toleration, and an existing taint-mode
+// deployment must not stop starting on an upgrade.
+func (a *AutoCordon) Warnings() []string {
+	if !a.Enable || a.Mode != CordonModeTaint {
+		return nil
+	}
+	return []string{fmt.Sprintf("autoCordon.mode is %q: DaemonSet pods do not tolerate the taint %s:NoSchedule, "+
+		"so on a node opswire has tainted a DaemonSet pod that is deleted (a rolling update of a CNI or log agent) "+
+		"is not re-created until opswire lifts the taint; give such DaemonSets a toleration of %s, "+
+		"or use mode %q, which DaemonSet pods tolerate", a.Mode, a.TaintKey, a.TaintKey, CordonModeCordon)}
+}

@@ -62,7 +62,7 @@ func TestAutoCordonValidation(t *testing.T) {
 		{"negative node cap", "maxCordonedNodes: -1", "autoCordon.maxCordonedNodes"},
 		{"percent cap over 100", "maxCordonedPercent: 101", "autoCordon.maxCordonedPercent"},
 		{"no actions per minute", "maxActionsPerMinute: 0", "autoCordon.maxActionsPerMinute"},
-		{"actions per minute beyond any window", "maxActionsPerMinute: 1000000000", "autoCordon.maxActionsPerMinute"},
+		{"actions per minute beyond any window", "maxActionsPerMinute: 2000000", "autoCordon.maxActionsPerMinute"},
 		{"cap counts marks", "capCounts: marks", ""},
 		{"unknown cap counts", "capCounts: all", "autoCordon.capCounts"},
 		{"taint key lists", "ignoreTaintKeys: [dedicated, 'example.com/*', '*']\nalwaysCountTaintKeys: [ToBeDeletedByClusterAutoscaler]", ""},
@@ -93,6 +93,40 @@ func TestAutoCordonValidation(t *testing.T) {
 				}
 			}
 			t.Fatalf("error %v does not name %s", err, tc.field)
+		})
+	}
+}
+
+func TestAutoCordonWarnsOfTaintModesTradeOff(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string // substrings of the one warning; nil: none
+	}{
+		{"cordon mode", "autoCordon:\n  mode: cordon\n", nil},
+		{"taint mode", "autoCordon:\n  mode: taint\n  taintKey: example.com/full\n",
+			[]string{"DaemonSet", "example.com/full:NoSchedule", "not re-created", "toleration", `"cordon"`}},
+		{"taint mode, disabled", "autoCordon:\n  enable: false\n  mode: taint\n", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := c.AutoCordon.Warnings()
+			if tc.want == nil {
+				if len(got) != 0 {
+					t.Fatalf("warnings %q, want none", got)
+				}
+				return
+			}
+			if len(got) != 1 {
+				t.Fatalf("warnings %q, want one", got)
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(got[0], s) {
+					t.Errorf("warning %q does not say %q", got[0], s)
+				}
+			}
 		})
 	}
 }

@@ -298,7 +298,9 @@ func (a *Actuator) reverify(ctx context.Context, n *events.NodeState, marked boo
 		err      error
 	)
 	start := time.Now()
-	evicting := marked && a.needsEvicting()
+	// Before a release too: none while an eviction is in flight
+	// (CodeEvictionInFlight), whatever the mirror has seen of it.
+	evicting := marked && (a.needsEvicting() || want.Action == ActionUncordon)
 	wg.Go(func() {
 		c, countErr = a.recount.count(ctx, n.Name, n.PodsResourceVersion, evicting)
 		tr.recount = time.Since(start)

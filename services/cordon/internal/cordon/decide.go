@@ -36,6 +36,7 @@ const (
 	CodeHolding           = "holding"            // marked, count above minPods: keep it
 	CodeCapReached        = "cap-reached"        // refusal: blast-radius cap
 	CodeDoNotCordonHeld   = "donotcordon-held"   // donotcordon on a node opswire holds: left as is, announced once
+	CodeEvictionInFlight  = "eviction-in-flight" // marked, at minPods, a pod being evicted: no release while it is
 )
 
 // Decision is what one node needs, with the numbers that led to it.
@@ -72,14 +73,21 @@ type Decision struct {
 //     Eviction API, Policy.drainedAway), or the recent departures are a
 //     streak of at least two evictions or departures of unknown final state
 //     (Policy.drainStreak): hand over as in 2.
-//  4. marked and pods <= minPods: uncordon (lift what opswire applied). This
+//     Also hand over, at pods <= minPods, when any pod left through the
+//     Eviction API since opswire's cordon or one is being evicted
+//     (Policy.evictedSinceCordon): a single eviction is enough, a
+//     descheduler's too.
+//  4. marked, pods <= minPods, and a pod being evicted through the Eviction
+//     API (a taint-mode mark, or the paced-drain rule switched off): hold;
+//     no release while an eviction is in flight.
+//  5. marked and pods <= minPods: uncordon (lift what opswire applied). This
 //     holds outside nodeSelector too, so narrowing the selector never strands
 //     a node opswire cordoned.
-//  5. marked, managed, pods >= maxPods, but the effect was removed (e.g. a
+//  6. marked, managed, pods >= maxPods, but the effect was removed (e.g. a
 //     person uncordoned without removing the mark): apply it again; the way
 //     to keep opswire off a node is the donotcordon label.
-//  6. marked otherwise: hold (hysteresis: between the bounds nothing changes).
-//  7. unmarked: cordon only if managed, pods >= maxPods, nobody else has
+//  7. marked otherwise: hold (hysteresis: between the bounds nothing changes).
+//  8. unmarked: cordon only if managed, pods >= maxPods, nobody else has
 //     cordoned or tainted it with opswire's key, and no person tainted it
 //     (the seed's rule; Policy.personTaint says which taints count).
 func Evaluate(p Policy, n *events.NodeState, marked bool) Decision {
@@ -109,9 +117,11 @@ func Evaluate(p Policy, n *events.NodeState, marked bool) Decision {
 		atMin := n.Pods <= d.MinPods
 		left, evicted, drainedAway := 0, 0, false
 		streak, drainStreak := 0, false
+		evictedSince, evictionSeen := 0, false
 		if atMin && n.Unschedulable {
 			left, evicted, drainedAway = p.drainedAway(n)
 			streak, drainStreak = p.drainStreak(n)
+			evictedSince, evictionSeen = p.evictedSinceCordon(n)
 		}
 		switch {
 		case n.Unschedulable && p.drained(n) && p.cordonedByMark(n):
@@ -125,6 +135,14 @@ func Evaluate(p Policy, n *events.NodeState, marked bool) Decision {
 			return d.with(ActionHandOver, CodeDrained, "the last %d pods that left the node left through the Eviction API or while no watcher saw them "+
 				"(%d departures of unknown final state in all): a person may be draining the node; "+
 				"opswire removes its mark and leaves the node cordoned until a person uncordons it", streak, n.DepartedUnknown)
+		case evictionSeen && p.cordonedByMark(n):
+			return d.with(ActionHandOver, CodeDrained, "%d pod(s) left the node through the Eviction API since opswire cordoned it and %d are being evicted: "+
+				"a person (or a descheduler) is evicting its pods; opswire removes its mark and leaves the node cordoned until a person uncordons it",
+				evictedSince, n.Evicting)
+		case atMin && n.Evicting > 0:
+			d.Effect = ""
+			return d.with(ActionNone, CodeEvictionInFlight, "%d non-terminated pods <= minPods %d, but %d of them are being evicted through the Eviction API: "+
+				"no release while an eviction is in flight", n.Pods, d.MinPods, n.Evicting)
 		case atMin:
 			return d.with(ActionUncordon, CodeMinReached, "%d non-terminated pods <= minPods %d", n.Pods, d.MinPods)
 		case n.Pods >= d.MaxPods && p.Managed(n) && len(missing) > 0:

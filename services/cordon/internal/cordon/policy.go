@@ -261,6 +261,32 @@ func (p Policy) drainStreak(n *events.NodeState) (streak int, ok bool) {
 	return streak, streak >= 2
 }
 
+// evictedSinceCordon reports a node some of whose pods left through the
+// Eviction API since opswire cordoned it (the watcher's DepartedEvicted
+// minus the mark's baseline), or are being evicted now: at minPods such a
+// node is handed over rather than released, however few the evictions and
+// however many plain departures came between them. A drain slowed by
+// PodDisruptionBudgets, with a Job's completion or a scale-down among its
+// evictions, is then never released in its middle, nor a drain that starts
+// at minPods + 1 on its first eviction. The price: a single eviction by a
+// descheduler also hands the node over (it stays cordoned until a person
+// uncordons it). evicted is 0 without a baseline in the mark or when the
+// totals are inconsistent (KUBE lost the node's state); an eviction in
+// flight still counts then. It needs DrainEvictedPercent > 0 (the
+// paced-drain rule switched on).
+func (p Policy) evictedSinceCordon(n *events.NodeState) (evicted int, ok bool) {
+	if p.DrainEvictedPercent <= 0 {
+		return 0, false
+	}
+	if m, found := readMark(n.Annotations); found && m.Departed != nil {
+		left, e := n.Departed-m.Departed.Pods, n.DepartedEvicted-m.Departed.Evicted
+		if left >= 0 && e >= 0 && e <= left {
+			evicted = e
+		}
+	}
+	return evicted, evicted > 0 || n.Evicting > 0
+}
+
 // cordonedByMark reports whether opswire's mark on the node includes the
 // cordon effect (spec.unschedulable), which a drain cannot tell apart from a
 // person's cordon. Without a readable mark, the current mode says.

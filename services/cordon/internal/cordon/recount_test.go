@@ -300,8 +300,11 @@ func TestActuatorRecountReadsWhatTheDecisionNeeds(t *testing.T) {
 			mirror: apiNode("a", ours(EffectCordon)), mirrorMarked: true, pods: pods("a", 89), wantPages: []bool{false}, wantVerb: VerbUncordoned},
 		{name: "drain being handed over: whole pods", pol: seedPolicy("cordon"), live: apiNode("a", ours(EffectCordon)),
 			mirror: apiNode("a", ours(EffectCordon)), mirrorMarked: true, pods: evicting(pods("a", 89), 60), wantPages: []bool{false}, wantVerb: VerbHandedOver},
-		{name: "uncordon with the drain rule off: metadata", pol: noDrain, live: apiNode("a", ours(EffectCordon)),
-			mirror: apiNode("a", ours(EffectCordon)), mirrorMarked: true, pods: pods("a", 89), wantPages: []bool{true}, wantVerb: VerbUncordoned},
+		// No release while an eviction is in flight, drain rule or not.
+		{name: "uncordon with the drain rule off: whole pods", pol: noDrain, live: apiNode("a", ours(EffectCordon)),
+			mirror: apiNode("a", ours(EffectCordon)), mirrorMarked: true, pods: pods("a", 89), wantPages: []bool{false}, wantVerb: VerbUncordoned},
+		{name: "uncordon, an eviction in flight live: nothing written", pol: noDrain, live: apiNode("a", ours(EffectCordon)),
+			mirror: apiNode("a", ours(EffectCordon)), mirrorMarked: true, pods: evicting(pods("a", 89), 1), wantPages: []bool{false}},
 		// The mirror showed no mark; the API shows another leader's mark
 		// (written in cordon mode), and a drain under way. Counted by number
 		// only, the taint-mode policy would re-apply its taint over the

@@ -74,6 +74,9 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		Str("nodeSelector", cfg.NodeSelector).Int("maxCordonedNodes", cfg.MaxCordonedNodes).
 		Float64("maxCordonedPercent", cfg.MaxCordonedPercent).Int("maxActions", cfg.MaxActionsPerMinute).
 		Dur("rateWindow", cfg.RateWindow.Duration).Dur("interval", cfg.Interval.Duration).Msg("cordon policy")
+	for _, w := range cfg.Warnings() {
+		rt.Log.Warn().Msg(w)
+	}
 
 	return elector.Run(ctx, func(ctx context.Context) error {
 		ledger := NewLedger(dryRun)

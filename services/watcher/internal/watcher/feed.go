@@ -2,7 +2,10 @@ package watcher
 
 import (
 	"context"
+	"strings"
 	"time"
+
+	"k8s.io/client-go/tools/cache"
 )
 
 // feedWindow bounds how many keys the initial feed of a term keeps queued.
@@ -23,9 +26,15 @@ func (w *Watcher) enqueue(key string) {
 	}
 }
 
-// feed queues a term's initial keys: every cached pod and node, then every
-// key KUBE holds (one gone while no term ran gets its tombstone), keeping at
-// most feedWindow of them waiting. It returns when all are queued or ctx ends.
+// feed queues a term's initial keys, keeping at most feedWindow of them
+// waiting: every cached pod, then every pod only KUBE holds (gone while no
+// term ran: its sync counts its departure and stores its tombstone), then
+// every cached node, then every node only KUBE holds. Pods go first so that
+// a node's first recount of the term comes after the syncs that count its
+// departures: the recount then shows no fall in its pod count that its
+// departure totals do not carry (accountForFall counts what is still
+// missing), which is the contract the cordon actor decides releases on
+// (docs/watcher.md, Departures). It returns when all are queued or ctx ends.
 func (w *Watcher) feed(ctx context.Context, podKeys, nodeKeys []string, seed map[string]record) {
 	add := func(key string) bool {
 		q := w.queue()
@@ -41,19 +50,36 @@ func (w *Watcher) feed(ctx context.Context, podKeys, nodeKeys []string, seed map
 		q.Add(key)
 		return true
 	}
+	// onlyInKUBE feeds the seeded keys of one kind whose object the cache
+	// does not hold (a cached one was fed with the cache's keys, or was
+	// queued by its handler if it arrived since).
+	onlyInKUBE := func(prefix string, cached cache.Indexer) bool {
+		for k := range seed {
+			name, ok := strings.CutPrefix(k, prefix)
+			if !ok {
+				continue
+			}
+			if _, exists, _ := cached.GetByKey(name); exists {
+				continue
+			}
+			if !add(k) {
+				return false
+			}
+		}
+		return true
+	}
 	for _, k := range podKeys {
 		if !add(podPrefix + k) {
 			return
 		}
+	}
+	if !onlyInKUBE(podPrefix, w.pods.GetIndexer()) {
+		return
 	}
 	for _, k := range nodeKeys {
 		if !add(nodePrefix + k) {
 			return
 		}
 	}
-	for k := range seed {
-		if !add(k) {
-			return
-		}
-	}
+	onlyInKUBE(nodePrefix, w.nodes.GetIndexer())
 }

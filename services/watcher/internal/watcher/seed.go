@@ -86,6 +86,6 @@ func addSeed(seed map[string]record, msg jetstream.Msg) {
 			return
 		}
 		seed[nodePrefix+ref.Name] = record{hash: hashNode(s), uid: s.UID, left: departures{all: s.Departed, evicted: s.DepartedEvicted,
-			unknown: s.DepartedUnknown, streak: s.EvictionStreak}}
+			unknown: s.DepartedUnknown, streak: s.EvictionStreak}, pods: s.Pods}
 	}
 }

@@ -91,6 +91,11 @@ type record struct {
 	// left: nodes only, the departure totals the stored state carries
 	// (NodeState.Departed/DepartedEvicted), to carry on counting from.
 	left departures
+	// pods: nodes only, the pod count the stored state carries.
+	pods int
+	// seeded: nodes only, the record is the state KUBE held when the term
+	// started (LoadSeed), not one this term stored.
+	seeded bool
 }
 
 // departures are a node's running totals of pods that stopped counting on it
@@ -158,7 +163,10 @@ type Watcher struct {
 	// the lower count without the departure.
 	onNode   map[string]int
 	deferred map[string]int
-	acks     chan pending
+	// exemptLeft counts, per node, the departures of exempt pods this term:
+	// they lower the count without adding to the totals (accountForFall).
+	exemptLeft map[string]int
+	acks       chan pending
 	// The options of every publish, built once: with the async window
 	// full, a publish waits for room instead of failing (a failure would
 	// only requeue the key with a backoff, seen in benchmarks); a tombstone
@@ -200,7 +208,7 @@ func New(pods, nodes cache.SharedIndexInformer, pub AsyncPublisher, opts Options
 		trimmed:   map[string]bool{},
 		left:      map[string]departures{}, leaving: map[string]bool{},
 		deleted: newDeleteNotes(time.Now()), now: time.Now,
-		onNode: map[string]int{}, deferred: map[string]int{},
+		onNode: map[string]int{}, deferred: map[string]int{}, exemptLeft: map[string]int{},
 		acks: make(chan pending, 8192),
 	}
 	w.upsertOpts = []jetstream.PublishOpt{jetstream.WithStallWait(opts.StallWait)}
@@ -324,6 +332,7 @@ func (w *Watcher) depart(uid, node string, how leftAs, exempt bool) {
 	w.leaving[strings.Clone(uid)] = true
 	w.onNode[node]--
 	if exempt {
+		w.exemptLeft[node]++
 		w.m.departed.WithLabelValues("exempt").Inc()
 		return
 	}
@@ -378,16 +387,17 @@ func (w *Watcher) Run(ctx context.Context, seed map[string]record) error {
 	// Departure totals carry on from the stored node states; a departure a
 	// previous term counted but never stored is counted again from the seed.
 	w.left, w.leaving = map[string]departures{}, map[string]bool{}
-	w.onNode, w.deferred = map[string]int{}, map[string]int{}
+	w.onNode, w.deferred, w.exemptLeft = map[string]int{}, map[string]int{}, map[string]int{}
 	w.trimmed = map[string]bool{}
 	// Notes made while no term ran (a standby's) matter only for pods KUBE
 	// still holds alive: those whose tombstone no leader stored.
 	w.deleted.keepSeeded(seed)
 	for k, r := range seed {
-		w.published.set(k, r)
 		if name, ok := strings.CutPrefix(k, nodePrefix); ok {
 			w.left[name] = r.left
+			r.seeded = true // accountForFall
 		}
+		w.published.set(k, r)
 		if r.node != "" {
 			w.onNode[r.node]++
 		}
@@ -638,6 +648,9 @@ func (w *Watcher) syncNode(key string) error {
 		w.queue().AddAfter(key, nodeDeferral)
 		return nil
 	}
+	if had && prev.seeded {
+		left = w.accountForFall(name, prev, state.Pods)
+	}
 	state.Departed, state.DepartedEvicted = left.all, left.evicted
 	state.DepartedUnknown, state.EvictionStreak = left.unknown, left.streak
 	size := jsonSize(state)
@@ -658,7 +671,7 @@ func (w *Watcher) syncNode(key string) error {
 		w.log.Warn().Str("node", name).Int("bytes", size).Int("labelsKept", len(state.Labels)).
 			Msg("node state over the NATS message size: publishing only the labels opswire reads")
 	}
-	rec := record{hash: hashNode(state), uid: state.UID, left: left}
+	rec := record{hash: hashNode(state), uid: state.UID, left: left, pods: state.Pods}
 	if had && !prev.doubt && prev.hash == rec.hash && prev.uid == rec.uid {
 		w.m.unchanged.WithLabelValues("node").Inc()
 		w.queue().Forget(key)
@@ -673,6 +686,34 @@ func (w *Watcher) syncNode(key string) error {
 	latest := maxRV(state.ResourceVersion, state.PodsResourceVersion)
 	id := "node/" + state.UID + "/" + latest + "/" + strconv.FormatUint(rec.hash&0xffffffff, 16)
 	return w.publish(key, "node", subject.Node(w.opts.Cluster, name), id, events.TypeNode, name, state, rec, events.OpUpsert)
+}
+
+// accountForFall keeps, at a node's first recount in a term, the contract
+// the cordon actor relies on (docs/watcher.md, Departures): a stored node
+// state never shows its pod count lower than the previous stored state's by
+// more than its departure total rose. Pods whose tombstones the previous term
+// stored but whose departures no node state carried (a watcher killed between
+// the two publishes), and pods KUBE never held that left while no term ran,
+// are counted here as departures of unknown final state: they may have been
+// evictions of a drain, and a release decided on the lower count alone would
+// uncordon a node being drained. The pod syncs fed before the nodes (feed)
+// have counted every departure the seed can show, so what is left is only
+// those. A DaemonSet's pod lost that way counts too (it is never counted
+// otherwise): one extra unknown departure leans toward a handover, never
+// toward a release. Callers hold no lock.
+func (w *Watcher) accountForFall(name string, prev record, pods int) departures {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	left := w.left[name]
+	lost := (prev.pods - pods) - (left.all - prev.left.all) - w.exemptLeft[name]
+	if lost > 0 {
+		left.all += lost
+		left.unknown += lost
+		left.streak += lost
+		w.left[name] = left
+		w.m.departed.WithLabelValues("unknown").Add(float64(lost))
+	}
+	return left
 }
 
 func (w *Watcher) publish(key, kind, subj, id, typ, ceSubject string, payload any, rec record, op events.Op) error {
@@ -701,7 +742,7 @@ func (w *Watcher) publishWith(key, kind, subj, id, typ, ceSubject string, payloa
 			// delete see what this sync counted: the pod on its node
 			// (onNode, else counted again at every attempt) and its uid
 			// for the tombstone. An oversized state is not retried.
-			w.markDoubt(key, name, rec, op)
+			w.markDoubt(key, name, rec, op, departed)
 		}
 		return err
 	}
@@ -733,7 +774,7 @@ func (w *Watcher) collectAcks() {
 		case err := <-p.future.Err():
 			w.m.errors.WithLabelValues(p.kind).Inc()
 			w.log.Debug().Err(err).Str("key", p.key).Msg("publish not acknowledged; will retry")
-			w.markDoubt(p.key, p.name, p.rec, p.op)
+			w.markDoubt(p.key, p.name, p.rec, p.op, p.departed)
 			w.queue().Done(p.key)
 			w.queue().AddRateLimited(p.key)
 		}
@@ -784,7 +825,9 @@ var knownNodeLabels = map[string]bool{
 // key is published again (its hash can no longer match), a deleted object
 // gets its tombstone (with the uid the lost publish carried), and a pod's
 // node is recounted.
-func (w *Watcher) markDoubt(key, name string, rec record, op events.Op) {
+//
+// departed is the pod whose counted departure the publish stored (pending).
+func (w *Watcher) markDoubt(key, name string, rec record, op events.Op, departed string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	prev, had := w.published.get(key)
@@ -801,8 +844,20 @@ func (w *Watcher) markDoubt(key, name string, rec record, op events.Op) {
 	}
 	d := rec
 	d.doubt = true
-	if had && d.node == "" {
-		d.node = prev.node // still recount the node the pod counted on before
+	if had && d.node == "" && prev.uid == rec.uid {
+		// Still recount the node the pod counted on before; the retry sees
+		// it leave again, which leaving makes no second departure. Only
+		// for the same pod: a new pod of the same name (a StatefulSet's,
+		// re-created while its predecessor's departure is being stored)
+		// never counted there, and would be counted as a plain departure
+		// of its own, ending the node's eviction streak.
+		d.node = prev.node
+	}
+	if departed != "" && departed != d.uid {
+		// The record no longer names the departed pod, so no retry can
+		// count it again: nothing is left to guard, and nothing else would
+		// clear it.
+		delete(w.leaving, departed)
 	}
 	w.published.setNamed(key, name, d)
 }
