@@ -29,16 +29,19 @@ type DelException struct {
 	// TerminatingTimeout is added to deletionTimestamp + grace period before a
 	// stuck Terminating pod is force-deleted. Zero disables force deletion.
 	TerminatingTimeout Duration `json:"terminatingTimeout"`
-	// RemoveFinalizers lets force deletion clear finalizers (otherwise such
-	// pods are only reported).
+	// RemoveFinalizers lets force deletion clear the finalizers of a pod
+	// still Terminating TerminatingTimeout after its deletion (never on a
+	// Failed pod's first visit, never the Job controller's job-tracking
+	// finalizer); otherwise such pods are only reported.
 	RemoveFinalizers bool `json:"removeFinalizers"`
 	// AllowStatefulSetOnReadyNode lets force deletion act on pods with
 	// identity, storage or a node of their own (StatefulSet and DaemonSet
-	// pods, pods mounting a PersistentVolumeClaim) whose node is still Ready
+	// pods, pods with a volume other than node-local disposable ones) whose node is still Ready
 	// (two copies of one identity, or two agents on one node, may then run).
 	AllowStatefulSetOnReadyNode bool `json:"allowStatefulSetOnReadyNode"`
 	// StatefulNotReadyTimeout lets force deletion act on pods with identity
-	// or storage whose node has been not Ready for at least this long. Zero
+	// or storage whose node has been Unknown (no kubelet reporting) for at
+	// least this long; a node whose kubelet reports NotReady never counts. Zero
 	// (the default) never does: only a deleted node, or a node not Ready
 	// and tainted node.kubernetes.io/out-of-service, releases them, because
 	// in a network partition the kubelet may still run the pod.

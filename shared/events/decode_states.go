@@ -15,7 +15,7 @@ func (d *decoder) int(dst *int) bool {
 
 var podFields = newFields("op", "uid", "namespace", "name", "resourceVersion", "nodeName", "phase", "reason",
 	"message", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "finalizers", "owner",
-	"containers", "failedAt", "pvc", "labels", "disruptionReason")
+	"containers", "failedAt", "pvc", "jobTracking", "labels", "disruptionReason")
 
 func (d *decoder) pod(p *PodState) bool {
 	return d.object(podFields, func(idx int) bool {
@@ -65,10 +65,12 @@ func (d *decoder) pod(p *PodState) bool {
 		case 15:
 			p.FailedAt, ok = d.timePtr()
 		case 16:
-			p.PVC, ok = d.boolean()
+			p.Storage, ok = d.boolean()
 		case 17:
-			p.Labels, ok = d.stringMap()
+			p.JobTracking, ok = d.boolean()
 		case 18:
+			p.Labels, ok = d.stringMap()
+		case 19:
 			p.DisruptionReason, ok = d.str(true)
 		}
 		return ok

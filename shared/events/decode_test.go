@@ -22,7 +22,7 @@ func fullPod() PodState {
 		Owner: &Owner{Kind: "Deployment", Name: "web"},
 		Containers: []Container{{Name: "app", Restarts: 7, LastReason: "OOMKilled", LastExitCode: 137, LastFinished: &t1},
 			{Name: "init", Kind: ContainerInit}, {Name: "proxy", Kind: ContainerSidecar, Restarts: -1}},
-		FailedAt: &t2, PVC: true, Labels: map[string]string{LabelOptOut: "true", "": ""}, DisruptionReason: DisruptionEvictionByEvictionAPI}
+		FailedAt: &t2, Storage: true, JobTracking: true, Labels: map[string]string{LabelOptOut: "true", "": ""}, DisruptionReason: DisruptionEvictionByEvictionAPI}
 }
 
 func fullNode() NodeState {

@@ -71,9 +71,17 @@ type PodState struct {
 	// FailedAt is when a Failed pod failed (kube.PodFailedAt); nil otherwise
 	// or when the status carries no time.
 	FailedAt *time.Time `json:"failedAt,omitempty"`
-	// PVC is true when the pod mounts a PersistentVolumeClaim (or a generic
-	// ephemeral volume, which is one): its storage may still be in use.
-	PVC bool `json:"pvc,omitempty"`
+	// Storage is true when the pod has a volume that outlives it
+	// (kube.PodHoldsStorage: anything but emptyDir, configMap, secret,
+	// downwardAPI, projected, image, gitRepo and read-only hostPath): a
+	// second copy of the pod would attach or write the same data. The wire
+	// name is "pvc", from when only claims counted; consumers of the KUBE
+	// stream read it under that name.
+	Storage bool `json:"pvc,omitempty"`
+	// JobTracking is true when the pod carries the Job controller's
+	// batch.kubernetes.io/job-tracking finalizer: the Job has not counted
+	// the pod yet, and only the Job controller may remove it.
+	JobTracking bool `json:"jobTracking,omitempty"`
 	// Labels holds only the labels opswire acts on (opt-outs); never the full set.
 	Labels map[string]string `json:"labels,omitempty"`
 	// DisruptionReason is the reason of the pod's DisruptionTarget condition

@@ -1,8 +1,10 @@
 package kube
 
 import (
+	"slices"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -36,15 +38,73 @@ func PodFailedAt(p *corev1.Pod) *time.Time {
 	return &at
 }
 
-// PodMountsPVC reports whether the pod mounts a PersistentVolumeClaim,
-// directly or through a generic ephemeral volume.
-func PodMountsPVC(p *corev1.Pod) bool {
-	for _, v := range p.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil || v.Ephemeral != nil {
+// PodHoldsStorage reports whether the pod has a volume whose data, or whose
+// attachment, outlives the pod: everything but the node-local, disposable
+// volumes the kubelet creates for the pod and removes with it (emptyDir,
+// configMap, secret, downwardAPI, projected, image, gitRepo). It is an
+// allow-list, so a claim, an inline disk (iSCSI, FC, RBD, Cinder, cloud
+// disks), a network filesystem, a CSI inline volume and any volume type
+// added to Kubernetes later count as storage: a second copy of the pod,
+// started while the first may still run, would attach or write the same
+// data.
+//
+// A hostPath volume counts when some container mounts it read-write: its
+// data stays on the node, and a replacement that lands on the same node
+// (pinned there, as pods keeping data in a hostPath usually are) writes the
+// same files while the first copy may still run. Mounted read-only
+// everywhere (/etc/localtime, certificates), it cannot be written through
+// that mount and does not count.
+func PodHoldsStorage(p *corev1.Pod) bool {
+	for i := range p.Spec.Volumes {
+		v := &p.Spec.Volumes[i]
+		switch {
+		case v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil, v.DownwardAPI != nil, v.Projected != nil,
+			v.Image != nil, v.GitRepo != nil:
+		case v.HostPath != nil:
+			if mountedReadWrite(p, v.Name) {
+				return true
+			}
+		default:
 			return true
 		}
 	}
 	return false
+}
+
+// mountedReadWrite reports whether a container of the pod (init and
+// ephemeral containers included) mounts the named volume read-write.
+func mountedReadWrite(p *corev1.Pod, volume string) bool {
+	rw := func(mounts []corev1.VolumeMount) bool {
+		for _, m := range mounts {
+			if m.Name == volume && !m.ReadOnly {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range p.Spec.InitContainers {
+		if rw(c.VolumeMounts) {
+			return true
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		if rw(c.VolumeMounts) {
+			return true
+		}
+	}
+	for _, c := range p.Spec.EphemeralContainers {
+		if rw(c.VolumeMounts) {
+			return true
+		}
+	}
+	return false
+}
+
+// PodTracksJob reports whether the pod carries the Job controller's
+// batch.kubernetes.io/job-tracking finalizer: the Job has not counted the
+// pod's end yet, and the Job controller removes it once it has.
+func PodTracksJob(p *corev1.Pod) bool {
+	return slices.Contains(p.Finalizers, batchv1.JobTrackingFinalizer)
 }
 
 // NodeReady returns the status of the node's Ready condition ("" when it has

@@ -102,11 +102,15 @@ func TestCleanupBrake(t *testing.T) {
 }
 
 // TestCleanupFinalizerPath: with removeFinalizers, Evicted pods holding a
-// finalizer are removed once each, with one OPS message and one Event, and
-// the cap (2 per 3 s window) holds: three are plain Evicted pods (finalizers
-// cleared, then deleted), two were already deleted by someone else with grace
-// 0, so clearing their finalizers makes the API server remove them during
-// that update (the DELETE that followed used to find nothing and give the
+// finalizer are removed once each, each write audited once (OPS message and
+// Event), and the cap (2 per 3 s window) holds over every write. Three are
+// plain Evicted pods: the first visit deletes them and leaves the finalizer
+// to its controller (deletionrequested; the pod stays Terminating, grace 0);
+// only once they have been Terminating for terminatingTimeout is the
+// finalizer cleared, and the API server removes them during that update
+// (forcedeleted). Two were already deleted by someone else with grace 0 and
+// are past terminatingTimeout: cleared and removed the same way, with no
+// DELETE after (the DELETE that followed used to find nothing and give the
 // slot back, unaudited).
 func TestCleanupFinalizerPath(t *testing.T) {
 	const total, perWindow, window = 5, 2, 3 * time.Second
@@ -151,7 +155,7 @@ func TestCleanupFinalizerPath(t *testing.T) {
 	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
 	p := startCleanup(t, n, cfg, cleanupKubeconfig(t, cp), "a")
 
-	harness.Eventually(t, 30*time.Second, "every pod removed", func() bool {
+	harness.Eventually(t, 40*time.Second, "every pod removed", func() bool {
 		for name := range uids {
 			if podExists(t, cp, "fin", name) {
 				return false
@@ -159,35 +163,49 @@ func TestCleanupFinalizerPath(t *testing.T) {
 		}
 		return true
 	})
-	// Each pod: exactly one OPS message and one Event, the verb saying what happened.
-	harness.Eventually(t, 10*time.Second, "one audit per pod", func() bool { return ops.Count(isOutcome) >= total })
+	// Each write: exactly one OPS message and one Event, the verb saying
+	// what happened: deletionrequested then forcedeleted for fin-0..2,
+	// forcedeleted alone for fin-3 and fin-4.
+	want := map[string]string{"fin-0": "deletionrequested,forcedeleted", "fin-1": "deletionrequested,forcedeleted",
+		"fin-2": "deletionrequested,forcedeleted", "fin-3": "forcedeleted", "fin-4": "forcedeleted"}
+	writes := 3 + total
+	harness.Eventually(t, 10*time.Second, "one audit per write", func() bool { return ops.Count(isOutcome) >= writes })
 	var times []time.Time
+	verbs := map[string][]string{}
 	for _, m := range ops.All() {
 		if !isOutcome(m) {
 			continue
 		}
 		d := decision(t, m)
-		want := "deleted"
-		if d.Pod == "fin-3" || d.Pod == "fin-4" {
-			want = "forcedeleted"
-		}
-		if d.Verb != want {
-			t.Fatalf("%s: verb %s (%s), want %s", d.Pod, d.Verb, d.Reason, want)
-		}
+		verbs[d.Pod] = append(verbs[d.Pod], d.Verb)
 		times = append(times, d.Time)
 	}
-	if len(times) != total {
-		t.Fatalf("%d OPS messages, want %d: %s", len(times), total, ops.Describe())
+	for pod, w := range want {
+		if got := strings.Join(verbs[pod], ","); got != w {
+			t.Fatalf("%s: outcomes %s, want %s:\n%s", pod, got, w, ops.Describe())
+		}
 	}
+	if len(times) != writes {
+		t.Fatalf("%d OPS messages, want %d: %s", len(times), writes, ops.Describe())
+	}
+	wantEvents := map[string]string{"deletionrequested": "CleanupDeletionRequested", "forcedeleted": "CleanupForceDeleted"}
 	for name, uid := range uids {
-		harness.Eventually(t, 5*time.Second, "one Event for "+name, func() bool { return len(cleanupEvents(t, cp, "fin", uid)) == 1 })
+		var evs []string
+		for _, v := range strings.Split(want[name], ",") {
+			evs = append(evs, wantEvents[v])
+		}
+		harness.Eventually(t, 5*time.Second, "one Event per write for "+name, func() bool {
+			got := cleanupEvents(t, cp, "fin", uid)
+			sort.Strings(got)
+			return strings.Join(got, ",") == strings.Join(evs, ",")
+		})
 	}
 	// Counted in the process (the stream would hide a repeat with the same id).
-	if d, f := p.Metric(decisionsMetric("deleted", "FailedPod")), p.Metric(decisionsMetric("forcedeleted", "StuckTerminating")); d != 3 || f != 2 {
-		t.Fatalf("decisions counted: deleted %v, forcedeleted %v; want 3 and 2", d, f)
+	if r, f := p.Metric(decisionsMetric("deletionrequested", "FailedPod")), p.Metric(decisionsMetric("forcedeleted", "StuckTerminating")); r != 3 || f != total {
+		t.Fatalf("decisions counted: deletionrequested %v, forcedeleted %v; want 3 and %d", r, f, total)
 	}
-	if c := strings.Count(p.Logs(), "finalizers cleared; the API server removed the pod"); c != 2 {
-		t.Fatalf("%d removals during the finalizer update logged, want 2 (fin-3, fin-4)", c)
+	if c := strings.Count(p.Logs(), "finalizers cleared; the API server removed the pod"); c != total {
+		t.Fatalf("%d removals during the finalizer update logged, want %d (every pod: each was Terminating with grace 0)", c, total)
 	}
 	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
 	const slack = 250 * time.Millisecond

@@ -208,7 +208,7 @@ func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision,
 		defer func() { slot.Settle(a.cfg.WindowNow()) }()
 	}
 	release := slot.Release
-	live, node, err := a.reread(ctx, pod)
+	live, node, err := a.reread(ctx, pod, a.cfg.Policy.Braking(f.Nodes))
 	if err != nil {
 		release()
 		return Outcome{Retry: true}, err
@@ -243,11 +243,13 @@ func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision,
 	return a.write(ctx, live, state, ld, slot, release)
 }
 
-// reread GETs the pod (and, for the partition rule, its node: only for a
-// Terminating pod tied to its node or storage, holdsNode). It returns a nil
-// pod when the pod is gone or was recreated under the same name, and a nil
-// node when the node does not exist or is not needed.
-func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Pod, *events.NodeState, error) {
+// reread GETs the pod and, for a Terminating pod, its node when the decision
+// depends on it: for the partition rule (a pod tied to its node or storage,
+// holdsNode), and for every pod while braking (a node not Ready and tainted
+// out-of-service releases its pods from the brake). It returns a nil pod
+// when the pod is gone or was recreated under the same name, and a nil node
+// when the node does not exist or is not needed.
+func (a *Actuator) reread(ctx context.Context, pod *events.PodState, braking bool) (*corev1.Pod, *events.NodeState, error) {
 	live, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Pod, error) {
 		return a.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	})
@@ -269,12 +271,13 @@ func (a *Actuator) reread(ctx context.Context, pod *events.PodState) (*corev1.Po
 	}
 	// The node is read for every pod the partition rule may hold: without
 	// it the live decision would take the node for deleted and release the
-	// pod (a DaemonSet pod too, not only a StatefulSet's).
+	// pod (a DaemonSet pod too, not only a StatefulSet's). While braking it
+	// is read for every pod: without it no pod would leave the brake.
 	kind := ""
 	if ref := metav1.GetControllerOf(live); ref != nil {
 		kind = ref.Kind
 	}
-	if live.DeletionTimestamp == nil || live.Spec.NodeName == "" || !holdsNode(kind, kube.PodMountsPVC(live)) {
+	if live.DeletionTimestamp == nil || live.Spec.NodeName == "" || !(braking || holdsNode(kind, kube.PodHoldsStorage(live))) {
 		return live, nil, nil
 	}
 	n, err := actuate.Call(ctx, a.cfg.APITimeout, func(ctx context.Context) (*corev1.Node, error) {
@@ -804,7 +807,7 @@ func liveState(p *corev1.Pod, mirrorOwner *events.Owner) *events.PodState {
 		ResourceVersion: p.ResourceVersion, NodeName: p.Spec.NodeName, Phase: string(p.Status.Phase),
 		Reason: p.Status.Reason, CreationTimestamp: p.CreationTimestamp.Time,
 		DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds, Finalizers: len(p.Finalizers), Labels: p.Labels,
-		FailedAt: kube.PodFailedAt(p), PVC: kube.PodMountsPVC(p),
+		FailedAt: kube.PodFailedAt(p), Storage: kube.PodHoldsStorage(p), JobTracking: kube.PodTracksJob(p),
 	}
 	if p.DeletionTimestamp != nil {
 		t := p.DeletionTimestamp.Time

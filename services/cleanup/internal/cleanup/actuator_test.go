@@ -168,9 +168,13 @@ func TestActuator(t *testing.T) {
 	dsState := pod(deleting(t0.Add(-6*time.Minute)), func(p *events.PodState) { p.Owner = &events.Owner{Kind: "DaemonSet", Name: "agent"} })
 	// pvcState is what the mirror holds of a stuck pod mounting a claim, with
 	// its node not yet in the mirror (so the mirror decision is ForceDelete).
-	pvcState := pod(deleting(t0.Add(-6*time.Minute)), func(p *events.PodState) { p.PVC = true })
+	pvcState := pod(deleting(t0.Add(-6*time.Minute)), func(p *events.PodState) { p.Storage = true })
 	livePVC := func(p *corev1.Pod) {
 		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+	}
+	liveISCSI := func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "lun", VolumeSource: corev1.VolumeSource{ISCSI: &corev1.ISCSIVolumeSource{
+			TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:disk", Lun: 0}}}}
 	}
 	withFinalizer := func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} }
 	graceZero := func(p *corev1.Pod) { zero := int64(0); p.DeletionGracePeriodSeconds = &zero }
@@ -213,11 +217,13 @@ func TestActuator(t *testing.T) {
 			events: []string{"Normal CleanupDeletionRequested FailedPod"},
 		},
 		{
-			name: "evicted pod with finalizers, removal allowed: cleared, then deleted", policy: removeFinalizers,
+			// The finalizers' controllers get their chance first: only a
+			// pod stuck Terminating has them cleared (next row).
+			name: "evicted pod with finalizers, removal allowed: deletion requested, finalizers kept", policy: removeFinalizers,
 			state: finalizerState(failed("Evicted")), objs: []runtime.Object{livePod(withFinalizer)},
-			writes: []string{"patch pods", "delete pods"},
-			ops:    []string{"ops.c1.cleanup.deleted.apps.web-1 cleanup/uid-1/deleted"},
-			events: []string{"Normal CleanupDeleted FailedPod"},
+			writes: []string{"delete pods"},
+			ops:    []string{"ops.c1.cleanup.deletionrequested.apps.web-1 cleanup/uid-1/deletionrequested"},
+			events: []string{"Normal CleanupDeletionRequested FailedPod"},
 		},
 		{
 			name: "grace 0: clearing the finalizers removes the pod; audited, no DELETE", policy: removeFinalizers,
@@ -240,6 +246,14 @@ func TestActuator(t *testing.T) {
 		{
 			name: "pvc pod on a live-Unknown node is held", state: pvcState,
 			objs:   []runtime.Object{livePod(liveDeleting, livePVC), unknownNodeObj},
+			ops:    []string{"ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/NodeNotConfirmedDown"},
+			events: []string{"Warning CleanupSkipped NodeNotConfirmedDown"},
+		},
+		{
+			// The mirror's state predates the storage rule (or lost the
+			// news): the live pod's volumes decide, and the node is read.
+			name: "pod with an inline iSCSI volume on a live-Unknown node is held", state: stuckState,
+			objs:   []runtime.Object{livePod(liveDeleting, liveISCSI), unknownNodeObj},
 			ops:    []string{"ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/NodeNotConfirmedDown"},
 			events: []string{"Warning CleanupSkipped NodeNotConfirmedDown"},
 		},
@@ -315,6 +329,30 @@ func TestActuator(t *testing.T) {
 			writes: []string{"patch pods", "delete pods"},
 			ops:    []string{"ops.c1.cleanup.forcedeleted.apps.web-1 cleanup/uid-1/forcedeleted"},
 			events: []string{"Warning CleanupForceDeleted"},
+		},
+		{
+			// The mirror's state predates the field (an older watcher):
+			// the live finalizers decide.
+			name: "stuck pod whose live finalizer is the Job controller's, removal allowed: held, nothing written", policy: removeFinalizers,
+			state:  pod(deleting(t0.Add(-6*time.Minute)), func(p *events.PodState) { p.Finalizers = 1 }),
+			objs:   []runtime.Object{livePod(liveDeleting, func(p *corev1.Pod) { p.Finalizers = []string{"batch.kubernetes.io/job-tracking"} })},
+			ops:    []string{"ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/HasFinalizers"},
+			events: []string{"Warning CleanupSkipped HasFinalizers"},
+		},
+		{
+			// The brake holds everything but a node a person declared down:
+			// the live re-check reads the node of every pod while braking.
+			name: "brake on: a plain pod on a live out-of-service node that is not Ready is force-deleted", state: stuckState,
+			objs: []runtime.Object{livePod(liveDeleting), outOfServiceObj}, nodes: NodeCount{Nodes: 6, NotReady: 4},
+			writes: []string{"delete pods"},
+			ops:    []string{"ops.c1.cleanup.forcedeleted.apps.web-1 cleanup/uid-1/forcedeleted"},
+			events: []string{"Warning CleanupForceDeleted"},
+		},
+		{
+			name: "brake on: a plain pod on a live Unknown node without the taint is held", state: stuckState,
+			objs: []runtime.Object{livePod(liveDeleting), unknownNodeObj}, nodes: NodeCount{Nodes: 6, NotReady: 4},
+			ops:    []string{"ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-1/skipped/MassNodeFailure"},
+			events: []string{"Warning CleanupSkipped MassNodeFailure"},
 		},
 		{
 			name: "statefulset pod on a live-Ready node is skipped", state: stsState,
@@ -1139,22 +1177,39 @@ func TestActuatorFinalizersPutBackStuckPod(t *testing.T) {
 }
 
 // TestActuatorFinalizersPutBackFailedPod: the same webhook on an Evicted pod
-// with a finalizer (removeFinalizers true, row 8). Before, the PATCH answered
-// with a finalizer, the DELETE only marked the pod deleted, it remained
-// Terminating, and the audit said deleted.
+// its finalizer left Terminating (grace 0) past terminatingTimeout
+// (removeFinalizers true, rows 4 and 9): the PATCH answers with a finalizer,
+// so the pod stays; it is reported failed once, never removed.
 func TestActuatorFinalizersPutBackFailedPod(t *testing.T) {
 	p := testPolicy()
 	p.RemoveFinalizers = true
 	w := actuate.NewWindow(10, time.Minute)
-	r := newRig(t, p, false, w, livePod(func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} }))
+	r := newRig(t, p, false, w, livePod(liveFailedLeftTerminating))
 	webhookPutsFinalizersBack(r)
-	state := pod(failed("Evicted"), func(s *events.PodState) { s.Finalizers = 1 })
+	state := stateFailedLeftTerminating()
 	d := p.Decide(state, Facts{Now: t0})
-	if d.Action != Delete || !d.RemoveFinalizers || d.Remains {
+	if d.Action != ForceDelete || !d.RemoveFinalizers {
 		t.Fatalf("decision %+v", d)
 	}
 	for range 2 {
 		r.act.Handle(context.Background(), state, d, Facts{Now: t0})
 	}
-	webhookOutcome(t, r, w, "delete")
+	webhookOutcome(t, r, w, "forcedelete")
+}
+
+// liveFailedLeftTerminating is an Evicted pod whose DELETE (grace 0, a
+// terminal pod) its finalizer has kept Terminating for 6 minutes: stuck
+// past terminatingTimeout, so removeFinalizers clears it.
+func liveFailedLeftTerminating(p *corev1.Pod) {
+	ts, zero := metav1.NewTime(t0.Add(-6*time.Minute)), int64(0)
+	p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &ts, &zero
+	p.Finalizers = []string{"example.com/keep"}
+}
+
+// stateFailedLeftTerminating is the mirror's state of liveFailedLeftTerminating.
+func stateFailedLeftTerminating() *events.PodState {
+	return pod(failed("Evicted"), deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) {
+		zero := int64(0)
+		s.DeletionGracePeriodSeconds, s.Finalizers = &zero, 1
+	})
 }

@@ -54,16 +54,15 @@ func TestRecoveryAfterAnsweredRefusal(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, live, verb := testPolicy(), livePod(), "delete"
+			p, live, verb, state := testPolicy(), livePod(), "delete", pod(failed("Evicted"))
 			if tc.patch {
 				p.RemoveFinalizers, verb = true, "patch"
-				live = livePod(func(p *corev1.Pod) { p.Finalizers = []string{"example.com/keep"} })
+				live, state = livePod(liveFailedLeftTerminating), stateFailedLeftTerminating()
 			}
 			r, in, now := answerRig(t, p, true, live)
 			r.client.PrependReactor(verb, "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 				return true, nil, tc.answer
 			})
-			state := pod(failed("Evicted"))
 			d := p.Decide(state, Facts{Now: t0})
 			out, _ := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
 			if out.Retry == tc.gone || len(in.msgs) != 1 || r.act.doubts.waiting("uid-1") != nil || len(in.answers) != 1 {
@@ -156,13 +155,13 @@ func TestAnswerRecordOnlyWhenNothingCanLand(t *testing.T) {
 	t.Run("finalizers put back", func(t *testing.T) {
 		p := testPolicy()
 		p.RemoveFinalizers = true
-		r := newRig(t, p, false, actuate.NewWindow(10, time.Minute), livePod(func(p *corev1.Pod) { p.Finalizers = []string{"example.com/keep"} }))
+		r := newRig(t, p, false, actuate.NewWindow(10, time.Minute), livePod(liveFailedLeftTerminating))
 		in := &intentRec{stored: true}
 		r.act.cfg.Intents = in
 		r.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-			return true, livePod(func(p *corev1.Pod) { p.Finalizers = []string{"example.com/keep"}; p.ResourceVersion = "9" }), nil
+			return true, livePod(liveFailedLeftTerminating, func(p *corev1.Pod) { p.ResourceVersion = "9" }), nil
 		})
-		state := pod(failed("Evicted"))
+		state := stateFailedLeftTerminating()
 		_, _ = r.act.Handle(context.Background(), state, p.Decide(state, Facts{Now: t0}), Facts{Now: t0})
 		if len(in.answers) != 1 || decodeIntent(t, in.answers[0]).Answered != "finalizers kept" {
 			t.Fatalf("%d answer records; want one, answered \"finalizers kept\"", len(in.answers))

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -246,6 +247,80 @@ func TestControllerBrake(t *testing.T) {
 			t.Fatalf("node count %+v, want 6 nodes, 1 not Ready", n)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestControllerOutOfServiceTaintOutranksTheBrake: with 4 of 6 nodes
+// Unknown the brake holds every stuck pod; a person then taints one of them
+// out-of-service. Its pods (a StatefulSet pod and a plain one) are
+// force-deleted at once, the brake still on, while a plain pod on another
+// Unknown node stays held. PodGC's gcTerminating likewise ignores the zone
+// state for a node not Ready and tainted out-of-service.
+func TestControllerOutOfServiceTaintOutranksTheBrake(t *testing.T) {
+	dts := time.Now().Add(-10 * time.Minute)
+	ts := metav1.NewTime(dts)
+	type stuck struct{ name, uid, node, owner string }
+	pods := []stuck{{"db-0", "uid-db", "n3", "StatefulSet"}, {"tmp-0", "uid-tmp", "n3", ""}, {"web-1", "uid-web", "n4", ""}}
+	state := &memState{pods: map[string]*events.PodState{}, nodes: map[string]*events.NodeState{}}
+	client := fake.NewClientset()
+	for _, sp := range pods {
+		live := livePod(func(p *corev1.Pod) {
+			p.Name, p.UID, p.Spec.NodeName, p.DeletionTimestamp, p.Status.Phase = sp.name, types.UID(sp.uid), sp.node, &ts, corev1.PodRunning
+		})
+		if sp.owner != "" {
+			liveSTS(live)
+		}
+		if err := client.Tracker().Add(live); err != nil {
+			t.Fatal(err)
+		}
+		state.pods["apps/"+sp.name] = liveState(live, nil)
+	}
+	nodes := map[string]*corev1.Node{}
+	for i, ready := range []corev1.ConditionStatus{"True", "True", "Unknown", "Unknown", "Unknown", "Unknown"} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n" + strconv.Itoa(i+1)},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
+		nodes[n.Name], state.nodes[n.Name] = n, liveNode(n)
+		if err := client.Tracker().Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub := &recPub{}
+	m := NewMetrics(nil)
+	act := NewActuator(client, pub, record.NewFakeRecorder(10), m, zerolog.Nop(), ActuatorConfig{
+		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
+	})
+	ctl := NewController(testPolicy(), act, m, time.Hour, 1, nil, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); ctl.Run(ctx, state) }()
+	defer func() { cancel(); <-done }()
+
+	held := waitPublished(t, pub, 3)
+	for _, want := range []string{
+		"ops.c1.cleanup.skipped.apps.db-0 cleanup/uid-db/skipped/NodeNotConfirmedDown",
+		"ops.c1.cleanup.skipped.apps.tmp-0 cleanup/uid-tmp/skipped/MassNodeFailure",
+		"ops.c1.cleanup.skipped.apps.web-1 cleanup/uid-web/skipped/MassNodeFailure",
+	} {
+		if !strings.Contains(strings.Join(held, "\n"), want) {
+			t.Fatalf("decisions %v, want %s", held, want)
+		}
+	}
+	n3 := nodes["n3"].DeepCopy()
+	n3.Spec.Taints = []corev1.Taint{{Key: events.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
+	setNode(t, client, state, ctl, n3)
+	waitGone(t, client, "db-0", 3*time.Second)
+	waitGone(t, client, "tmp-0", 3*time.Second)
+	got := strings.Join(waitPublished(t, pub, 5), "\n")
+	for _, want := range []string{"ops.c1.cleanup.forcedeleted.apps.db-0 cleanup/uid-db/forcedeleted", "ops.c1.cleanup.forcedeleted.apps.tmp-0 cleanup/uid-tmp/forcedeleted"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("decisions %v, want %s", got, want)
+		}
+	}
+	if v := gaugeValue(t, m.Brake); v != 1 {
+		t.Fatalf("brake gauge %v, want 1 (4 of 6 nodes still not Ready)", v)
+	}
+	if _, err := client.CoreV1().Pods("apps").Get(ctx, "web-1", metav1.GetOptions{}); err != nil {
+		t.Fatalf("web-1, on an Unknown node without the taint, was deleted under the brake: %v", err)
 	}
 }
 

@@ -47,7 +47,7 @@ const (
 	ReasonFailedPod         = "FailedPod"              // Failed with a configured status.reason, failed longer than minAge ago
 	ReasonStuckTerminating  = "StuckTerminating"       // deletionTimestamp + terminatingTimeout has passed
 	ReasonOptedOut          = "OptedOut"               // the pod carries the opt-out label
-	ReasonHasFinalizers     = "HasFinalizers"          // stuck, but finalizers would keep it; removeFinalizers is false
+	ReasonHasFinalizers     = "HasFinalizers"          // stuck, but finalizers would keep it: removeFinalizers is false, or one is the Job controller's
 	ReasonStatefulSetOnNode = "StatefulSetOnReadyNode" // stuck pod with identity, storage or a DaemonSet owner on a Ready node
 	ReasonNodeNotDown       = "NodeNotConfirmedDown"   // the same on a NotReady node not known to be down
 	ReasonMassNodeFailure   = "MassNodeFailure"        // too many nodes not Ready: force deletions paused
@@ -115,13 +115,15 @@ func reasonSet(reasons ...string) map[string]bool {
 }
 
 // knownReasons are the status.reason values Kubernetes writes on Failed pods
-// (kubelet eviction, admission, node shutdown, activeDeadlineSeconds, the
-// node lifecycle controller), lower-cased. Admission failures for lack of a
-// resource are "OutOf<resource>" (OutOfcpu, OutOfnvidia.com/gpu, …).
+// (kubelet eviction, admission: pkg/kubelet/lifecycle/predicate.go, node
+// shutdown, activeDeadlineSeconds, the node lifecycle controller),
+// lower-cased. Admission failures for lack of a resource are
+// "OutOf<resource>" (OutOfcpu, OutOfnvidia.com/gpu, …).
 var knownReasons = reasonSet("Evicted", "Preempting", "Terminated", "Shutdown", "NodeShutdown", "NodeLost",
 	"DeadlineExceeded", "NodeAffinity", "NodeName", "NodePorts", "TaintToleration", "UnexpectedAdmissionError",
 	"ContainerStatusUnknown", "SysctlForbidden", "PodOSNotSupported", "PodOSSelectorNodeLabelDoesNotMatch",
-	"InvalidNodeInfo", "UnknownReason")
+	"InvalidNodeInfo", "UnknownReason", "InitContainerRestartPolicyForbidden", "SupplementalGroupsPolicyNotSupported",
+	"UnexpectedPredicateFailureType")
 
 // UnknownReasons returns the configured reasons that are not ones Kubernetes
 // writes, for a start-up warning: a typo would otherwise match nothing, silently.
@@ -197,6 +199,9 @@ func (p Policy) Decide(pod *events.PodState, f Facts) Decision {
 			return d
 		}
 	case pod.Phase == "Failed" && p.Reasons[strings.ToLower(pod.Reason)]:
+		if leftToController(pod) {
+			return Decision{}
+		}
 		since, from := failedSince(pod)
 		due := since.Add(p.MinAge)
 		d = Decision{Want: Delete, Reason: ReasonFailedPod,
@@ -217,10 +222,21 @@ func (p Policy) Decide(pod *events.PodState, f Facts) Decision {
 	}
 	if d.Want == Delete {
 		// A Failed pod is deleted at once by the API server (grace 0 for
-		// terminal pods) unless finalizers keep it.
-		d.RemoveFinalizers = pod.Finalizers > 0 && p.RemoveFinalizers
-		d.Remains = pod.Finalizers > 0 && !p.RemoveFinalizers
+		// terminal pods) unless finalizers keep it. Its finalizers are
+		// never cleared here, even with removeFinalizers: their
+		// controllers let go once they have done their part (the Job
+		// controller once it has counted the pod), and a pod they keep
+		// Terminating for terminatingTimeout is a stuck pod, the only one
+		// removeFinalizers clears.
+		d.Remains = pod.Finalizers > 0
 		d.Action = Delete
+		return d
+	}
+	if pod.JobTracking {
+		d.Action, d.Reason = Skip, ReasonHasFinalizers
+		d.Message = fmt.Sprintf("stuck Terminating with the Job controller's %s finalizer (%d finalizer(s) in all): "+
+			"the Job controller removes it once it has counted the pod (with podReplacementPolicy Failed, which a podFailurePolicy implies, "+
+			"only once the pod's phase is Failed), and cleanup never does", jobTrackingFinalizer, pod.Finalizers)
 		return d
 	}
 	if pod.Finalizers > 0 && !p.RemoveFinalizers {
@@ -231,7 +247,7 @@ func (p Policy) Decide(pod *events.PodState, f Facts) Decision {
 	if held, ok := p.partition(pod, f); !ok {
 		return held
 	}
-	if p.Braking(f.Nodes) {
+	if p.Braking(f.Nodes) && !downByTaint(f.Node) {
 		d.Action, d.Reason = Skip, ReasonMassNodeFailure
 		d.Message = fmt.Sprintf("%d of %d nodes are not Ready (more than %.0f%%): force deletions are paused until fewer are",
 			f.Nodes.NotReady, f.Nodes.Nodes, 100*p.BrakeNotReadyShare)
@@ -240,6 +256,29 @@ func (p Policy) Decide(pod *events.PodState, f Facts) Decision {
 	d.RemoveFinalizers = pod.Finalizers > 0
 	d.Action = d.Want
 	return d
+}
+
+// jobTrackingFinalizer is the Job controller's finalizer (batchv1.JobTrackingFinalizer).
+const jobTrackingFinalizer = "batch.kubernetes.io/job-tracking"
+
+// leftToController reports whether a Failed pod belongs to a controller that
+// deletes its own Failed pods: the DaemonSet controller (podsShouldBeOnNode,
+// with a per-node backoff against a kubelet that keeps rejecting the pod)
+// and the StatefulSet controller (processReplica, which deletes a pod in a
+// terminal phase and creates it again). Deleting them too would race those
+// controllers and defeat the DaemonSet controller's backoff.
+func leftToController(pod *events.PodState) bool {
+	return pod.Owner != nil && (pod.Owner.Kind == "DaemonSet" || pod.Owner.Kind == "StatefulSet")
+}
+
+// downByTaint reports whether a node is known down by a person's (or a
+// fencing controller's) word: not Ready and tainted out-of-service. PodGC's
+// gcTerminating force-deletes the Terminating pods of such a node whatever
+// the state of its zone, so the brake does not hold them either: the brake
+// guards against reading a partition as dead nodes, and the taint is the
+// assertion that this node is off.
+func downByTaint(node *events.NodeState) bool {
+	return node != nil && node.Ready != "True" && node.HasTaint(events.TaintOutOfService)
 }
 
 // interruptedDelete reports whether a pod is a Failed pod the API server
@@ -253,13 +292,19 @@ func interruptedDelete(pod *events.PodState) bool {
 }
 
 // holdsNode reports whether a pod of that controller kind (the controller
-// reference's, "" without one), mounting a PersistentVolumeClaim or not, is
-// tied to what its node may still hold, so that removing it from the API
+// reference's, "" without one), with storage or not (kube.PodHoldsStorage),
+// is tied to what its node may still hold, so that removing it from the API
 // while its kubelet may still run it would run a second copy beside the
 // first:
 //   - a StatefulSet pod's identity (name, volume): the StatefulSet controller
 //     creates the same name again once the old pod is gone from the API;
-//   - a pod's PersistentVolumeClaim: a replacement mounts the same volume;
+//   - a pod's storage (a claim, an inline disk, a CSI inline or network
+//     volume, a hostPath mounted read-write): a replacement attaches or
+//     writes the same data. For a disk, the attach/detach controller
+//     detaches it from the old node by force once the pod is gone from the
+//     API and the node is not healthy (after maxWaitForUnmountDuration, 6
+//     min; at once with the out-of-service taint), and the replacement
+//     attaches it while the partitioned node may still write;
 //   - a DaemonSet pod's node: the DaemonSet controller creates a node's pod
 //     when none exists there (a Terminating one still counts, so it waits;
 //     pkg/controller/daemon podsShouldBeOnNode), and the new agent lands on
@@ -267,15 +312,14 @@ func interruptedDelete(pod *events.PodState) bool {
 //     (two CNI, log or storage agents on one node).
 //
 // The live re-check uses it too, to know that it must read the node.
-func holdsNode(kind string, pvc bool) bool {
-	return pvc || kind == "StatefulSet" || kind == "DaemonSet"
+func holdsNode(kind string, storage bool) bool {
+	return storage || kind == "StatefulSet" || kind == "DaemonSet"
 }
 
 // partition applies the rule for pods tied to their node or storage
-// (holdsNode: StatefulSet and DaemonSet pods, pods mounting a
-// PersistentVolumeClaim): force deletion lets a replacement start while, in a
-// network partition or with a hung runtime, the kubelet may still run the pod
-// and write to its volume. Such a pod is force-deleted only when its node is
+// (holdsNode: StatefulSet and DaemonSet pods, pods with storage): force
+// deletion lets a replacement start while, in a network partition or with
+// a hung runtime, the kubelet may still run the pod and write to its volume. Such a pod is force-deleted only when its node is
 // known to be down: deleted, or not Ready and tainted out-of-service
 // (Kubernetes' non-graceful node shutdown; the same two conditions PodGC's
 // gcTerminating requires before it force-deletes a Terminating pod). A Ready
@@ -287,17 +331,17 @@ func (p Policy) partition(pod *events.PodState, f Facts) (held Decision, ok bool
 	if pod.Owner != nil {
 		kind = pod.Owner.Kind
 	}
-	if !holdsNode(kind, pod.PVC) {
+	if !holdsNode(kind, pod.Storage) {
 		return Decision{}, true
 	}
 	node := f.Node
 	if node == nil {
 		return Decision{}, true
 	}
-	outOfService := node.HasTaint(events.TaintOutOfService)
-	if outOfService && node.Ready != "True" {
+	if downByTaint(node) {
 		return Decision{}, true
 	}
+	outOfService := node.HasTaint(events.TaintOutOfService)
 	var what string
 	switch kind {
 	case "StatefulSet":
@@ -305,7 +349,7 @@ func (p Policy) partition(pod *events.PodState, f Facts) (held Decision, ok bool
 	case "DaemonSet":
 		what = "DaemonSet " + pod.Owner.Name + " pod"
 	default:
-		what = "pod mounting a PersistentVolumeClaim"
+		what = "pod with storage (a volume other than emptyDir, configMap, secret, downwardAPI, projected, image or a read-only hostPath)"
 	}
 	held = Decision{Action: Skip, Want: ForceDelete}
 	if node.Ready == "True" {
@@ -325,7 +369,11 @@ func (p Policy) partition(pod *events.PodState, f Facts) (held Decision, ok bool
 	held.Reason = ReasonNodeNotDown
 	held.Message = fmt.Sprintf("%s on node %s that is not Ready (%s) but neither deleted nor tainted %s: in a partition its kubelet may still run it",
 		what, node.Name, readyOr(node.Ready), events.TaintOutOfService)
-	if p.StatefulNotReadyTimeout > 0 && node.ReadySince != nil {
+	// The timeout is for a node whose kubelet is silent (Unknown, or no
+	// Ready condition). Ready=False is a kubelet alive and reporting: the
+	// pod is stuck because it cannot finish it (a hung runtime or
+	// unmount), so its containers may well still run.
+	if p.StatefulNotReadyTimeout > 0 && node.ReadySince != nil && node.Ready != "False" {
 		due := node.ReadySince.Add(p.StatefulNotReadyTimeout)
 		if !f.Now.Before(due) {
 			return Decision{}, true
@@ -338,12 +386,19 @@ func (p Policy) partition(pod *events.PodState, f Facts) (held Decision, ok bool
 
 // failedSince is when a Failed pod failed, and where that time comes from:
 // the watcher's failure time (containers' finish, conditions' transitions) or,
-// when the status carries none, the pod's creation.
+// when the status carries none, the pod's creation. The failure time is
+// written on the kubelet's clock and the creation on the API server's: a
+// node clock behind would date the failure before the pod existed and make
+// minAge pass at once, so it is never earlier than the creation.
 func failedSince(pod *events.PodState) (time.Time, string) {
-	if pod.FailedAt != nil {
-		return *pod.FailedAt, "failure time"
+	switch {
+	case pod.FailedAt == nil:
+		return pod.CreationTimestamp, "no failure time in the status: creation time"
+	case pod.FailedAt.Before(pod.CreationTimestamp):
+		return pod.CreationTimestamp, fmt.Sprintf("the status's failure time %s is before the creation (node clock behind): creation time",
+			pod.FailedAt.UTC().Format(time.RFC3339))
 	}
-	return pod.CreationTimestamp, "no failure time in the status: creation time"
+	return *pod.FailedAt, "failure time"
 }
 
 func readyOr(s string) string {

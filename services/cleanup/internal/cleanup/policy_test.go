@@ -70,8 +70,13 @@ func TestDecide(t *testing.T) {
 	inNS := func(ns string) func(*events.PodState) { return func(p *events.PodState) { p.Namespace = ns } }
 	young := func(p *events.PodState) { p.CreationTimestamp = t0.Add(-20 * time.Second) }
 	failedAt := func(at time.Time) func(*events.PodState) { return func(p *events.PodState) { p.FailedAt = &at } }
-	pvc := func(p *events.PodState) { p.PVC = true }
+	pvc := func(p *events.PodState) { p.Storage = true }
 	graceZero := func(p *events.PodState) { zero := int64(0); p.DeletionGracePeriodSeconds = &zero }
+	jobTracking := func(p *events.PodState) {
+		p.Owner, p.Finalizers, p.JobTracking = &events.Owner{Kind: "Job", Name: "migrate"}, p.Finalizers+1, true
+	}
+	removeFinalizers := func(p *Policy) { p.RemoveFinalizers = true }
+	oosUnknown := func() *events.NodeState { n := outOfService(); n.Ready = "Unknown"; return n }
 	brakeOn := NodeCount{Nodes: 6, NotReady: 4}
 	brakeEdge := NodeCount{Nodes: 6, NotReady: 2} // exactly a third: not more
 	brakeOff := NodeCount{Nodes: 6, NotReady: 1}
@@ -103,11 +108,28 @@ func TestDecide(t *testing.T) {
 		{name: "evicted opted out", pod: pod(failed("Evicted"), optOut), action: Skip, reason: ReasonOptedOut},
 		{name: "opt-out disabled", policy: func(p *Policy) { p.OptOutLabel = "" }, pod: pod(failed("Evicted"), optOut), action: Delete, reason: ReasonFailedPod},
 		{name: "evicted with finalizers: deletion requested, the pod remains", pod: pod(failed("Evicted"), finalizers), action: Delete, reason: ReasonFailedPod, remains: true},
-		{name: "evicted with finalizers, removal allowed: cleared, then deleted", policy: func(p *Policy) { p.RemoveFinalizers = true }, pod: pod(failed("Evicted"), finalizers), action: Delete, reason: ReasonFailedPod, rmFinals: true},
+		// removeFinalizers acts only on a pod stuck Terminating: the first
+		// visit to a Failed pod deletes it and leaves the finalizers to
+		// their controllers (the Job controller counts the pod, then lets go).
+		{name: "evicted with finalizers, removal allowed: deletion requested, the finalizers kept", policy: removeFinalizers, pod: pod(failed("Evicted"), finalizers), action: Delete, reason: ReasonFailedPod, remains: true},
+		{name: "evicted Job pod, removal allowed: its job-tracking finalizer kept", policy: removeFinalizers, pod: pod(failed("Evicted"), jobTracking), action: Delete, reason: ReasonFailedPod, remains: true},
+		{name: "Failed pod left Terminating by its finalizers, past terminatingTimeout, removal allowed: cleared, then force-deleted", policy: removeFinalizers,
+			pod: pod(failed("Evicted"), deleting(stuckSince), graceZero, finalizers), action: ForceDelete, reason: ReasonStuckTerminating, rmFinals: true},
+		{name: "Failed pod left Terminating by its finalizers, before terminatingTimeout, removal allowed: waits", policy: removeFinalizers,
+			pod: pod(failed("Evicted"), deleting(t0.Add(-time.Minute)), graceZero, finalizers), action: Wait, reason: ReasonStuckTerminating, until: t0.Add(4 * time.Minute)},
+		// The DaemonSet and StatefulSet controllers delete their own Failed
+		// pods (the DaemonSet controller with a backoff against a kubelet
+		// that keeps rejecting them).
+		{name: "Failed DaemonSet pod is left to its controller", pod: pod(failed("Evicted"), ds), node: readyNode("True"), action: None},
+		{name: "Failed StatefulSet pod is left to its controller", pod: pod(failed("Evicted"), sts), node: readyNode("True"), action: None},
+		{name: "Failed StatefulSet pod whose grace-0 delete was cut off is deleted again", pod: pod(failed("Evicted"), sts, deleting(t0), graceZero), action: Delete, reason: ReasonFailedPod},
+		{name: "Failed StatefulSet pod stuck Terminating on a deleted node is force-deleted", pod: pod(failed("Evicted"), sts, deleting(stuckSince), finalizers), policy: removeFinalizers,
+			action: ForceDelete, reason: ReasonStuckTerminating, rmFinals: true},
 		{name: "reasons match case-insensitively", pod: pod(failed("EVICTED")), action: Delete, reason: ReasonFailedPod},
 		{name: "configured reason in another case", policy: func(p *Policy) { p.Reasons = reasonSet("evicted") }, pod: pod(failed("Evicted")), action: Delete, reason: ReasonFailedPod},
 		{name: "minAge counts from the failure, not the creation", pod: pod(failed("Evicted"), failedAt(t0.Add(-time.Second))), action: Wait, reason: ReasonFailedPod, until: t0.Add(59 * time.Second)},
-		{name: "failed long enough ago", pod: pod(failed("Evicted"), young, failedAt(t0.Add(-time.Minute))), action: Delete, reason: ReasonFailedPod},
+		{name: "failed long enough ago", pod: pod(failed("Evicted"), failedAt(t0.Add(-time.Minute))), action: Delete, reason: ReasonFailedPod},
+		{name: "a failure time before the creation counts from the creation", pod: pod(failed("Evicted"), young, failedAt(t0.Add(-2*time.Hour))), action: Wait, reason: ReasonFailedPod, until: t0.Add(40 * time.Second)},
 		{name: "plain deletes ignore the brake", pod: pod(failed("Evicted")), nodes: brakeOn, action: Delete, reason: ReasonFailedPod},
 
 		{name: "terminating before timeout waits", pod: pod(deleting(t0.Add(-time.Minute))), action: Wait, reason: ReasonStuckTerminating, until: t0.Add(4 * time.Minute)},
@@ -122,7 +144,10 @@ func TestDecide(t *testing.T) {
 		{name: "stuck in excluded namespace", pod: pod(deleting(stuckSince), inNS("kube-system")), action: None},
 		{name: "stuck opted out", pod: pod(deleting(stuckSince), optOut), action: Skip, reason: ReasonOptedOut},
 		{name: "stuck with finalizers", pod: pod(deleting(stuckSince), finalizers), action: Skip, reason: ReasonHasFinalizers},
-		{name: "stuck with finalizers, removal allowed", policy: func(p *Policy) { p.RemoveFinalizers = true }, pod: pod(deleting(stuckSince), finalizers), action: ForceDelete, reason: ReasonStuckTerminating, rmFinals: true},
+		{name: "stuck with finalizers, removal allowed", policy: removeFinalizers, pod: pod(deleting(stuckSince), finalizers), action: ForceDelete, reason: ReasonStuckTerminating, rmFinals: true},
+		{name: "stuck with the Job's job-tracking finalizer, removal allowed: held", policy: removeFinalizers, pod: pod(deleting(stuckSince), jobTracking), action: Skip, reason: ReasonHasFinalizers},
+		{name: "stuck with the job-tracking and another finalizer, removal allowed: held", policy: removeFinalizers, pod: pod(deleting(stuckSince), finalizers, jobTracking), action: Skip, reason: ReasonHasFinalizers},
+		{name: "stuck Job pod with the job-tracking finalizer on a deleted node, removal allowed: held", policy: removeFinalizers, pod: pod(deleting(stuckSince), jobTracking), node: nil, action: Skip, reason: ReasonHasFinalizers},
 		{name: "finalizers before timeout still wait", pod: pod(deleting(t0), finalizers), action: Wait, reason: ReasonStuckTerminating, until: t0.Add(5 * time.Minute)},
 		{name: "statefulset on ready node", pod: pod(deleting(stuckSince), sts), node: readyNode("True"), action: Skip, reason: ReasonStatefulSetOnNode},
 		{name: "statefulset on ready node allowed", policy: func(p *Policy) { p.AllowStatefulSetOnReadyNode = true }, pod: pod(deleting(stuckSince), sts), node: readyNode("True"), action: ForceDelete, reason: ReasonStuckTerminating},
@@ -152,7 +177,6 @@ func TestDecide(t *testing.T) {
 			pod: pod(deleting(stuckSince), ds), node: notReadySince("Unknown", t0.Add(-10*time.Minute)), action: ForceDelete, reason: ReasonStuckTerminating},
 		{name: "unscheduled daemonset pod is released", pod: pod(deleting(stuckSince), ds, func(p *events.PodState) { p.NodeName = "" }), node: nil, action: ForceDelete, reason: ReasonStuckTerminating},
 		{name: "daemonset pod with finalizers reports the finalizers first", pod: pod(deleting(stuckSince), ds, finalizers), node: readyNode("True"), action: Skip, reason: ReasonHasFinalizers},
-		{name: "Failed daemonset pod is deleted on a Ready node", pod: pod(failed("Evicted"), ds), node: readyNode("True"), action: Delete, reason: ReasonFailedPod},
 		{name: "pvc pod on unreachable node is held", pod: pod(deleting(stuckSince), pvc), node: readyNode("Unknown"), action: Skip, reason: ReasonNodeNotDown},
 		{name: "pvc pod on ready node is held", pod: pod(deleting(stuckSince), pvc), node: readyNode("True"), action: Skip, reason: ReasonStatefulSetOnNode},
 		{name: "pvc pod on out-of-service node", pod: pod(deleting(stuckSince), pvc), node: outOfService(), action: ForceDelete, reason: ReasonStuckTerminating},
@@ -166,10 +190,22 @@ func TestDecide(t *testing.T) {
 		{name: "statefulNotReadyTimeout off by default", pod: pod(deleting(stuckSince), sts), node: notReadySince("Unknown", t0.Add(-24*time.Hour)), action: Skip, reason: ReasonNodeNotDown},
 		{name: "statefulNotReadyTimeout without a transition time holds", policy: func(p *Policy) { p.StatefulNotReadyTimeout = time.Minute },
 			pod: pod(deleting(stuckSince), sts), node: readyNode("Unknown"), action: Skip, reason: ReasonNodeNotDown},
+		// Ready=False: the kubelet is alive and reporting, and the pod is
+		// stuck because it cannot finish it; its containers may well run.
+		{name: "statefulNotReadyTimeout does not release a Ready=False node", policy: func(p *Policy) { p.StatefulNotReadyTimeout = 10 * time.Minute },
+			pod: pod(deleting(stuckSince), sts), node: notReadySince("False", t0.Add(-time.Hour)), action: Skip, reason: ReasonNodeNotDown},
+		{name: "statefulNotReadyTimeout releases a node without Ready condition", policy: func(p *Policy) { p.StatefulNotReadyTimeout = 10 * time.Minute },
+			pod: pod(deleting(stuckSince), sts), node: notReadySince("", t0.Add(-time.Hour)), action: ForceDelete, reason: ReasonStuckTerminating},
 		{name: "statefulNotReadyTimeout does not apply to a Ready node", policy: func(p *Policy) { p.StatefulNotReadyTimeout = time.Minute },
 			pod: pod(deleting(stuckSince), sts), node: notReadySince("True", t0.Add(-time.Hour)), action: Skip, reason: ReasonStatefulSetOnNode},
 		{name: "brake holds a force deletion", pod: pod(deleting(stuckSince)), nodes: brakeOn, action: Skip, reason: ReasonMassNodeFailure},
 		{name: "brake holds a force deletion on a deleted node", pod: pod(deleting(stuckSince), sts), nodes: brakeOn, action: Skip, reason: ReasonMassNodeFailure},
+		// A person's out-of-service taint on a node that is not Ready
+		// outranks the brake, as PodGC's gcTerminating ignores zone state.
+		{name: "brake does not hold a statefulset pod on a NotReady out-of-service node", pod: pod(deleting(stuckSince), sts), node: oosUnknown(), nodes: brakeOn, action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "brake does not hold a plain pod on a NotReady out-of-service node", pod: pod(deleting(stuckSince)), node: outOfService(), nodes: brakeOn, action: ForceDelete, reason: ReasonStuckTerminating},
+		{name: "brake holds a plain pod on a Ready out-of-service node", pod: pod(deleting(stuckSince)), node: readyOutOfService(), nodes: brakeOn, action: Skip, reason: ReasonMassNodeFailure},
+		{name: "brake holds a plain pod on an Unknown node without the taint", pod: pod(deleting(stuckSince)), node: readyNode("Unknown"), nodes: brakeOn, action: Skip, reason: ReasonMassNodeFailure},
 		{name: "brake at exactly the share is off", pod: pod(deleting(stuckSince)), nodes: brakeEdge, action: ForceDelete, reason: ReasonStuckTerminating},
 		{name: "brake released", pod: pod(deleting(stuckSince)), nodes: brakeOff, action: ForceDelete, reason: ReasonStuckTerminating},
 		{name: "brake disabled with share 1", policy: func(p *Policy) { p.BrakeNotReadyShare = 1 }, pod: pod(deleting(stuckSince)), nodes: NodeCount{Nodes: 3, NotReady: 3}, action: ForceDelete, reason: ReasonStuckTerminating},
@@ -209,6 +245,34 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestMinAgeNeverCountsFromBeforeCreation: failedAt is written on the
+// kubelet's clock; a node clock 2 h behind must not make a pod created a
+// minute ago count as failed 2 h ago. The failure is never earlier than the
+// creation (the API server's clock), so minAge counts from the creation.
+func TestMinAgeNeverCountsFromBeforeCreation(t *testing.T) {
+	created := t0.Add(-time.Minute)
+	failedAt := created.Add(-2 * time.Hour) // the node's clock, 2 h behind
+	p := testPolicy()
+	p.MinAge = 10 * time.Minute
+	state := pod(failed("Evicted"), func(s *events.PodState) { s.CreationTimestamp, s.FailedAt = created, &failedAt })
+	for _, tc := range []struct {
+		now    time.Time
+		action Action
+	}{
+		{now: t0, action: Wait},
+		{now: created.Add(10*time.Minute - time.Second), action: Wait},
+		{now: created.Add(10 * time.Minute), action: Delete},
+	} {
+		d := p.Decide(state, Facts{Now: tc.now})
+		if d.Action != tc.action {
+			t.Fatalf("at creation + %v: %v (%s), want %v", tc.now.Sub(created), d.Action, d.Message, tc.action)
+		}
+		if d.Action == Wait && !d.Until.Equal(created.Add(10*time.Minute)) {
+			t.Fatalf("at creation + %v: wait until %v, want creation + 10m", tc.now.Sub(created), d.Until)
+		}
+	}
+}
+
 func TestNewPolicyFromConfig(t *testing.T) {
 	c, err := config.Parse([]byte("delException: {reasons: [Evicted, Shutdown], terminatingTimeout: 30s, removeFinalizers: true}"))
 	if err != nil {
@@ -224,7 +288,8 @@ func TestNewPolicyFromConfig(t *testing.T) {
 }
 
 func TestUnknownReasons(t *testing.T) {
-	got := UnknownReasons([]string{"Evicted", "evicted", "OutOfcpu", "OutOfnvidia.com/gpu", "Shutdown", "NodeAffinity", "Evictd", "OutOf", "Foo"})
+	got := UnknownReasons([]string{"Evicted", "evicted", "OutOfcpu", "OutOfnvidia.com/gpu", "Shutdown", "NodeAffinity", "UnknownReason",
+		"InitContainerRestartPolicyForbidden", "SupplementalGroupsPolicyNotSupported", "UnexpectedPredicateFailureType", "Evictd", "OutOf", "Foo"})
 	if want := "[Evictd OutOf Foo]"; fmt.Sprint(got) != want {
 		t.Fatalf("UnknownReasons = %v, want %v", got, want)
 	}

@@ -171,7 +171,8 @@ func podState(s *events.PodState, p *corev1.Pod, messageLimit int, blk *podBlock
 		Finalizers:                 len(p.Finalizers),
 		Owner:                      owner(p),
 		FailedAt:                   kube.PodFailedAt(p),
-		PVC:                        kube.PodMountsPVC(p),
+		Storage:                    kube.PodHoldsStorage(p),
+		JobTracking:                kube.PodTracksJob(p),
 	}
 	if p.DeletionTimestamp != nil {
 		t := p.DeletionTimestamp.UTC()

@@ -106,20 +106,27 @@ func TestPodState(t *testing.T) {
 			p.Status.ContainerStatuses[0].State.Terminated = &corev1.ContainerStateTerminated{FinishedAt: deleted}
 			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
 		}, func(t *testing.T, s events.PodState) {
-			if s.FailedAt == nil || !s.FailedAt.Equal(deleted.Time) || !s.PVC {
-				t.Errorf("failedAt %v pvc %v", s.FailedAt, s.PVC)
+			if s.FailedAt == nil || !s.FailedAt.Equal(deleted.Time) || !s.Storage {
+				t.Errorf("failedAt %v storage %v", s.FailedAt, s.Storage)
 			}
 		}},
 		{"running: no failure time, no claim", nil, func(t *testing.T, s events.PodState) {
-			if s.FailedAt != nil || s.PVC {
-				t.Errorf("failedAt %v pvc %v", s.FailedAt, s.PVC)
+			if s.FailedAt != nil || s.Storage {
+				t.Errorf("failedAt %v storage %v", s.FailedAt, s.Storage)
 			}
 		}},
 		{"terminating with finalizers", func(p *corev1.Pod) {
 			p.DeletionTimestamp, p.DeletionGracePeriodSeconds, p.Finalizers = &deleted, ptr(int64(30)), []string{"a", "b"}
 		}, func(t *testing.T, s events.PodState) {
-			if s.DeletionTimestamp == nil || !s.DeletionTimestamp.Equal(deleted.Time) || *s.DeletionGracePeriodSeconds != 30 || s.Finalizers != 2 {
+			if s.DeletionTimestamp == nil || !s.DeletionTimestamp.Equal(deleted.Time) || *s.DeletionGracePeriodSeconds != 30 || s.Finalizers != 2 || s.JobTracking {
 				t.Errorf("state = %+v", s)
+			}
+		}},
+		{"the Job controller's finalizer", func(p *corev1.Pod) {
+			p.Finalizers = []string{"a", "batch.kubernetes.io/job-tracking"}
+		}, func(t *testing.T, s events.PodState) {
+			if s.Finalizers != 2 || !s.JobTracking {
+				t.Errorf("finalizers %d jobTracking %v", s.Finalizers, s.JobTracking)
 			}
 		}},
 	}
