@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -135,7 +136,8 @@ type Notifier struct {
 	TopRows int `json:"topRows"`
 	// BodyLimit is the Feishu request body budget in bytes (Feishu: 20 KB).
 	BodyLimit int `json:"bodyLimit"`
-	// RequestTimeout bounds one HTTP request to a receiver.
+	// RequestTimeout bounds one HTTP request to a receiver; it should be
+	// shorter than MaxSendTimeout (Warnings).
 	RequestTimeout Duration `json:"requestTimeout"`
 	// RetryInitial and RetryMax bound the exponential backoff between
 	// attempts of one delivery; GiveUpAfter dead-letters a delivery that
@@ -156,6 +158,14 @@ type Notifier struct {
 	// DeadLetterMaxAge is how long the DLQ stream keeps dead letters.
 	DeadLetterMaxAge Duration `json:"deadLetterMaxAge"`
 }
+
+// MaxSendTimeout is what a request timeout should stay under with ackWait:
+// two thirds of it. A request still at the receiver when its message's ack
+// wait runs out lets the server redeliver the message, after a lost lease to
+// the next active replica, which sends the card again; and the progress
+// acks that restart the ack wait go every ackWait/3 and stop when a term
+// ends, so a request may start with only two thirds of ackWait left.
+func MaxSendTimeout(ackWait time.Duration) time.Duration { return ackWait * 2 / 3 }
 
 func (n *Notifier) setDefaults() {
 	n.Stream = DefaultOpsStream
@@ -406,6 +416,7 @@ func (n *Notifier) validate(p string, errs *Errors, implicit ...string) {
 		n.validateRouteClusters(rp+".clusters", rt.Clusters, errs)
 	}
 	n.validateFleet(p, errs)
+	n.validateReceiverLists(p, errs)
 	for _, r := range n.DefaultReceivers {
 		if !names[r] {
 			errs.add(p+".defaultReceivers", "unknown receiver %q", r)
@@ -444,6 +455,68 @@ func (n *Notifier) validate(p string, errs *Errors, implicit ...string) {
 	if n.MaxDeliver < 1 {
 		errs.add(join(p, "maxDeliver"), "must be at least 1")
 	}
+}
+
+// NotifierWarnings names the trade-offs of a valid notifier section that a
+// person should have chosen knowingly; the notifier logs them at start-up.
+//
+// A request timeout of MaxSendTimeout or more: a warning rather than a
+// refusal, because deploy/'s configs set requestTimeout (10s) and a
+// deployment that lowered only ackWait must not stop starting on an
+// upgrade.
+func (c *Config) NotifierWarnings() []string {
+	n := &c.Notifier
+	limit := MaxSendTimeout(n.AckWait.Duration)
+	if limit <= 0 {
+		return nil
+	}
+	var out []string
+	warn := func(field string, d time.Duration) {
+		out = append(out, fmt.Sprintf("%s (%v) is not less than two thirds of notifier.ackWait (%v, so under %v): "+
+			"a request still at the receiver when its message's ack wait ends (after a lost lease) has the message "+
+			"redelivered to the next active replica, which sends the card again; lower the timeout or raise notifier.ackWait",
+			field, d, n.AckWait.Duration, limit))
+	}
+	if n.RequestTimeout.Duration >= limit {
+		warn("notifier.requestTimeout", n.RequestTimeout.Duration)
+	}
+	for i, r := range n.Receivers {
+		if r.Timeout.Duration >= limit {
+			warn("notifier.receivers["+itoa(i)+"].timeout", r.Timeout.Duration)
+		}
+	}
+	return out
+}
+
+// validateReceiverLists refuses a receiver listed twice in one route or in
+// defaultReceivers: (route, receiver) is the identity of a card, a delivered
+// record and a dead letter, so the receiver would get every event twice.
+func (n *Notifier) validateReceiverLists(p string, errs *Errors) {
+	for i, rt := range n.Routes {
+		if r := listedTwice(rt.Receivers); r != "" {
+			rp := p + ".routes[" + itoa(i) + "].receivers"
+			if rt.Name != "" {
+				errs.add(rp, "receiver %q is listed twice in route %q (it would get every event twice)", r, rt.Name)
+			} else {
+				errs.add(rp, "receiver %q is listed twice (it would get every event twice)", r)
+			}
+		}
+	}
+	if r := listedTwice(n.DefaultReceivers); r != "" {
+		errs.add(p+".defaultReceivers", "receiver %q is listed twice (it would get every event twice)", r)
+	}
+}
+
+// listedTwice returns the first name names has more than once, or "".
+func listedTwice(names []string) string {
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if seen[n] {
+			return n
+		}
+		seen[n] = true
+	}
+	return ""
 }
 
 func countSet(bs ...bool) int {

@@ -123,6 +123,10 @@ func TestNotifierValidation(t *testing.T) {
 		{"bad severity", "notifier:\n  receivers:\n  - name: a\n    url: u\n  routes:\n  - receivers: [a]\n    severities: [fatal]\n", []string{"notifier.routes[0].severities"}},
 		{"route without receivers", "notifier:\n  routes:\n  - subjects: ['ops.>']\n", []string{"notifier.routes[0].receivers"}},
 		{"unknown default", "notifier:\n  defaultReceivers: [nobody]\n", []string{"notifier.defaultReceivers"}},
+		{"receiver twice in a route", "notifier:\n  receivers:\n  - {name: a, url: u}\n  routes:\n  - {name: r, receivers: [a, a]}\n", []string{"notifier.routes[0].receivers"}},
+		{"implicit receiver twice in a route", "sendReport:\n  apiurl: https://x/hook/a\nnotifier:\n  routes:\n  - {receivers: [sendReport, sendReport]}\n", []string{"notifier.routes[0].receivers"}},
+		{"default receiver twice", "notifier:\n  receivers:\n  - {name: a, url: u}\n  defaultReceivers: [a, a]\n", []string{"notifier.defaultReceivers"}},
+		{"two receivers in a route", "notifier:\n  receivers:\n  - {name: a, url: u}\n  - {name: b, url: v}\n  routes:\n  - {receivers: [a, b]}\n  defaultReceivers: [b, a]\n", nil},
 		{"retry bounds", "notifier:\n  retryInitial: 10s\n  retryMax: 1s\n", []string{"notifier.retryMax"}},
 		{"tiny ack wait", "notifier:\n  ackWait: 100ms\n", []string{"notifier.ackWait"}},
 		{"zero durations", "notifier:\n  giveUpAfter: 0\n  deliveredTTL: 0\n", []string{"notifier.giveUpAfter", "notifier.deliveredTTL"}},
@@ -197,5 +201,73 @@ notifier:
 `))
 	if err == nil || !strings.Contains(err.Error(), "notifier.receivers[0].secret") {
 		t.Errorf("webhook with a secret: error %v, want one naming notifier.receivers[0].secret", err)
+	}
+}
+
+// TestReceiverListedTwiceRefused: a receiver listed twice in one route (or
+// in defaultReceivers) would get every matching event twice, in two cards;
+// the error names the route and the receiver.
+func TestReceiverListedTwiceRefused(t *testing.T) {
+	tests := []struct {
+		name, doc string
+		want      []string // in the error
+	}{
+		{"in a route", "notifier:\n  receivers:\n  - {name: a, type: webhook, url: \"https://example.com/hook\"}\n  routes:\n  - {name: cleanup, receivers: [a, a]}\n",
+			[]string{"notifier.routes[0].receivers", `"a"`, `"cleanup"`}},
+		{"in defaultReceivers", "notifier:\n  receivers:\n  - {name: a, type: webhook, url: \"https://example.com/hook\"}\n  defaultReceivers: [a, a]\n",
+			[]string{"notifier.defaultReceivers", `"a"`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %s", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestSlowSendTimeoutWarned: a request still at the receiver when its
+// message's ack wait runs out (after a lost lease) has the message
+// redelivered to the next active replica, which sends the card again.
+// Progress acks go every ackWait/3 and stop when a term ends, so a request
+// may start with only two thirds of ackWait left: a timeout not under that
+// is named, with notifier.ackWait, in the warnings the notifier logs at
+// start. A warning, not a refusal: deploy/'s configs set requestTimeout, and
+// one that lowered only ackWait must still start.
+func TestSlowSendTimeoutWarned(t *testing.T) {
+	tests := []struct {
+		name, doc string
+		fields    []string // warned about
+	}{
+		{"defaults", "", nil},
+		{"request timeout over two thirds of ackWait", "notifier:\n  ackWait: 30s\n  requestTimeout: 25s\n", []string{"notifier.requestTimeout"}},
+		{"request timeout at two thirds of ackWait", "notifier:\n  ackWait: 6s\n  requestTimeout: 4s\n", []string{"notifier.requestTimeout"}},
+		{"request timeout below two thirds of ackWait", "notifier:\n  ackWait: 6s\n  requestTimeout: 3s\n", nil},
+		{"ackWait lowered under the default request timeout", "notifier:\n  ackWait: 2s\n", []string{"notifier.requestTimeout"}},
+		{"a receiver's timeout", "notifier:\n  ackWait: 3s\n  requestTimeout: 1s\n  receivers:\n  - {name: a, url: u, timeout: 5s}\n  - {name: b, url: u, timeout: 1500ms}\n",
+			[]string{"notifier.receivers[0].timeout"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.doc))
+			if err != nil {
+				t.Fatalf("want valid, got %v", err)
+			}
+			ws := c.NotifierWarnings()
+			if len(ws) != len(tc.fields) {
+				t.Fatalf("warnings %q, want one each on %v", ws, tc.fields)
+			}
+			for i, f := range tc.fields {
+				if !strings.HasPrefix(ws[i], f+" ") || !strings.Contains(ws[i], "notifier.ackWait") {
+					t.Errorf("warning %q, want one on %s naming notifier.ackWait", ws[i], f)
+				}
+			}
+		})
 	}
 }

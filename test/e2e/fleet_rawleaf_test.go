@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -14,6 +15,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
@@ -165,14 +169,16 @@ func (l *rawLeaf) lastCreate() (sourceCreate, int) {
 	return l.creates[len(l.creates)-1], len(l.creates)
 }
 
-// fleetForgedSource: a raw leaf connection as leaf-a gets a message stored
+// fleetForgedSource: a raw leaf connection as leaf-a gets messages stored
 // in the fleet OPS as ops.b.…, through a's own source (docs/fleet.md#trust):
 // after a's link was cut, the hub's new source consumer is announced to every
 // leaf of leaf-a (its deliver subject and its flow-control subject, which
 // carries its name), and the raw leaf delivers first, with the $JS.ACK reply
-// of delivery 1 at the start sequence and "@ops.b.…" after it. The hub
-// stores it; the notifier terminates, logs and counts it (foreign_source),
-// and it never becomes a card or an outcome.
+// of delivery 1 at the start sequence and "@ops.b.…" after it. Delivery 2
+// also smuggles a Nats-Stream-Source header claiming b's source behind a
+// bare "\n", which the hub keeps in front of its own. The hub stores both;
+// the notifier terminates, logs and counts both (foreign_source), and
+// neither becomes a card or an outcome.
 func fleetForgedSource(t *testing.T, f *fleet) {
 	t.Helper()
 	outcomes := subscribeLive(t, f.audit, "notify.>")
@@ -186,14 +192,17 @@ func fleetForgedSource(t *testing.T, f *fleet) {
 		t.Fatal(err)
 	}
 	m := ev.Msg(forged)
-	var hdr strings.Builder
-	hdr.WriteString("NATS/1.0\r\n")
-	for k, vs := range m.Header {
-		for _, v := range vs {
-			hdr.WriteString(k + ": " + v + "\r\n")
-		}
+	smuggled := "ops.b.cleanup.deleted.shop.smuggled-by-a"
+	sev, err := envelope.New("cleanup/smuggled-by-a/deleted", envelope.Source("b", "cleanup"), events.TypeCleanup, "shop/smuggled-by-a",
+		events.CleanupDecision{Verb: "deleted", Namespace: "shop", Pod: "smuggled-by-a", PodReason: "Evicted", Severity: events.SeverityWarning, Time: time.Now()}, time.Now())
+	if err != nil {
+		t.Fatal(err)
 	}
-	hdr.WriteString("\r\n")
+	sm := sev.Msg(smuggled)
+	hdr := rawHeader(m, "")
+	// nats-server removes a received Nats-Stream-Source only after "\r\n";
+	// nats.go splits header lines on a bare "\n" too.
+	shdr := rawHeader(sm, "X-Opswire-Smuggle: 1\nNats-Stream-Source: OPS:b 1 ops.b.> > "+smuggled+"\r\n")
 
 	// While a's link is cut only the raw leaf answers the hub's source
 	// consumer requests (leaf-a may publish $JSC.R.a.>): it names a
@@ -201,8 +210,9 @@ func fleetForgedSource(t *testing.T, f *fleet) {
 	a := f.edges["a"]
 	a.link.Cut()
 	var answered int
-	harness.Eventually(t, 120*time.Second, "the forged ops.b message in the fleet OPS", func() bool {
-		if streamSubjects(t, f.auditJS, "OPS", "ops.b.>")[forged] > 0 {
+	var lastStart uint64
+	harness.Eventually(t, 120*time.Second, "the forged and the smuggled ops.b messages in the fleet OPS", func() bool {
+		if stored := streamSubjects(t, f.auditJS, "OPS", "ops.b.>"); stored[forged] > 0 && stored[smuggled] > 0 {
 			return true
 		}
 		req, n := leaf.lastCreate()
@@ -211,6 +221,7 @@ func fleetForgedSource(t *testing.T, f *fleet) {
 		}
 		answered = n
 		start := max(req.start, 1)
+		lastStart = start
 		name, deliver := fmt.Sprintf("RAW_%d", n), fmt.Sprintf("fleet.a.S.raw%d", n)
 		now := time.Now().UTC().Format(time.RFC3339Nano)
 		resp, _ := json.Marshal(map[string]any{
@@ -233,15 +244,31 @@ func fleetForgedSource(t *testing.T, f *fleet) {
 			t.Logf("raw leaf: the hub did not take the answer to create request %d", n)
 			return false
 		}
-		reply := fmt.Sprintf("$JS.ACK.OPS.%s.1.%d.1.%d.0@%s", name, start, time.Now().UnixNano(), forged)
-		leaf.write(t, fmt.Sprintf("HMSG %s %s %d %d\r\n%s%s\r\nPING\r\n", deliver, reply, hdr.Len(), hdr.Len()+len(m.Data), hdr.String(), m.Data))
+		reply := fmt.Sprintf("$JS.ACK.OPS.%s.1.%d.1.%d.1@%s", name, start, time.Now().UnixNano(), forged)
+		leaf.write(t, fmt.Sprintf("HMSG %s %s %d %d\r\n%s%s\r\n", deliver, reply, len(hdr), len(hdr)+len(m.Data), hdr, m.Data))
+		reply = fmt.Sprintf("$JS.ACK.OPS.%s.1.%d.2.%d.0@%s", name, start+1, time.Now().UnixNano(), smuggled)
+		leaf.write(t, fmt.Sprintf("HMSG %s %s %d %d\r\n%s%s\r\nPING\r\n", deliver, reply, len(shdr), len(shdr)+len(sm.Data), shdr, sm.Data))
 		t.Logf("raw leaf: answered create request %d (start %d) as consumer %s on %s, and delivered", n, start, name, deliver)
 		return false
 	})
+	// The two deliveries took a's source sequences start and start+1 in the
+	// hub's reckoning, so the hub resumes a's source after them: a's own
+	// messages at those sequences are never sourced (a can only suppress
+	// its own). Decisions made while the link is still cut fill them, so a's
+	// next decision after the restore lands beyond.
+	for i := 0; opsLastSeq(t, a.auditJS) < lastStart+1; i++ {
+		if i == 5 {
+			t.Fatalf("a's OPS at %d after 5 filler decisions, want %d", opsLastSeq(t, a.auditJS), lastStart+1)
+		}
+		filler := a.evictPods(t, fmt.Sprintf("filler-a-%d", i), 1)[0]
+		harness.Eventually(t, 60*time.Second, "a's filler decision in its own OPS", func() bool {
+			return streamSubjects(t, a.auditJS, "OPS", "ops.a.cleanup.deleted.>")["ops.a.cleanup.deleted.shop."+filler] > 0
+		})
+	}
 	a.link.Restore()
 	foreign := `opswire_notifier_messages_total{consumer="feishu",result="foreign_source"}`
-	harness.Eventually(t, 30*time.Second, "the notifier terminating the forged message", func() bool {
-		return f.notifier.Metric(foreign) >= 1
+	harness.Eventually(t, 30*time.Second, "the notifier terminating the forged and the smuggled message", func() bool {
+		return f.notifier.Metric(foreign) >= 2
 	})
 	if !strings.Contains(f.notifier.Logs(), "outside the filter of the source") {
 		t.Error("the notifier did not log the forged message")
@@ -252,19 +279,50 @@ func fleetForgedSource(t *testing.T, f *fleet) {
 		return cardsNaming(f.cardTexts(), []string{after})[after] == 1
 	})
 	for _, text := range f.cardTexts() {
-		if strings.Contains(text, "forged-by-a") {
-			t.Errorf("a card names the forged message:\n%s", text)
+		if strings.Contains(text, "forged-by-a") || strings.Contains(text, "smuggled-by-a") {
+			t.Errorf("a card names a forged message:\n%s", text)
 		}
 	}
 	outcomes.mu.Lock()
 	for _, o := range outcomes.msgs {
-		if strings.Contains(string(o.Data), "forged-by-a") {
-			t.Errorf("outcome %s names the forged message: %s", o.Subject, o.Data)
+		if strings.Contains(string(o.Data), "forged-by-a") || strings.Contains(string(o.Data), "smuggled-by-a") {
+			t.Errorf("outcome %s names a forged message: %s", o.Subject, o.Data)
 		}
 	}
 	outcomes.mu.Unlock()
-	if n := f.notifier.Metric(foreign); n != 1 {
-		t.Errorf("%s = %v, want 1", foreign, n)
+	if n := f.notifier.Metric(foreign); n != 2 {
+		t.Errorf("%s = %v, want 2", foreign, n)
 	}
-	t.Logf("a raw leaf as leaf-a got %s stored in the fleet OPS; the notifier terminated it (foreign_source 1): no card, no outcome", forged)
+	t.Logf("a raw leaf as leaf-a got %s and %s (a smuggled source header) stored in the fleet OPS; the notifier terminated both (foreign_source 2): no card, no outcome", forged, smuggled)
+}
+
+// opsLastSeq is the last sequence of the OPS stream js reads (0 if unknown).
+func opsLastSeq(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "OPS")
+	if err != nil {
+		return 0
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0
+	}
+	return info.State.LastSeq
+}
+
+// rawHeader is m's header block as sent on the wire, with extra (whole
+// lines, as written) after m's own headers.
+func rawHeader(m *nats.Msg, extra string) string {
+	var b strings.Builder
+	b.WriteString("NATS/1.0\r\n")
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			b.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	b.WriteString(extra)
+	b.WriteString("\r\n")
+	return b.String()
 }

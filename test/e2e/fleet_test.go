@@ -208,8 +208,9 @@ func (e *fleetEdge) evictPods(t *testing.T, prefix string, n int) []string {
 // refused b's subjects and the hub's JetStream, and what a forges under
 // ops.b.> in its own OPS never reaches the fleet OPS; a's decision carrying
 // b's next id does not suppress b's (fleetIDTheft); and what a raw leaf as
-// leaf-a gets stored under ops.b.> through a's source never becomes a card
-// or an outcome (fleetForgedSource).
+// leaf-a gets stored under ops.b.> through a's source, with or without a
+// smuggled Nats-Stream-Source header, never becomes a card or an outcome
+// (fleetForgedSource).
 func TestFleetTwoClusters(t *testing.T) {
 	f := startFleet(t)
 	start := time.Now()

@@ -15,6 +15,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,7 @@ type Msg interface {
 	Metadata() (*jetstream.MsgMetadata, error)
 	Ack() error
 	Nak() error
+	NakWithDelay(delay time.Duration) error
 	Term() error
 	InProgress() error
 }
@@ -54,10 +56,10 @@ type Receiver struct {
 	Timeout time.Duration
 }
 
-// RateLog keeps the send times of each rate budget where the next active
+// RateLog keeps the sends of each rate budget where the next active
 // replica finds them, so a failover does not start with a fresh budget.
 type RateLog interface {
-	Save(ctx context.Context, budget string, times []time.Time) error
+	Save(ctx context.Context, budget string, sends []ratelimit.Sent) error
 }
 
 // Settings are the engine's knobs (see config.Notifier).
@@ -124,6 +126,11 @@ type Dispatcher struct {
 	stopped   bool
 	clusterTk string
 
+	// saving holds the budgets whose rate log is being saved, each with
+	// whether sends were admitted since that save took the times (saveRate).
+	rmu    sync.Mutex
+	saving map[string]bool
+
 	// lookups holds a slot per message queued for or in a delivered-record
 	// lookup (nil: synchronous); arrivals are those messages in arrival
 	// order until they join their groups (guarded by amu); queued are those
@@ -152,8 +159,12 @@ type pending struct {
 	msg       Msg
 	item      *notify.Item
 	seq       uint64
+	delivered uint64          // NumDelivered of the delivery Handle took
 	remaining int             // guarded by Dispatcher.mu
 	skip      map[string]bool // route+receiver pairs already settled before a redelivery
+	// unread: a redelivery whose records could not be read (lookUp); it
+	// is held back for a later delivery instead of being sent.
+	unread bool
 }
 
 type group struct {
@@ -172,7 +183,7 @@ func New(s Settings, d Deps) *Dispatcher {
 		d.Now = time.Now
 	}
 	x := &Dispatcher{s: s, d: d, now: d.Now, workers: map[string]*worker{}, groups: map[string]*group{},
-		pending: map[*pending]struct{}{}, held: map[uint64]*pending{}, clusterTk: subject.Encode(s.Cluster)}
+		pending: map[*pending]struct{}{}, held: map[uint64]*pending{}, clusterTk: subject.Encode(s.Cluster), saving: map[string]bool{}}
 	for _, r := range d.Receivers {
 		x.workers[r.Name] = newWorker(x, r)
 	}
@@ -233,6 +244,7 @@ func (x *Dispatcher) shutdown() {
 		x.d.Log.Info().Int("messages", len(held)).Msg("released held messages for redelivery")
 	}
 	x.d.Metrics.Pending.Set(0)
+	x.saveRates()
 }
 
 // keepAlive sends progress acks for every held message, to its current
@@ -319,7 +331,7 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 			// Another cluster's subject inside this cluster's source: a
 			// forgery by that cluster's side (docs/fleet.md#trust). Never a
 			// card or outcome for the cluster the subject names.
-			x.d.Log.Error().Str("subject", msg.Subject()).Str("source_filter", filter).Str("source", msg.Headers().Get(StreamSourceHeader)).
+			x.d.Log.Error().Str("subject", msg.Subject()).Str("source_filter", filter).Strs("sources", StreamSources(msg.Headers())).
 				Uint64("seq", seq).Msg("OPS message outside the filter of the source it came through; terminated")
 			x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "foreign_source").Inc()
 			_ = msg.Term()
@@ -347,7 +359,7 @@ func (x *Dispatcher) Handle(ctx context.Context, msg Msg) {
 		return
 	}
 	routes = distinct(routes)
-	p := &pending{msg: msg, item: it, seq: seq}
+	p := &pending{msg: msg, item: it, seq: seq, delivered: delivered}
 	if x.s.MaxDeliver > 0 && delivered >= uint64(x.s.MaxDeliver) && delivered > 1 {
 		x.park(ctx, p, routes, delivered)
 		return
@@ -424,10 +436,17 @@ func named(routes []*config.Route, name string) bool {
 // sending an earlier delivery must not be turned into dead).
 func (x *Dispatcher) park(ctx context.Context, p *pending, routes []*config.Route, delivered uint64) {
 	it := p.item
+	x.lookUp(ctx, []*pending{p}, [][]*config.Route{routes})
+	if p.unread {
+		// Without its records a pair its receiver has would be dead-lettered
+		// and reported failed: it waits for them like any redelivery.
+		x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "records_unavailable").Inc()
+		_ = p.msg.NakWithDelay(x.recordsRetry())
+		return
+	}
 	x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "max_deliver").Inc()
 	x.d.Log.Error().Str("subject", it.Subject).Str("id", it.ID).Uint64("deliveries", delivered).Msg("message redelivered too often; dead-lettering")
 	cause := errors.New("redelivered too often without being settled")
-	x.lookUp(ctx, []*pending{p}, [][]*config.Route{routes})
 	var failed []Outcome
 	for _, r := range routes {
 		for _, recv := range x.mine(r) {
@@ -528,7 +547,20 @@ func (x *Dispatcher) lookUp(ctx context.Context, ps []*pending, routes [][]*conf
 		recs, err = x.d.Delivered.States(ctx, keys)
 	}
 	if err != nil && ctx.Err() == nil { // after shutdown began the messages are nak'ed anyway
-		x.d.Log.Warn().Err(err).Str("consumer", x.s.Consumer).Int("messages", len(ps)).Msg("cannot read delivered records; delivering again")
+		// A redelivery may have been sent already (its ack lost in a crash)
+		// and only its records can tell: it waits for them (admit). A first
+		// delivery is almost never recorded (a re-created consumer, an id
+		// stored again after the duplicate window), and holding every new
+		// message while the bucket is degraded would stop all cards.
+		held := 0
+		for _, p := range ps {
+			if p.delivered > 1 {
+				p.unread = true
+				held++
+			}
+		}
+		x.d.Log.Warn().Err(err).Str("consumer", x.s.Consumer).Int("messages", len(ps)).Int("redeliveriesHeld", held).
+			Dur("retryIn", x.recordsRetry()).Msg("cannot read delivered records; holding redeliveries, delivering first deliveries")
 	}
 	for i, rec := range recs {
 		if rec == RecordNone {
@@ -545,6 +577,15 @@ func (x *Dispatcher) lookUp(ctx context.Context, ps []*pending, routes [][]*conf
 	}
 }
 
+// recordsRetry is how long a redelivery whose records could not be read
+// waits before it comes back: AckWait, as if its replica had died.
+func (x *Dispatcher) recordsRetry() time.Duration {
+	if x.s.AckWait > 0 {
+		return x.s.AckWait
+	}
+	return 30 * time.Second
+}
+
 // admit puts a looked-up message into its groups, or acks it when nothing
 // is left to deliver. After shutdown began it is nak'ed instead, for
 // another replica.
@@ -554,6 +595,12 @@ func (x *Dispatcher) admit(p *pending, routes []*config.Route) {
 	if x.stopped {
 		x.forget(p)
 		_ = p.msg.Nak()
+		return
+	}
+	if p.unread {
+		x.d.Metrics.Messages.WithLabelValues(x.s.Consumer, "records_unavailable").Inc()
+		x.forget(p)
+		_ = p.msg.NakWithDelay(x.recordsRetry())
 		return
 	}
 	for _, r := range routes {
@@ -720,11 +767,15 @@ func (x *Dispatcher) settle(entries []*pending) {
 
 // mine returns the receivers of r this dispatcher delivers to. The service
 // runs one dispatcher (and one consumer) per receiver, so a receiver that is
-// down holds only its own consumer's messages.
+// down holds only its own consumer's messages. A receiver listed twice is
+// one: (route, receiver) is the identity of a card, a delivered record and
+// a dead letter, so twice would send every event twice and count the
+// message settled twice. The config refuses such a list; this keeps a
+// table built without it consistent.
 func (x *Dispatcher) mine(r *config.Route) []string {
 	out := make([]string, 0, len(r.Receivers))
 	for _, recv := range r.Receivers {
-		if x.workers[recv] != nil {
+		if x.workers[recv] != nil && !slices.Contains(out, recv) {
 			out = append(out, recv)
 		}
 	}
@@ -812,18 +863,65 @@ func isServerHeader(k string) bool {
 // queue waits meanwhile, and a failure leaves the messages for redelivery.
 const deadLetterBudget = 5 * time.Second
 
-// saveRate records the receiver's budget after a send was admitted, before
-// it is made.
-func (x *Dispatcher) saveRate(ctx context.Context, r Receiver) {
+// saveRate saves the receiver's budget in the background, right after a
+// send was admitted. Never between the slot and the send: the limiter
+// records a send at its slot, so a send delayed past it (a KV put takes up
+// to a second on a degraded bucket) would go out together with those
+// admitted after it, over the receiver's limit. One save per budget runs
+// at a time; sends admitted meanwhile are saved by the next one, which
+// takes the budget's times as they are then.
+func (x *Dispatcher) saveRate(r Receiver) {
 	if x.d.RateLog == nil || r.Budget == "" {
 		return
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	x.rmu.Lock()
+	if _, running := x.saving[r.Budget]; running {
+		x.saving[r.Budget] = true
+		x.rmu.Unlock()
+		return
+	}
+	x.saving[r.Budget] = false
+	x.rmu.Unlock()
+	go func() {
+		for {
+			x.saveRateNow(r)
+			x.rmu.Lock()
+			if !x.saving[r.Budget] {
+				delete(x.saving, r.Budget)
+				x.rmu.Unlock()
+				return
+			}
+			x.saving[r.Budget] = false
+			x.rmu.Unlock()
+		}
+	}()
+}
+
+// saveRateNow saves the receiver's budget, bounded by rateSaveTimeout.
+func (x *Dispatcher) saveRateNow(r Receiver) {
+	ctx, cancel := context.WithTimeout(context.Background(), rateSaveTimeout)
 	defer cancel()
-	if err := x.d.RateLog.Save(sctx, r.Budget, r.Limiter.Times()); err != nil {
+	if err := x.d.RateLog.Save(ctx, r.Budget, r.Limiter.Sends()); err != nil {
 		x.d.Log.Debug().Err(err).Str("receiver", r.Name).Msg("cannot save the rate log")
 	}
 }
+
+// saveRates saves every receiver's budget once more when the dispatcher
+// stops, so the next active replica finds the last sends even if a
+// background save was still under way.
+func (x *Dispatcher) saveRates() {
+	if x.d.RateLog == nil {
+		return
+	}
+	for _, w := range x.workers {
+		if w.r.Budget != "" {
+			x.saveRateNow(w.r)
+		}
+	}
+}
+
+// rateSaveTimeout bounds one save of a rate log.
+const rateSaveTimeout = time.Second
 
 func uitoa(v uint64) string {
 	var b [20]byte

@@ -44,6 +44,8 @@ type env struct {
 	kv       jetstream.KeyValue
 	records  jetstream.JetStream // the delivered records' batched reads and asynchronous writes
 	store    dispatch.Delivered  // if set, the engine's records instead of delivered()
+	rateLog  dispatch.RateLog    // if set, where the engine saves its rate logs
+	defaults []string            // the engine's defaultReceivers
 	cons     jetstream.Consumer
 	settings dispatch.Settings
 
@@ -138,9 +140,9 @@ func (e *env) start(routes []config.Route, receivers []dispatch.Receiver, h hand
 		e.store = e.delivered()
 	}
 	d := dispatch.New(e.settings, dispatch.Deps{
-		Routes:    route.New(routes, nil, config.D(0), config.D(0)),
+		Routes:    route.New(routes, e.defaults, config.D(20*time.Millisecond), config.D(50*time.Millisecond)),
 		Receivers: receivers, Delivered: e.store, DeadJS: e.js, Core: e.nc,
-		Metrics: m, Log: zerolog.New(zerolog.NewTestWriter(e.t)).Level(zerolog.WarnLevel),
+		Metrics: m, Log: zerolog.New(zerolog.NewTestWriter(e.t)).Level(zerolog.WarnLevel), RateLog: e.rateLog,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -227,7 +227,7 @@ func TestGiveUpAfterCountsFromTheFirstAttempt(t *testing.T) {
 	// 1.2 s (past giveUpAfter if counted from the dequeue), the second 1.2 s
 	// after the first.
 	r.Limiter = ratelimit.New(0, ratelimit.Window{Limit: 1, Period: 1200 * time.Millisecond})
-	r.Limiter.Seed([]time.Time{time.Now()})
+	r.Limiter.Seed([]ratelimit.Sent{{At: time.Now()}})
 	eng := e.start([]config.Route{fastRoute("ops", "down")}, []dispatch.Receiver{r}, nil)
 	e.publishCleanup(1, events.SeverityInfo)
 	eventually(t, 20*time.Second, "the card given up", func() bool { return len(e.outcomesOf("down", dispatch.OutcomeFailed)) == 1 })

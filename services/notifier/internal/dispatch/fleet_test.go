@@ -351,3 +351,49 @@ func TestForeignSource(t *testing.T) {
 		}
 	}
 }
+
+// TestForeignSourceJudgesEveryHeaderValue: nats-server removes a received
+// Nats-Stream-Source only where the key follows "\r\n", and nats.go splits
+// header lines on a bare "\n", so a cluster's side can smuggle a value that
+// claims another cluster's filter in front of the one the hub writes. Every
+// value counts, whatever the key's case, and more than one is foreign: the
+// sourcing server writes exactly one.
+func TestForeignSourceJudgesEveryHeaderValue(t *testing.T) {
+	const subj = "ops.b.cleanup.deleted.shop.x"
+	smuggled := "OPS:b 1 ops.b.> > " + subj
+	hubs := "OPS:a 7 ops.a.> > " + subj
+	tests := []struct {
+		name    string
+		header  func(t *testing.T) nats.Header
+		foreign bool
+	}{
+		{"smuggled through a bare newline, the hub's own value second", func(t *testing.T) nats.Header {
+			h, err := nats.DecodeHeadersMsg([]byte("NATS/1.0\r\nX-Opswire-Test: 1\nNats-Stream-Source: " + smuggled + "\r\n" +
+				"Nats-Stream-Source: " + hubs + "\r\n\r\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return h
+		}, true},
+		{"two values under one key, both matching", func(*testing.T) nats.Header {
+			return nats.Header{dispatch.StreamSourceHeader: {smuggled, smuggled}}
+		}, true},
+		{"a lower-case key beside the canonical one", func(*testing.T) nats.Header {
+			return nats.Header{"nats-stream-source": {smuggled}, dispatch.StreamSourceHeader: {"OPS:b 3 ops.b.> > " + subj}}
+		}, true},
+		{"only a lower-case key, outside its filter", func(*testing.T) nats.Header {
+			return nats.Header{"NATS-STREAM-SOURCE": {hubs}}
+		}, true},
+		{"one value inside its filter", func(*testing.T) nats.Header {
+			return nats.Header{dispatch.StreamSourceHeader: {smuggled}}
+		}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.header(t)
+			if _, got := dispatch.ForeignSource(subj, h); got != tc.foreign {
+				t.Errorf("ForeignSource(%q, %v) = %v, want %v", subj, h, got, tc.foreign)
+			}
+		})
+	}
+}

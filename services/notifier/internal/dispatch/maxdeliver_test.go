@@ -70,6 +70,37 @@ func TestDuplicateRouteNamesDoNotDoubleCount(t *testing.T) {
 	}
 }
 
+// TestReceiverListedTwiceGetsOneCard: the config refuses a receiver listed
+// twice in one route (shared/config TestReceiverListedTwiceRefused); a
+// table built without it still sends the receiver one card per event, and
+// the message is settled.
+func TestReceiverListedTwiceGetsOneCard(t *testing.T) {
+	tests := []struct {
+		name     string
+		routes   []config.Route
+		defaults []string
+	}{
+		{"in a route", []config.Route{fastRoute("x", "hook", "hook")}, nil},
+		{"in defaultReceivers", nil, []string{"hook", "hook"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, notifierConfig())
+			h := newHook(t)
+			e.defaults = tc.defaults
+			eng := e.start(tc.routes, []dispatch.Receiver{webhookReceiver(t, "hook", h.URL)}, nil)
+			p := e.publishCleanup(1, events.SeverityInfo)
+			e.waitSettled("acked")
+			if n, ids := h.got(); n != 1 || ids[p.id] != 1 {
+				t.Errorf("%d requests, event %s listed %d times at the receiver; want one card with it once", n, p.id, ids[p.id])
+			}
+			if v := value(eng.metrics.Deliveries.WithLabelValues("hook", dispatch.OutcomeDelivered)); v != 1 {
+				t.Errorf("%v deliveries counted, want 1", v)
+			}
+		})
+	}
+}
+
 // TestMaxDeliverGiveUpDoesNotReportADeliveredPairFailed: a message given up
 // after maxDeliver deliveries has two routes to one receiver; an earlier
 // delivery got route a's card out (its record says delivered), route b is

@@ -4,7 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Metrics are the notifier's Prometheus series.
 type Metrics struct {
-	Messages    *prometheus.CounterVec // consumer, result: routed, unrouted, intent, malformed, duplicate, redelivered, max_deliver, foreign_source
+	Messages    *prometheus.CounterVec // consumer, result: routed, unrouted, intent, malformed, duplicate, redelivered, max_deliver, foreign_source, records_unavailable
 	Attempts    *prometheus.CounterVec // receiver, result (ok, retryable, permanent), reason
 	Deliveries  *prometheus.CounterVec // receiver, outcome (delivered, failed)
 	Events      *prometheus.CounterVec // receiver, outcome: OPS events carried by deliveries
@@ -25,7 +25,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opswire_notifier_messages_total",
-			Help: "OPS messages received per consumer (one per receiver), by result (routed, unrouted, intent (write-ahead intents, acked unsent), malformed, duplicate, redelivered (a message it still held, redelivered after a NATS outage longer than ackWait: taken as the held one's delivery, not sent again), max_deliver, foreign_source (fleet: a subject outside the filter of the source it came through, terminated))."}, []string{"consumer", "result"}),
+			Help: "OPS messages received per consumer (one per receiver), by result (routed, unrouted, intent (write-ahead intents, acked unsent), malformed, duplicate, redelivered (a message it still held, redelivered after a NATS outage longer than ackWait: taken as the held one's delivery, not sent again), max_deliver, foreign_source (fleet: a subject outside the filter of the source it came through, terminated), records_unavailable (a redelivery whose delivered records could not be read: nak'ed with a delay of ackWait, not sent))."}, []string{"consumer", "result"}),
 		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opswire_notifier_send_attempts_total",
 			Help: "Send attempts per receiver, by result (ok, retryable, permanent) and reason."}, []string{"receiver", "result", "reason"}),
 		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opswire_notifier_deliveries_total",

@@ -406,7 +406,7 @@ func (w *worker) sendOnce(ctx context.Context, n *notify.Notification) error {
 // replayAttempt is one attempt of a replayed card, bounded by the receiver's
 // timeout, not by ctx (sendOnce).
 func (w *worker) replayAttempt(ctx context.Context, n *notify.Notification) (bool, error) {
-	w.x.saveRate(ctx, w.r)
+	w.x.saveRate(w.r)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.r.Timeout)
 	retryable, err := w.r.Sink.Send(actx, n)
 	cancel()

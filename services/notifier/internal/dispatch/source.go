@@ -7,8 +7,8 @@ import (
 )
 
 // StreamSourceHeader is the header a stream writes on every message it
-// sources (and removes from what it receives): "<stream> <seq> <filter>
-// <transform> <subject> [<identity>]", naming the source it came through.
+// sources: "<stream> <seq> <filter> <transform> <subject> [<identity>]",
+// naming the source it came through.
 const StreamSourceHeader = "Nats-Stream-Source"
 
 // ForeignSource reports whether a sourced message's subject is outside the
@@ -19,20 +19,52 @@ const StreamSourceHeader = "Nats-Stream-Source"
 // hub stores without checking the filter (docs/fleet.md#trust). A message
 // without the header (published to the stream directly) or with a header of
 // an older form (no filter) is not judged here.
+//
+// Every value is judged, under any case of the key, and more than one is
+// foreign: the hub removes a received header only where its key follows
+// "\r\n", while nats.go also splits header lines on a bare "\n", so the
+// sending side can put a value of its own, claiming another cluster's
+// filter, beside (and before) the one the hub writes.
 func ForeignSource(subj string, h nats.Header) (string, bool) {
-	v := h.Get(StreamSourceHeader)
-	if v == "" {
+	vs := StreamSources(h)
+	switch len(vs) {
+	case 0:
 		return "", false
+	case 1:
+	default:
+		filters := make([]string, len(vs))
+		for i, v := range vs {
+			filters[i] = sourceFilter(v)
+		}
+		return strings.Join(filters, ", "), true
 	}
-	f := strings.Fields(v)
-	if len(f) < 5 {
-		return "", false
-	}
-	filter := f[2]
+	filter := sourceFilter(vs[0])
 	if filter == "" || filter == ">" {
 		return filter, false
 	}
 	return filter, !subjectMatches(filter, subj)
+}
+
+// StreamSources returns every Nats-Stream-Source value of h, whatever the
+// case of its key (nats.go keeps keys as sent).
+func StreamSources(h nats.Header) []string {
+	var out []string
+	for k, vs := range h {
+		if strings.EqualFold(k, StreamSourceHeader) {
+			out = append(out, vs...)
+		}
+	}
+	return out
+}
+
+// sourceFilter is the filter field of a Nats-Stream-Source value, or "" for
+// a value of an older form.
+func sourceFilter(v string) string {
+	f := strings.Fields(v)
+	if len(f) < 5 {
+		return ""
+	}
+	return f[2]
 }
 
 // subjectMatches is NATS subject matching of a literal subject against a

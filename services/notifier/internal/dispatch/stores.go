@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/opswire/opswire/services/notifier/internal/ratelimit"
 )
 
 // Delivered remembers which (route, receiver, event) triples were settled
@@ -496,25 +498,81 @@ func publishOutcome(p CorePublisher, subj string, o Outcome) error {
 
 // KVRateLog keeps rate logs in the delivered-id bucket under "=rate.<budget>"
 // ("=" cannot start a receiver name, so no record collides with it).
+//
+// A log holds each send's age at the save, not its time: the next active
+// replica judges the ages by its own clock, so a clock ahead of the saver's
+// does not make the sends older than they were (it would admit sends the
+// receiver still counts against them). The time between the save and the
+// load is not known and counts as none: the sends look younger than they
+// are, which only waits longer.
 type KVRateLog struct {
 	KV jetstream.KeyValue
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+
+	// mu orders saves: the dispatchers of receivers sharing a budget save
+	// it in the background, each with the times it took, and a save must
+	// not replace a later one's.
+	mu     sync.Mutex
+	newest map[string]time.Time // per budget, the last send of the last save
+}
+
+// rateRecord is a saved rate log.
+type rateRecord struct {
+	Sends []rateEntry `json:"sends"`
+}
+
+// rateEntry is one send: its age at the save, in nanoseconds, and the
+// limiter that admitted it (ratelimit.Limiter.Seed).
+type rateEntry struct {
+	Age int64  `json:"ageNs"`
+	By  string `json:"by,omitempty"`
 }
 
 func rateKey(budget string) string { return "=rate." + budget }
 
-// Save stores the times (Unix nanoseconds, JSON).
-func (l *KVRateLog) Save(ctx context.Context, budget string, times []time.Time) error {
-	ns := make([]int64, len(times))
-	for i, t := range times {
-		ns[i] = t.UnixNano()
+func (l *KVRateLog) now() time.Time {
+	if l.Now != nil {
+		return l.Now()
 	}
-	b, _ := json.Marshal(ns)
-	_, err := l.KV.Put(ctx, rateKey(budget), b)
-	return err
+	return time.Now()
 }
 
-// Load returns the stored times of budget (none if there are none).
-func (l *KVRateLog) Load(ctx context.Context, budget string) ([]time.Time, error) {
+// Save stores the sends with their ages. A log whose last send is older
+// than that of one already saved is not stored.
+func (l *KVRateLog) Save(ctx context.Context, budget string, sends []ratelimit.Sent) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var last time.Time
+	for _, s := range sends {
+		if s.At.After(last) {
+			last = s.At
+		}
+	}
+	if last.Before(l.newest[budget]) {
+		return nil
+	}
+	now := l.now()
+	rec := rateRecord{Sends: make([]rateEntry, len(sends))}
+	for i, s := range sends {
+		rec.Sends[i] = rateEntry{Age: max(0, int64(now.Sub(s.At))), By: s.By}
+	}
+	b, _ := json.Marshal(rec)
+	if _, err := l.KV.Put(ctx, rateKey(budget), b); err != nil {
+		return err
+	}
+	if l.newest == nil {
+		l.newest = map[string]time.Time{}
+	}
+	l.newest[budget] = last
+	return nil
+}
+
+// Load returns the stored sends of budget (none if there are none), each
+// its saved age before now. A log of the older form (Unix nanoseconds, from
+// a notifier before ages) is read as those times, admitted by no limiter
+// of this process.
+func (l *KVRateLog) Load(ctx context.Context, budget string) ([]ratelimit.Sent, error) {
 	e, err := l.KV.Get(ctx, rateKey(budget))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
@@ -522,13 +580,25 @@ func (l *KVRateLog) Load(ctx context.Context, budget string) ([]time.Time, error
 	if err != nil {
 		return nil, err
 	}
-	var ns []int64
-	if err := json.Unmarshal(e.Value(), &ns); err != nil {
+	if v := e.Value(); len(v) > 0 && v[0] == '[' {
+		var ns []int64
+		if err := json.Unmarshal(v, &ns); err != nil {
+			return nil, err
+		}
+		out := make([]ratelimit.Sent, len(ns))
+		for i, n := range ns {
+			out[i] = ratelimit.Sent{At: time.Unix(0, n)}
+		}
+		return out, nil
+	}
+	var rec rateRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return nil, err
 	}
-	out := make([]time.Time, len(ns))
-	for i, n := range ns {
-		out[i] = time.Unix(0, n)
+	now := l.now()
+	out := make([]ratelimit.Sent, len(rec.Sends))
+	for i, s := range rec.Sends {
+		out[i] = ratelimit.Sent{At: now.Add(-time.Duration(max(0, s.Age))), By: s.By}
 	}
 	return out, nil
 }

@@ -97,7 +97,7 @@ func (w *worker) deliver(ctx context.Context, b *batch) bool {
 		if err != nil {
 			return false
 		}
-		x.saveRate(ctx, w.r)
+		x.saveRate(w.r)
 		attempts++
 		if attempts == 1 {
 			start = x.now()

@@ -8,12 +8,13 @@ import (
 	"github.com/opswire/opswire/services/notifier/internal/notify"
 )
 
-// Response is Feishu's answer. Code is a pointer because the legacy success
-// shape has no code, only StatusCode.
+// Response is Feishu's answer. Code is a pointer because the legacy shape
+// has no code, only StatusCode, with its text in StatusMessage.
 type Response struct {
-	Code       *int   `json:"code"`
-	Msg        string `json:"msg"`
-	StatusCode *int   `json:"StatusCode"`
+	Code          *int   `json:"code"`
+	Msg           string `json:"msg"`
+	StatusCode    *int   `json:"StatusCode"`
+	StatusMessage string `json:"StatusMessage"`
 }
 
 // Feishu codes with a meaning of their own (feishu-webhook.md §3.2).
@@ -38,18 +39,20 @@ const (
 func Classify(status int, body []byte) (retryable bool, err error) {
 	var r Response
 	parsed := json.Unmarshal(body, &r) == nil
-	code, hasCode := -1, false
+	code, hasCode, msg := -1, false, ""
 	if parsed {
 		switch {
 		case r.Code != nil:
-			code, hasCode = *r.Code, true
+			code, hasCode, msg = *r.Code, true, r.Msg
 		case r.StatusCode != nil:
-			code, hasCode = *r.StatusCode, true
+			// The legacy shape: its text is what tells 9499's throttling
+			// from a bad request, and what the error log shows.
+			code, hasCode, msg = *r.StatusCode, true, r.StatusMessage
 		}
 	}
 	ok2xx := status >= 200 && status < 300
 	if hasCode && code != CodeOK {
-		return classifyCode(status, code, r.Msg)
+		return classifyCode(status, code, msg)
 	}
 	switch {
 	case status == 429:

@@ -91,6 +91,34 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// TestClassifyReadsTheLegacyMessage: the legacy answer carries its text in
+// StatusMessage, not msg. It is the error's message (logged and in the dead
+// letter), and it decides 9499 as it does in the current shape: "too many
+// request" is throttling, retried, not a bad request dead-lettered.
+func TestClassifyReadsTheLegacyMessage(t *testing.T) {
+	tests := []struct {
+		name, body string
+		retryable  bool
+		reason     notify.Reason
+		msg        string
+	}{
+		{"legacy 19021", `{"Extra":null,"StatusCode":19021,"StatusMessage":"sign match fail or timestamp is not within one hour from current time"}`,
+			false, notify.ReasonSignature, "sign match fail or timestamp is not within one hour from current time"},
+		{"legacy 9499 too many", `{"Extra":null,"StatusCode":9499,"StatusMessage":"too many request"}`, true, notify.ReasonRateLimited, "too many request"},
+		{"current shape", `{"code":19024,"msg":"Key Words Not Found"}`, false, notify.ReasonKeyword, "Key Words Not Found"},
+		{"both shapes: msg first", `{"code":19021,"msg":"sign match fail","StatusCode":19021,"StatusMessage":"other"}`, false, notify.ReasonSignature, "sign match fail"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			retry, err := Classify(200, []byte(tc.body))
+			var se *notify.SendError
+			if !errors.As(err, &se) || retry != tc.retryable || se.Reason != tc.reason || se.Msg != tc.msg {
+				t.Fatalf("Classify = %v, %#v; want retryable=%v reason=%s msg=%q", retry, err, tc.retryable, tc.reason, tc.msg)
+			}
+		})
+	}
+}
+
 func bigNotification(rows int) *notify.Notification {
 	n := &notify.Notification{Title: "Pod cleanup", Severity: events.SeverityWarning, Cluster: "prod",
 		Time: time.Unix(1700000000, 0), Summary: "**500** cleanup results", Columns: []string{"Pod", "Node", "Result", "Reason"}}

@@ -12,6 +12,8 @@ package ratelimit
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"sort"
 	"sync"
 	"time"
@@ -23,12 +25,20 @@ type Window struct {
 	Period time.Duration
 }
 
+// Sent is one admitted event: when, and which limiter admitted it (By), so
+// that a limiter seeded with a saved log counts its own events once.
+type Sent struct {
+	At time.Time
+	By string
+}
+
 // Limiter admits events under every one of its windows at once.
 type Limiter struct {
 	mu      sync.Mutex
+	id      string
 	windows []Window
 	margin  time.Duration
-	logs    [][]time.Time // per window, admitted times, oldest first
+	logs    [][]Sent // per window, admitted events, oldest first
 	now     func() time.Time
 	sleep   func(context.Context, time.Duration) error
 }
@@ -36,7 +46,9 @@ type Limiter struct {
 // New returns a limiter over the windows (those with Limit ≤ 0 are ignored),
 // each widened by margin.
 func New(margin time.Duration, windows ...Window) *Limiter {
-	l := &Limiter{margin: margin, now: time.Now, sleep: sleepCtx}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	l := &Limiter{id: hex.EncodeToString(id[:]), margin: margin, now: time.Now, sleep: sleepCtx}
 	for _, w := range windows {
 		if w.Limit > 0 && w.Period > 0 {
 			l.windows = append(l.windows, w)
@@ -68,12 +80,12 @@ func (l *Limiter) reserve() time.Duration {
 	for i, w := range l.windows {
 		period := w.Period + l.margin
 		log := l.logs[i]
-		for len(log) > 0 && now.Sub(log[0]) >= period {
+		for len(log) > 0 && now.Sub(log[0].At) >= period {
 			log = log[1:]
 		}
 		l.logs[i] = log
 		if len(log) >= w.Limit {
-			if d := log[len(log)-w.Limit].Add(period).Sub(now); d > wait {
+			if d := log[len(log)-w.Limit].At.Add(period).Sub(now); d > wait {
 				wait = d
 			}
 		}
@@ -82,15 +94,27 @@ func (l *Limiter) reserve() time.Duration {
 		return wait
 	}
 	for i := range l.windows {
-		l.logs[i] = append(l.logs[i], now)
+		l.logs[i] = append(l.logs[i], Sent{At: now, By: l.id})
 	}
 	return 0
 }
 
 // Times returns the admitted times that still count against some window,
-// oldest first: the log of the longest window, which holds every other
-// window's entries too.
+// oldest first (Sends without their origins).
 func (l *Limiter) Times() []time.Time {
+	sends := l.Sends()
+	out := make([]time.Time, len(sends))
+	for i, s := range sends {
+		out[i] = s.At
+	}
+	return out
+}
+
+// Sends returns the admitted events that still count against some window,
+// oldest first: the log of the longest window, which holds every other
+// window's entries too. Those this limiter admitted carry its id; those it
+// was seeded with, the id of the limiter that admitted them.
+func (l *Limiter) Sends() []Sent {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	longest := -1
@@ -102,24 +126,39 @@ func (l *Limiter) Times() []time.Time {
 	if longest < 0 {
 		return nil
 	}
-	return append([]time.Time(nil), l.logs[longest]...)
+	return append([]Sent(nil), l.logs[longest]...)
 }
 
-// Seed adds times admitted elsewhere (by the replica that was active before
-// this one) to every window, so a failover does not start with a fresh
-// budget while the receiver still counts the old requests.
-func (l *Limiter) Seed(times []time.Time) {
+// Seed counts events admitted elsewhere (by the replica that was active
+// before this one) in every window, so a failover does not start with a
+// fresh budget while the receiver still counts the old requests.
+//
+// sends is the last saved log, which holds every event its writer counted:
+// its own and those it was seeded with. So it replaces what earlier seeds
+// brought, and its events admitted by this limiter are left out: the
+// limiter counts them already, at their exact times. A process that regains
+// the lease, after another replica or straight after itself, counts each
+// event once.
+func (l *Limiter) Seed(sends []Sent) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := range l.windows {
-		merged := append(append([]time.Time(nil), l.logs[i]...), times...)
-		sort.Slice(merged, func(a, b int) bool { return merged[a].Before(merged[b]) })
-		// Seeding twice counts twice, which only waits longer (safe).
-		out := merged
-		if n := len(out) - l.windows[i].Limit; n > 0 {
-			out = out[n:]
+		var merged []Sent
+		for _, s := range l.logs[i] {
+			if s.By == l.id {
+				merged = append(merged, s)
+			}
 		}
-		l.logs[i] = out
+		for _, s := range sends {
+			if s.By != l.id {
+				merged = append(merged, s)
+			}
+		}
+		sort.SliceStable(merged, func(a, b int) bool { return merged[a].At.Before(merged[b].At) })
+		if n := len(merged) - l.windows[i].Limit; n > 0 {
+			merged = merged[n:]
+		}
+		l.logs[i] = merged
 	}
 }
 

@@ -94,11 +94,73 @@ func TestSeedCarriesTheBudgetOver(t *testing.T) {
 	}
 	next := New(0, Window{Limit: 5, Period: time.Second}, Window{Limit: 100, Period: time.Minute})
 	next.now = func() time.Time { return now.Add(100 * time.Millisecond) }
-	next.Seed(old.Times())
+	next.Seed(old.Sends())
 	if d := next.reserve(); d != 900*time.Millisecond {
 		t.Fatalf("seeded limiter waits %v, want 900ms", d)
 	}
 	if got := len(next.Times()); got != 5 {
 		t.Fatalf("Times = %d entries, want 5", got)
+	}
+}
+
+// TestSeedingItsOwnLogAgainCountsOnce: a process that regains the lease
+// loads the last saved log, which holds its own sends (saved by itself, or
+// carried over by the replica active meanwhile): they are already in its
+// limiter and count once, not twice (twice holds back sends the receiver
+// allows, for up to the longest window: an hour for Teams). Each send of
+// another replica counts once too, however often it is seeded.
+func TestSeedingItsOwnLogAgainCountsOnce(t *testing.T) {
+	window := Window{Limit: 5, Period: time.Minute}
+	tests := []struct {
+		name string
+		// regain seeds a, which sent 3, as a process regaining the lease;
+		// b is another replica's limiter.
+		regain func(a, b *Limiter)
+		want   int // sends a counts after
+	}{
+		{"straight after itself", func(a, _ *Limiter) { a.Seed(a.Sends()) }, 3},
+		{"after another replica that sent 1", func(a, b *Limiter) {
+			b.Seed(a.Sends())
+			send(t, b, 1)
+			a.Seed(b.Sends())
+		}, 4},
+		{"the other replica's log seeded twice", func(a, b *Limiter) {
+			b.Seed(a.Sends())
+			send(t, b, 1)
+			a.Seed(b.Sends())
+			a.Seed(b.Sends())
+		}, 4},
+		{"after itself, having been seeded before", func(a, b *Limiter) {
+			send(t, b, 1)
+			a.Seed(b.Sends())
+			a.Seed(a.Sends())
+		}, 4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.Unix(1000, 0)
+			clock := func() time.Time { return now }
+			a, b := New(0, window), New(0, window)
+			a.now, b.now = clock, clock
+			send(t, a, 3)
+			tc.regain(a, b)
+			if got := len(a.Times()); got != tc.want {
+				t.Errorf("%d sends counted, want %d", got, tc.want)
+			}
+			send(t, a, window.Limit-tc.want)
+			if d := a.reserve(); d == 0 {
+				t.Errorf("a send over the limit admitted")
+			}
+		})
+	}
+}
+
+// send admits n events at once on l's clock.
+func send(t *testing.T, l *Limiter, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if d := l.reserve(); d != 0 {
+			t.Fatalf("send %d of %d refused (wait %v)", i+1, n, d)
+		}
 	}
 }

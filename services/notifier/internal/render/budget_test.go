@@ -34,6 +34,16 @@ func burst(n int) []*notify.Item {
 	return out
 }
 
+// distinctReasons is burst(n) with a pod reason of its own per event, as
+// admission webhooks and node conditions write them (long, with names).
+func distinctReasons(n int) []*notify.Item {
+	out := burst(n)
+	for i, it := range out {
+		it.Cleanup.PodReason = fmt.Sprintf("UnexpectedAdmissionError-%05d-%s", i, strings.Repeat("r", 80))
+	}
+	return out
+}
+
 var andMore = regexp.MustCompile(`…and (\d+) more`)
 
 // TestCardsFitTheBodyBudget renders groups and sends them, through the real
@@ -55,6 +65,7 @@ func TestCardsFitTheBodyBudget(t *testing.T) {
 		{name: "500 results cut by topRows", items: burst(500), topRows: 10, bodyLimit: 20000, wantShown: 10, wantMore: 490},
 		{name: "small budget", items: burst(50), topRows: 0, bodyLimit: 3000, wantShown: -1, wantMore: -1},
 		{name: "few rows all shown", items: burst(3), topRows: 10, bodyLimit: 20000, wantShown: 3, wantMore: 0},
+		{name: "500 results with 500 pod reasons", items: distinctReasons(500), topRows: 10, bodyLimit: 20000, wantShown: 10, wantMore: 490},
 		{name: "report keeps its own truncation", items: []*notify.Item{{ID: "r", Kind: notify.KindRestarts, Report: &events.RestartReport{
 			Threshold: 5, Offenders: 8, Truncated: 5, Rows: []events.RestartRow{
 				{Namespace: "a", Pod: "p1", Restarts: 30}, {Namespace: "a", Pod: "p2", Restarts: 20}, {Namespace: "a", Pod: "p3", Restarts: 10}}}}},

@@ -98,8 +98,11 @@ func cleanup(g Group, items []*notify.Item) *notify.Notification {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "**%d** cleanup results: %s", len(items), verbs)
-	fmt.Fprintf(&b, "\n**Pod reasons:** %s", reasons)
-	fmt.Fprintf(&b, "\n**Namespaces:** %s", nss.top(5))
+	// Capped like namespaces: a group of pods with distinct reasons (an
+	// admission error naming each pod) would otherwise make a summary no
+	// row cut can bring under the body budget, a card too large for good.
+	fmt.Fprintf(&b, "\n**Pod reasons:** %s", reasons.top(summaryTop))
+	fmt.Fprintf(&b, "\n**Namespaces:** %s", nss.top(summaryTop))
 	if len(items) == 1 {
 		d := items[0].Cleanup
 		fmt.Fprintf(&b, "\n**Pod:** %s/%s  **Node:** %s\n**Why:** %s", Clean(d.Namespace), Clean(d.Pod), Clean(firstNonEmpty(d.Node, "-")), Clean(d.Reason))
@@ -293,6 +296,10 @@ func firstNonEmpty(s ...string) string {
 }
 
 // counter counts values and prints them most frequent first.
+// summaryTop is how many pod reasons and namespaces a summary names before
+// "and N more".
+const summaryTop = 5
+
 type counter map[string]int
 
 func (c counter) add(k string) { c[k]++ }

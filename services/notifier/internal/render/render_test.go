@@ -50,7 +50,8 @@ func col(rows [][]string, i int) []string {
 
 // TestCleanupSummaryCounts: the summary accounts for every event, counted
 // by verb, by pod reason (falling back to the phase) and by namespace, most
-// frequent first; namespaces beyond the top five are summed up.
+// frequent first; pod reasons and namespaces beyond the top five are summed
+// up.
 func TestCleanupSummaryCounts(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -102,6 +103,23 @@ func TestCleanupSummaryCounts(t *testing.T) {
 				"**28** cleanup results: deleted 28",
 				"**Pod reasons:** Evicted 28",
 				"**Namespaces:** ns6 7, ns5 6, ns4 5, ns3 4, ns2 3, and 2 more",
+			},
+		},
+		{
+			name: "more than five pod reasons",
+			items: func() []*notify.Item {
+				var out []*notify.Item
+				for i := 0; i < 7; i++ {
+					for j := 0; j <= i; j++ {
+						out = append(out, cleanupItem(fmt.Sprint(i, j), events.SeverityInfo, t0,
+							events.CleanupDecision{Verb: "deleted", Namespace: "ns", Pod: fmt.Sprintf("p%d-%d", i, j), PodReason: fmt.Sprintf("Reason%d", i)}))
+					}
+				}
+				return out
+			}(),
+			want: []string{
+				"**28** cleanup results: deleted 28",
+				"**Pod reasons:** Reason6 7, Reason5 6, Reason4 5, Reason3 4, Reason2 3, and 2 more",
 			},
 		},
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/opswire/opswire/shared/config"
 )
 
 // backlogMetrics make a slow or stuck receiver visible, and a message OPS
@@ -56,9 +58,19 @@ func (m *backlogMetrics) initReceiver(r string) {
 // failing over), and held messages the stream dropped before a shutdown
 // released them (a nak cannot bring them back), are counted too.
 //
+// What a term settled is saved only at those points, so a term killed
+// (SIGKILL) between two saves loses what it settled since the last one.
+// The consumer's ack floor recovers it (acked): whatever lies at or below
+// the floor and was still stored when the floor was read was settled. Not
+// what lies below the stream's first sequence: the server moves the ack
+// floor past messages the stream dropped before anyone got them (an ack
+// with nothing pending sets it to the last delivered, and the consumer's
+// periodic check to the stream's first), which are the losses to count.
+//
 // A sequence never delivered because the consumer's subject filter excludes
-// it (another cluster's, on a fleet stream shared by clusters) is counted
-// once removed: an upper bound there.
+// it (another cluster's, on a fleet stream shared by clusters) is accounted
+// for once the ack floor passed it while it was stored; removed before, it
+// is counted: an upper bound there.
 type seqTracker struct {
 	mu    sync.Mutex
 	done  seqSet              // accounted for: settled or counted lost
@@ -87,6 +99,25 @@ func (s *seqTracker) settle(seq uint64) {
 	if !s.done.has(seq) {
 		s.done.add(seq, seq)
 		s.dirty = true
+	}
+}
+
+// acked accounts for the sequences from first to floor: floor is the
+// consumer's ack floor and first the stream's first sequence, read after
+// it, so each of them was still stored when the consumer was past it:
+// settled, not dropped. first 0 (unknown) accounts for nothing.
+func (s *seqTracker) acked(floor, first uint64) {
+	if first == 0 || floor < first {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range s.done.holes(floor) {
+		if h[1] >= first {
+			s.done.add(max(h[0], first), floor)
+			s.dirty = true
+			return
+		}
 	}
 }
 
@@ -202,17 +233,20 @@ type seqRecord struct {
 
 // seqKey is the record's key: per consumer (cluster and receiver), since
 // the notifiers of several clusters may share the bucket.
-func seqKey(consumer string) string { return "=seq." + consumer }
+func seqKey(consumer string) string { return "=seq." + config.ClusterKey(consumer) }
 
 // loadTracker starts a term's tracker from the saved record of the
-// receiver's consumer; without one (first term, or the record aged out of
-// the bucket) from the consumer's ack floor, which for a new consumer is
-// just below its start.
-func loadTracker(ctx context.Context, kv jetstream.KeyValue, receiver string, ci *jetstream.ConsumerInfo, log zerolog.Logger) *seqTracker {
+// receiver's consumer, plus what its ack floor says was settled since
+// (acked: firstSeq is the stream's first sequence, read after ci, or 0);
+// without one (first term, or the record aged out of the bucket) from the
+// consumer's ack floor, which for a new consumer is just below its start.
+func loadTracker(ctx context.Context, kv jetstream.KeyValue, receiver string, ci *jetstream.ConsumerInfo, firstSeq uint64, log zerolog.Logger) *seqTracker {
 	if e, err := kv.Get(ctx, seqKey(ci.Name)); err == nil {
 		var rec seqRecord
 		if err := json.Unmarshal(e.Value(), &rec); err == nil && rec.Consumer == ci.Name && rec.Created.Equal(ci.Created) {
-			return newSeqTracker(rec.Done)
+			tr := newSeqTracker(rec.Done)
+			tr.acked(ci.AckFloor.Stream, firstSeq)
+			return tr
 		}
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		log.Warn().Err(err).Str("receiver", receiver).Msg("cannot read the accounted OPS sequences; starting from the consumer's ack floor")
@@ -334,6 +368,16 @@ func countLost(r string, tr *seqTracker, si *jetstream.StreamInfo, m *backlogMet
 
 func checkBacklog(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, stream, cluster string, trackers map[string]tracked,
 	warned map[string]bool, m *backlogMetrics, log zerolog.Logger) {
+	// The consumers first, then the stream: an ack floor is only trusted up
+	// from a first sequence read after it (seqTracker.acked).
+	infos := make(map[string]*jetstream.ConsumerInfo, len(trackers))
+	for r := range trackers {
+		if c, err := js.Consumer(ctx, stream, ConsumerName(cluster, r)); err == nil {
+			if ci, err := c.Info(ctx); err == nil {
+				infos[r] = ci
+			}
+		}
+	}
 	si, err := streamInfo(ctx, js, stream)
 	if err != nil {
 		return
@@ -344,16 +388,15 @@ func checkBacklog(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 		m.fill.Set(fill)
 	}
 	for r, t := range trackers {
+		ci := infos[r]
+		if ci != nil {
+			t.tr.acked(ci.AckFloor.Stream, si.State.FirstSeq)
+		}
 		countLost(r, t.tr, si, m, log)
 		if err := t.tr.save(ctx, kv, t.info); err != nil {
 			log.Debug().Err(err).Str("receiver", r).Msg("cannot save the accounted OPS sequences")
 		}
-		c, err := js.Consumer(ctx, stream, ConsumerName(cluster, r))
-		if err != nil {
-			continue
-		}
-		ci, err := c.Info(ctx)
-		if err != nil {
+		if ci == nil {
 			continue
 		}
 		backlog := ci.NumPending + uint64(ci.NumAckPending)

@@ -73,6 +73,9 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	for _, r := range receivers {
 		rt.Log.Info().Str("receiver", r.Name).Msg("receiver ready")
 	}
+	for _, w := range cfg.NotifierWarnings() {
+		rt.Log.Warn().Msg(w)
+	}
 	var nc *nats.Conn
 	var js jetstream.JetStream
 	if ReadsOwnOps(n) {
@@ -168,10 +171,10 @@ func (a *active) run(ctx context.Context) error {
 			continue
 		}
 		seeded[r.Budget] = true
-		if times, err := rateLog.Load(ctx, r.Budget); err != nil {
+		if sends, err := rateLog.Load(ctx, r.Budget); err != nil {
 			rt.Log.Warn().Err(err).Str("receiver", r.Name).Msg("cannot load the rate log; starting with a fresh budget")
 		} else {
-			r.Limiter.Seed(times)
+			r.Limiter.Seed(sends)
 		}
 	}
 	routes := route.New(rt.Config.NotifierRoutes(), n.DefaultReceivers, n.GroupWait, n.GroupInterval)
@@ -215,7 +218,7 @@ func (a *active) run(ctx context.Context) error {
 		// Loaded before consuming: the jump to the first message this term
 		// gets is counted against what earlier terms accounted for.
 		info := cons.CachedInfo()
-		tr := loadTracker(ctx, a.kv, name, info, rt.Log)
+		tr := loadTracker(ctx, a.kv, name, info, a.firstSeq(ctx, n.Stream), rt.Log)
 		// Saved at once: a term that settles nothing (its receiver down) must
 		// still leave the next one its starting point, not the consumer's ack
 		// floor, which the server moves past messages it dropped.
@@ -295,6 +298,17 @@ func (a *active) run(ctx context.Context) error {
 	defer ecancel()
 	endTerm(ectx, a.js, a.kv, n.Stream, trackers, a.backlog, rt.Log)
 	return nil
+}
+
+// firstSeq is the stream's first sequence now (0 if it cannot be read),
+// read after the consumer's info the tracker is loaded with.
+func (a *active) firstSeq(ctx context.Context, stream string) uint64 {
+	si, err := streamInfo(ctx, a.js, stream)
+	if err != nil {
+		a.rt.Log.Warn().Err(err).Str("stream", stream).Msg("cannot read the stream; what the last term acked since its last save may be counted lost")
+		return 0
+	}
+	return si.State.FirstSeq
 }
 
 // ReadsOwnOps reports whether the notifier reads its own cluster's OPS
@@ -451,9 +465,11 @@ const (
 	deliveredMarks      = 128
 )
 
-// ConsumerName is the durable consumer of one receiver.
+// ConsumerName is the durable consumer of one receiver. The cluster name is
+// encoded as for a KV key: a consumer name may not hold '/' (an EKS ARN) and
+// its record's key (seqKey) may not hold ':'; a name already safe is kept.
 func ConsumerName(cluster, receiver string) string {
-	return "opswire-notifier-" + subject.Encode(cluster) + "-" + receiver
+	return "opswire-notifier-" + config.ClusterKey(subject.Encode(cluster)) + "-" + receiver
 }
 
 // ConsumerConfig is the durable consumer of one receiver, used by whichever
