@@ -116,9 +116,8 @@ type Actuator struct {
 
 	// refused holds the UIDs of the removal Events the recovery refused
 	// (LiveActions), so each is logged and counted once, not on every
-	// recovery attempt; bounded by maxRefused.
-	refusedMu sync.Mutex
-	refused   map[types.UID]struct{}
+	// recovery attempt.
+	refused *actuate.Once
 
 	// started is when this actuator (one per term) was built, on this
 	// replica's clock: a CleanupIntent Event created before it (its
@@ -128,8 +127,7 @@ type Actuator struct {
 	started time.Time
 }
 
-// maxRefused bounds Actuator.refused: past it the set starts over (a flood
-// of forged Events is counted again, never held without bound).
+// maxRefused bounds Actuator.refused (actuate.Once).
 const maxRefused = 4096
 
 // NewActuator builds the actuator. recorder receives the Kubernetes Events;
@@ -148,7 +146,8 @@ func NewActuator(client kubernetes.Interface, audit actuate.Audit, recorder reco
 		cfg.ServerRequestTimeout = actuate.DefaultServerRequestTimeout
 	}
 	return &Actuator{client: client, audit: audit, recorder: recorder, metrics: m, log: log, cfg: cfg,
-		reported: actuate.NewAnnounced(), removed: newRemovedUIDs(removedTTL), doubts: newDoubts(), started: cfg.Now()}
+		reported: actuate.NewAnnounced(), removed: newRemovedUIDs(removedTTL), doubts: newDoubts(), started: cfg.Now(),
+		refused: actuate.NewOnce(maxRefused)}
 }
 
 // Forget drops what was remembered about a pod that left the cluster. A

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	recordutil "k8s.io/client-go/tools/record/util"
 
 	"github.com/opswire/opswire/shared/actuate"
@@ -237,16 +236,7 @@ func (a *Actuator) readRemovalEvent(ev *corev1.Event, now time.Time) (*liveActio
 // removal Event the recovery refused, once per Event: a retried recovery
 // lists it again.
 func (a *Actuator) refuse(ev *corev1.Event, err error) {
-	a.refusedMu.Lock()
-	_, seen := a.refused[ev.UID]
-	if !seen && ev.UID != "" {
-		if a.refused == nil || len(a.refused) >= maxRefused {
-			a.refused = map[types.UID]struct{}{}
-		}
-		a.refused[ev.UID] = struct{}{}
-	}
-	a.refusedMu.Unlock()
-	if seen {
+	if !a.refused.First(ev.UID) {
 		return
 	}
 	why := "invalid"

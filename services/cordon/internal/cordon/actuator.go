@@ -128,9 +128,8 @@ type Actuator struct {
 	doubt *doubt
 	// refused holds the uids of the release Events this term's recovery
 	// refused (LiveActions), so each is logged and counted once, not on
-	// every recovery attempt; bounded by maxRefused.
-	refusedMu sync.Mutex
-	refused   map[types.UID]struct{}
+	// every recovery attempt.
+	refused *actuate.Once
 }
 
 // NewActuator builds the actuator. rec may be a record.FakeRecorder in tests.
@@ -148,7 +147,7 @@ func NewActuator(client kubernetes.Interface, audit actuate.Audit, rec record.Ev
 	return &Actuator{
 		client: client, audit: audit, rec: rec, ledger: ledger, fleet: fleet, cfg: cfg, m: m, log: log,
 		recount:   recounter{client: client, meta: cfg.Metadata, timeout: cfg.APITimeout},
-		announced: actuate.NewAnnounced(), simSeq: map[string]int{},
+		announced: actuate.NewAnnounced(), simSeq: map[string]int{}, refused: actuate.NewOnce(maxRefused),
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/envelope"
@@ -305,16 +304,7 @@ func releaseContradicted(ev *corev1.Event, node *corev1.Node) (string, bool) {
 // a release Event the recovery refused, once per Event and term: a retried
 // recovery lists it again.
 func (a *Actuator) refuseEvent(ev *corev1.Event, why string) {
-	a.refusedMu.Lock()
-	_, seen := a.refused[ev.UID]
-	if !seen && ev.UID != "" {
-		if a.refused == nil || len(a.refused) >= maxRefused {
-			a.refused = map[types.UID]struct{}{}
-		}
-		a.refused[ev.UID] = struct{}{}
-	}
-	a.refusedMu.Unlock()
-	if seen {
+	if !a.refused.First(ev.UID) {
 		return
 	}
 	a.m.RecoveryRejected.WithLabelValues(rejectedForged).Inc()
@@ -324,8 +314,7 @@ func (a *Actuator) refuseEvent(ev *corev1.Event, why string) {
 		Msg("release Event contradicted by the live node, refused by the recovery (not published, not counted in the rate window)")
 }
 
-// maxRefused bounds Actuator.refused: past it the set starts over (a flood
-// of forged Events is logged and counted again, never held without bound).
+// maxRefused bounds Actuator.refused (actuate.Once).
 const maxRefused = 4096
 
 // liveCordons rebuilds the cordons of the marks on marked, the nodes
