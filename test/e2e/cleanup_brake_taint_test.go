@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,24 +22,7 @@ import (
 // (MassNodeFailure, reported once).
 func TestCleanupOutOfServiceTaintOutranksBrake(t *testing.T) {
 	started := time.Now()
-	cp := harness.StartControlPlane(t)
-	n := harness.StartNATS(t)
-	var nodes []string
-	for i := range 6 {
-		nodes = append(nodes, harness.CreateNode(t, cp.Client, harness.Node(fmt.Sprintf("node-%d", i), nil)).Name)
-	}
-	harness.CreateNamespace(t, cp.Client, "apps")
-	cfg := harness.WriteConfig(t, cleanupConfig())
-	startWatcher(t, cp, n, cfg, "w1")
-	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
-	_, leader := waitLeader(t, cp, map[string]*harness.Process{"a": startCleanup(t, n, cfg, cleanupKubeconfig(t, cp), "a")})
-
-	for _, name := range nodes[:4] {
-		setNodeReady(t, cp, name, corev1.ConditionUnknown)
-	}
-	harness.Eventually(t, 10*time.Second, "brake engaged (metric)", func() bool {
-		return leader.Metric("opswire_cleanup_brake_engaged") == 1
-	})
+	cp, ops, leader, nodes := brakedCluster(t)
 	down, other := nodes[0], nodes[1]
 	db := harness.Pod("apps", "db-0", down)
 	yes := true

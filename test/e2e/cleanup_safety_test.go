@@ -27,24 +27,7 @@ func decisionsMetric(verb, reason string) string {
 // node is left not Ready the brake releases by itself and the held pods are
 // force-deleted.
 func TestCleanupBrake(t *testing.T) {
-	cp := harness.StartControlPlane(t)
-	n := harness.StartNATS(t)
-	var nodes []string
-	for i := range 6 {
-		nodes = append(nodes, harness.CreateNode(t, cp.Client, harness.Node(fmt.Sprintf("node-%d", i), nil)).Name)
-	}
-	harness.CreateNamespace(t, cp.Client, "apps")
-	cfg := harness.WriteConfig(t, cleanupConfig())
-	startWatcher(t, cp, n, cfg, "w1")
-	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
-	_, leader := waitLeader(t, cp, map[string]*harness.Process{"a": startCleanup(t, n, cfg, cleanupKubeconfig(t, cp), "a")})
-
-	for _, name := range nodes[:4] {
-		setNodeReady(t, cp, name, corev1.ConditionUnknown)
-	}
-	harness.Eventually(t, 10*time.Second, "brake engaged (metric)", func() bool {
-		return leader.Metric("opswire_cleanup_brake_engaged") == 1
-	})
+	cp, ops, leader, nodes := brakedCluster(t)
 	// One stuck pod on each node but the last: four on not-Ready nodes, one on a Ready node.
 	var deadline time.Time
 	held := nodes[:5]
@@ -284,4 +267,29 @@ func TestCleanupDeleteAnswerLost(t *testing.T) {
 	if d := podDeletes(proxy, "slow"); d["slow/ev-0"] != 1 {
 		t.Fatalf("pod DELETEs sent %v, want 1", d)
 	}
+}
+
+// brakedCluster is six nodes, four of them Unknown, with a watcher and a
+// leading cleanup whose mass-failure brake is engaged (its gauge at 1); ops
+// collects cleanup's OPS messages.
+func brakedCluster(t *testing.T) (*harness.ControlPlane, *harness.Collector, *harness.Process, []string) {
+	t.Helper()
+	cp := harness.StartControlPlane(t)
+	n := harness.StartNATS(t)
+	var nodes []string
+	for i := range 6 {
+		nodes = append(nodes, harness.CreateNode(t, cp.Client, harness.Node(fmt.Sprintf("node-%d", i), nil)).Name)
+	}
+	harness.CreateNamespace(t, cp.Client, "apps")
+	cfg := harness.WriteConfig(t, cleanupConfig())
+	startWatcher(t, cp, n, cfg, "w1")
+	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
+	_, leader := waitLeader(t, cp, map[string]*harness.Process{"a": startCleanup(t, n, cfg, cleanupKubeconfig(t, cp), "a")})
+	for _, name := range nodes[:4] {
+		setNodeReady(t, cp, name, corev1.ConditionUnknown)
+	}
+	harness.Eventually(t, 10*time.Second, "brake engaged (metric)", func() bool {
+		return leader.Metric("opswire_cleanup_brake_engaged") == 1
+	})
+	return cp, ops, leader, nodes
 }
