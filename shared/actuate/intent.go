@@ -365,7 +365,7 @@ func LatestAttempts(stored []StoredIntent) []StoredIntent {
 // least per, so every action that counts in the window is seen, and at least
 // LateCommit past the clock skew allowed, so an intent whose write may still
 // commit is never older than what the recovery reads (kube.serverRequestTimeout
-// can make the horizon longer than DefaultRecoverySpan; found by review).
+// can make the horizon longer than DefaultRecoverySpan).
 func (r Recovery) ReadSpan(per time.Duration) time.Duration {
 	span := r.Span
 	if span == 0 {

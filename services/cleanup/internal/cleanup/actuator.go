@@ -336,7 +336,7 @@ func (a *Actuator) write(ctx context.Context, live *corev1.Pod, state *events.Po
 	// On its way from before the journal: the mirror seeing the pod leave
 	// meanwhile (an earlier write landing) must not forget that an earlier
 	// write may land (doubts.forget), or this write's 404 would be taken
-	// for someone else's removal (found by review).
+	// for someone else's removal.
 	tracked := a.doubts.send(rm)
 	if err := a.journal(ctx, live, rm); err != nil {
 		a.doubts.answered(state.UID)
@@ -541,18 +541,18 @@ func sentWrite(op string, live *corev1.Pod, rv string, sent time.Time) *errInDou
 // taken.
 func (a *Actuator) answer(ctx context.Context, rm *removal, w *errInDoubt, err error) (stop bool, out Outcome, _ error) {
 	op := w.op
-	kind := classify(err)
-	if kind == answerDone {
+	kind := actuate.Classify(err)
+	if kind == actuate.AnswerDone {
 		return false, Outcome{}, nil
 	}
 	// An earlier write that may land until after this one was sent may be
 	// what this one found done.
-	if kind == answerGone && a.doubts.mayLand(rm.state.UID, w.sent) {
+	if kind == actuate.AnswerGone && a.doubts.mayLand(rm.state.UID, w.sent) {
 		a.metrics.InDoubt.WithLabelValues("happened").Inc()
 		a.complete(rm, op+" answered 404, within the late-commit horizon of an earlier write in doubt")
 		return true, Outcome{}, nil
 	}
-	if kind == answerChanged && op == opDelete && rm.verb != VerbDeletionRequested && !kube.DeleteConflictBeforeStore(err, w.rv) {
+	if kind == actuate.AnswerConflict && op == opDelete && rm.verb != VerbDeletionRequested && !kube.DeleteConflictBeforeStore(err, w.rv) {
 		// A DELETE's 409 from its second storage step: the first (the
 		// deletion mark of a grace-0 delete) committed and the pod
 		// changed before the second, so the pod goes anyway (finalizers
@@ -565,35 +565,35 @@ func (a *Actuator) answer(ctx context.Context, rm *removal, w *errInDoubt, err e
 		w.err, w.conflict = err, true
 		return true, Outcome{}, w
 	}
-	if kind != answerUnknown {
+	if kind != actuate.AnswerUnknown {
 		rm.release()
 	}
 	switch {
-	case kind == answerGone:
+	case kind == actuate.AnswerGone:
 		// Someone else removed the pod (no write of this leader can
 		// land: doubts.certain): the next leader must not take the pod's
 		// absence for this attempt's removal and publish it.
 		a.answerIntent(ctx, rm, kind.String(), w.sent)
-	case kind == answerChanged, kind == answerThrottled, kind == answerRefused:
+	case kind == actuate.AnswerConflict, kind == actuate.AnswerThrottled, kind == actuate.AnswerRefused:
 		// Turned away before anything was stored, never applied later:
 		// the attempt is over.
 		a.answerIntent(ctx, rm, kind.String(), w.sent)
 	}
 	switch kind {
-	case answerGone:
+	case actuate.AnswerGone:
 		a.metrics.Rechecks.WithLabelValues("gone").Inc()
 		a.removed.add(rm.state.UID, a.cfg.WindowNow())
 		return true, Outcome{}, nil
-	case answerChanged:
+	case actuate.AnswerConflict:
 		a.metrics.Rechecks.WithLabelValues("changed").Inc()
 		return true, Outcome{Retry: true}, nil
 	}
 	a.metrics.APIErrors.WithLabelValues(op).Inc()
 	switch kind {
-	case answerUnknown:
+	case actuate.AnswerUnknown:
 		w.err = err
 		return true, Outcome{}, w
-	case answerRefused:
+	case actuate.AnswerRefused:
 		a.reportOnce(rm.state, rm.d, VerbFailed, fmt.Sprintf("%s: %v", op, err))
 	}
 	return true, Outcome{Retry: true}, fmt.Errorf("%s pod %s/%s: %w", op, rm.state.Namespace, rm.state.Name, err)
@@ -669,11 +669,6 @@ func (a *Actuator) decisionEvent(pod *events.PodState, d Decision, verb, errMsg 
 	return subject.Ops(a.cfg.Cluster, Service, verb, pod.Namespace, pod.Name), ev, err
 }
 
-// IntentSubjects is the filter of the actor's write-ahead intents.
-func IntentSubjects(cluster string) string {
-	return subject.Ops(cluster, Service, actuate.VerbIntent) + ".>"
-}
-
 // Happened is the live check of a new leader for an intent without its
 // outcome in OPS: the removal happened when the pod is gone or another pod
 // (another UID) now holds its name; the same pod still there past the
@@ -715,21 +710,10 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 	if in.Action == VerbDeletionRequested && live.DeletionTimestamp != nil {
 		return true, nil
 	}
-	if until := in.Time.Add(a.horizon()); a.cfg.Now().Before(until) {
-		// The old leader's write may still commit (its answer was lost as
-		// its term ended): the same pod is no proof yet. Not
-		// ErrUnverifiable (final for the record): the recovery retries, and
-		// this leader writes nothing before it completes.
-		return false, fmt.Errorf("pod %s/%s still there, but the intent's write may still commit until %s (late-commit horizon): %w",
-			in.Namespace, in.Name, until.UTC().Format(time.RFC3339), errNotYetDecided)
-	}
-	return false, nil
+	// The old leader's write may still commit (its answer was lost as its
+	// term ended): the same pod is no proof yet.
+	return false, actuate.StillUndecided("pod "+in.Namespace+"/"+in.Name, in.Time, a.horizon(), a.cfg.Now())
 }
-
-// errNotYetDecided: the live pod does not show an intent's write, which may
-// still commit (within the late-commit horizon of the intent's time).
-// Transient: SeedAndRecover retries the recovery.
-var errNotYetDecided = errors.New("not decided yet")
 
 // podName checks that namespace/name can be a pod's: a namespace is a
 // DNS-1123 label, a pod name a DNS-1123 subdomain (what the API server

@@ -177,7 +177,7 @@ func TestRev3HorizonWithinRecoverySpan(t *testing.T) {
 // stores its answer record (nothing of attempt 1 can land any more: the
 // retry's re-read showed the pod unmarked). LatestAttempts drops attempt
 // 2's Answered because attempt 1 has no record, so the next leader, finding
-// the same pod unmarked, sits idle (errNotYetDecided: SeedAndRecover
+// the same pod unmarked, sits idle (actuate.ErrNotYetDecided: SeedAndRecover
 // retries, nothing acted on) for the horizon of attempt 2: 90 s on every
 // takeover while the webhook keeps refusing, which the answer record was
 // introduced to avoid (TestRecoveryAfterAnsweredRefusal).

@@ -100,7 +100,7 @@ func TestRecoveryAfterAnsweredRefusal(t *testing.T) {
 			}
 			happened, err := act2.Happened(context.Background(), check)
 			if tc.unstored {
-				if !errors.Is(err, errNotYetDecided) {
+				if !errors.Is(err, actuate.ErrNotYetDecided) {
 					t.Fatalf("leader 2's check without the answer record = %v, %v; want not decided yet (within the horizon)", happened, err)
 				}
 				return

@@ -2,9 +2,7 @@ package cleanup
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -17,10 +15,10 @@ import (
 
 // A removal write (the finalizer PATCH or the DELETE) whose answer is lost
 // or late (cleanup's own deadline, a reset connection, a 5xx, the API
-// server's 504 "may still be processing") may have happened. Taking it for a
-// refusal published failed and gave the slot back, and the retry's re-read
-// then found the pod gone and published nothing: a removal never audited
-// and not counted (found by review). Such a write is *in doubt* instead:
+// server's 504 "may still be processing") may have happened. Taken for a
+// refusal, it would be published failed with its slot given back, and the
+// retry's re-read would find the pod gone and publish nothing: a removal
+// never audited and not counted. Such a write is *in doubt* instead:
 // nothing is published, the slot is kept, the write is not sent again, and
 // the removal (its journaled outcome) is remembered until it is settled:
 // the pod gone, or another UID under its name, means it happened and its
@@ -30,9 +28,9 @@ import (
 // timeout filter answers 504 and lets the handler run on, and a read (even
 // a quorum read) does not wait for a write still in progress, so the write
 // can commit after a read that saw the pod unchanged; its preconditions
-// (UID and resourceVersion) still hold then. A retry's DELETE then answered
-// 404 and published nothing: a removal by this leader audited failed, never
-// deleted, and not counted (found by review). What the read may conclude,
+// (UID and resourceVersion) still hold then, and a retry's DELETE answered
+// 404 would leave a removal by this leader audited failed, never deleted,
+// and not counted. What the read may conclude,
 // per write (judge):
 //   - the resourceVersion is the write's precondition: the write may still
 //     land, so it stays in doubt, until the late-commit horizon has passed since it
@@ -55,12 +53,6 @@ import (
 // after the write in doubt was sent, a retry's 404 counts as this removal
 // happening (the pod gone: the same conclusion the settling read draws).
 
-// lateCommitMargin is added to the late-commit horizon (horizon) for what
-// the timeouts do not bound: an etcd proposal already under way when the
-// API server's request timeout ends the handler's context, and a handler
-// that only notices its context at its next storage call.
-const lateCommitMargin = 20 * time.Second
-
 // minRecheck is the shortest wait between two settling reads of a write in
 // doubt. The waits double with the time since the write was sent (the
 // settling reads come at about 2, 4, 8 ... times the answer's delay) and end
@@ -73,67 +65,6 @@ const (
 	opRemoveFinalizers = "remove finalizers"
 	opDelete           = "delete"
 )
-
-// answer is what the API server's answer to a write says about it.
-type answer int
-
-const (
-	answerDone      answer = iota // carried out
-	answerGone                    // 404: the pod is gone (the goal)
-	answerChanged                 // 409: the pod changed since it was read
-	answerThrottled               // 429: not processed (priority and fairness, max in flight)
-	answerRefused                 // any other 4xx: admission denied, forbidden, invalid
-	answerUnknown                 // no answer, a timeout, a 5xx: it may have happened
-)
-
-// String names the answer, as an intent's answer record says it.
-func (k answer) String() string {
-	switch k {
-	case answerDone:
-		return "done"
-	case answerGone:
-		return "gone"
-	case answerChanged:
-		return "conflict"
-	case answerThrottled:
-		return "throttled"
-	case answerRefused:
-		return "refused"
-	}
-	return "unknown"
-}
-
-// classify reads a write's error. Only a status the API server wrote
-// itself tells what happened: a 4xx is decided before anything is stored,
-// and 429 is given before the request is processed. Everything else leaves
-// the outcome unknown: an error without a status (a deadline, a
-// cancellation, a transport error: the request may have been carried out
-// and only its answer lost), a timeout status (504, or 500 ServerTimeout:
-// "may still be processing"), a 408, and any other 5xx (an etcd timeout is
-// a 500; a proxy's 502 or 503 may come after it forwarded the request).
-func classify(err error) answer {
-	if err == nil {
-		return answerDone
-	}
-	var st apierrors.APIStatus
-	if !errors.As(err, &st) {
-		return answerUnknown
-	}
-	code := int(st.Status().Code)
-	switch {
-	case apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || code == http.StatusRequestTimeout:
-		return answerUnknown
-	case apierrors.IsNotFound(err):
-		return answerGone
-	case apierrors.IsConflict(err):
-		return answerChanged
-	case apierrors.IsTooManyRequests(err):
-		return answerThrottled
-	case code >= 400 && code < 500:
-		return answerRefused
-	}
-	return answerUnknown
-}
 
 // errInDoubt is the error of a write whose answer left its outcome unknown.
 type errInDoubt struct {
@@ -396,7 +327,7 @@ func (a *Actuator) unanswered(rm *removal, lost *errInDoubt, tracked bool) (Outc
 
 // horizon is how long after it was sent a write in doubt may still land.
 func (a *Actuator) horizon() time.Duration {
-	return a.cfg.APITimeout + a.cfg.ServerRequestTimeout + lateCommitMargin
+	return actuate.LateCommitHorizon(a.cfg.APITimeout, a.cfg.ServerRequestTimeout)
 }
 
 // recheck is the wait before the next settling read of a write sent at
@@ -427,8 +358,8 @@ func (a *Actuator) judge(rm *removal, w *errInDoubt, live *corev1.Pod) (verdict,
 	over := !a.cfg.WindowNow().Before(w.sent.Add(a.horizon()))
 	if w.conflict {
 		// A 409 answered: nothing of the DELETE can land later, so the
-		// horizon decides nothing (found by review: our own mark settled
-		// past it was published failed). The pod at the version sent
+		// horizon decides nothing (our own mark settled past it must not
+		// be published failed). The pod at the version sent
 		// got nothing (a mark is a write); our mark is the removal under
 		// way; anything else moved on without it.
 		if live.ResourceVersion != w.rv && ownMark(w, live) {
@@ -462,7 +393,7 @@ func (a *Actuator) judge(rm *removal, w *errInDoubt, live *corev1.Pod) (verdict,
 // ownMark reports whether the live pod carries the mark of the DELETE w: a
 // deletionTimestamp newly set, or, on a pod already being deleted, its
 // grace period cut to 0 (what a force delete sends); a grace changed to
-// anything else is someone else's (found by review).
+// anything else is someone else's.
 func ownMark(w *errInDoubt, live *corev1.Pod) bool {
 	return live.DeletionTimestamp != nil && (!w.deleting ||
 		!sameGrace(w.grace, live.DeletionGracePeriodSeconds) && live.DeletionGracePeriodSeconds != nil && *live.DeletionGracePeriodSeconds == 0)
@@ -478,9 +409,9 @@ const markedByIt = "the pod carries its deletion mark"
 // gone (200, 404, or the mirror seeing it leave) publishes it; any other
 // answer (409, a refusal, a 429, a lost one) keeps it in doubt, its slot
 // kept and nothing reported, and the next visit sends the step again
-// (recheck: waits that grow with the time since the 409). Found by review:
-// sent as a new write, a second 409 or a refusal dropped the removal and
-// took its slot back, and a lost answer published failed, then deleted.
+// (recheck: waits that grow with the time since the 409). Sent as a new
+// write instead, a second 409 or a refusal would drop the removal and take
+// its slot back, and a lost answer would publish failed, then deleted.
 func (a *Actuator) finish(ctx context.Context, rm *removal, live *corev1.Pod) Outcome {
 	uid := rm.state.UID
 	if !a.doubts.resend(uid) {
@@ -551,10 +482,10 @@ func (a *Actuator) resolve(ctx context.Context, uid string) (settled bool, out O
 		// which nothing else may ever take (no kubelet). The same removal
 		// (its intent, slot and outcome) is finished by its DELETE sent
 		// again now, at the marked version; a 404 is its pod gone, this
-		// removal. Found by review: waited out, it was published failed,
-		// then deleted; handed back to the caller, a force delete's
-		// re-decision waited 5 minutes more (the mark moved the
-		// deletionTimestamp to now), and the pod's going was never audited.
+		// removal. Waited out, it would be published failed, then
+		// deleted; handed back to the caller, a force delete's re-decision
+		// would wait 5 minutes more (the mark moved the deletionTimestamp
+		// to now), and the pod's going would never be audited.
 		return true, a.finish(ctx, rm, live), nil
 	}
 	if v == stillInDoubt {
@@ -575,7 +506,7 @@ func (a *Actuator) resolve(ctx context.Context, uid string) (settled bool, out O
 		// nothing of it was stored, and nothing can be (a quiet re-look,
 		// and the attempt's answer record).
 		a.metrics.Rechecks.WithLabelValues("changed").Inc()
-		a.answerIntent(ctx, rm, answerChanged.String(), rm.lost.sent)
+		a.answerIntent(ctx, rm, actuate.AnswerConflict.String(), rm.lost.sent)
 		return false, Outcome{}, nil
 	}
 	now := a.cfg.WindowNow()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"strings"
 	"testing"
@@ -14,44 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/events"
 )
-
-// TestClassify: only a status the API server wrote tells whether a write
-// happened; everything else leaves it in doubt.
-func TestClassify(t *testing.T) {
-	pods := schema.GroupResource{Resource: "pods"}
-	tests := []struct {
-		name string
-		err  error
-		want answer
-	}{
-		{"nil", nil, answerDone},
-		{"not found", apierrors.NewNotFound(pods, "p"), answerGone},
-		{"conflict", apierrors.NewConflict(pods, "p", errors.New("precondition")), answerChanged},
-		{"too many requests", apierrors.NewTooManyRequests("slow down", 1), answerThrottled},
-		{"forbidden (admission)", apierrors.NewForbidden(pods, "p", errors.New("denied by policy")), answerRefused},
-		{"invalid", apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "p", nil), answerRefused},
-		{"bad request", apierrors.NewBadRequest("no"), answerRefused},
-		{"client deadline", &url.Error{Op: "Delete", URL: "https://api/p", Err: context.DeadlineExceeded}, answerUnknown},
-		{"cancelled", fmt.Errorf("delete: %w", context.Canceled), answerUnknown},
-		{"connection reset", &url.Error{Op: "Delete", URL: "https://api/p", Err: io.ErrUnexpectedEOF}, answerUnknown},
-		{"504 timeout", apierrors.NewTimeoutError("still processing", 0), answerUnknown},
-		{"server timeout", apierrors.NewServerTimeout(pods, "delete", 0), answerUnknown},
-		{"500 internal (etcd timeout)", apierrors.NewInternalError(errors.New("etcdserver: request timed out")), answerUnknown},
-		{"503", apierrors.NewServiceUnavailable("no endpoints"), answerUnknown},
-		{"502 from a proxy", apierrors.NewGenericServerResponse(502, "DELETE", pods, "p", "bad gateway", 0, true), answerUnknown},
-	}
-	for _, tc := range tests {
-		if got := classify(tc.err); got != tc.want {
-			t.Errorf("%s: classify = %d, want %d", tc.name, got, tc.want)
-		}
-	}
-}
 
 // lostAnswers are errors of a DELETE the API server may have carried out.
 var lostAnswers = map[string]error{

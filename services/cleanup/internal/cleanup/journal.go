@@ -389,6 +389,6 @@ func (a *Actuator) LiveActions(ctx context.Context, since time.Time) ([]actuate.
 // the read that showed it, at most the horizon after its intent, not from
 // the intent: as the old leader counts a write in doubt from its answer.
 func (a *Actuator) Recovery() actuate.Recovery {
-	return actuate.Recovery{Intents: IntentSubjects(a.cfg.Cluster), Outcomes: ActionSubjects(a.cfg.Cluster),
+	return actuate.Recovery{Intents: actuate.IntentSubjects(a.cfg.Cluster, Service), Outcomes: ActionSubjects(a.cfg.Cluster),
 		Happened: a.Happened, Audit: a.audit, Live: a.LiveActions, LateCommit: a.horizon()}
 }

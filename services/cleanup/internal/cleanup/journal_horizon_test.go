@@ -63,7 +63,7 @@ func TestIntentEventInDoubtAcrossTermEnd(t *testing.T) {
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, errNotYetDecided) || attempt > 40 {
+		if !errors.Is(err, actuate.ErrNotYetDecided) || attempt > 40 {
 			t.Fatalf("recovery attempt %d: %v", attempt, err)
 		}
 		now = now.Add(5 * time.Second)
@@ -80,7 +80,7 @@ func TestIntentEventInDoubtAcrossTermEnd(t *testing.T) {
 // this term started; one created since is Pending at once (Events are not
 // authenticated: one written on and on must not hold the recovery for ever).
 func TestLiveActionsIntentHorizon(t *testing.T) {
-	horizon := actuate.DefaultAPITimeout + actuate.DefaultServerRequestTimeout + lateCommitMargin // newRig's defaults
+	horizon := actuate.DefaultAPITimeout + actuate.DefaultServerRequestTimeout + actuate.LateCommitMargin // newRig's defaults
 	tests := []struct {
 		name    string
 		created time.Time // the Event's creationTimestamp (the term starts at t0)
@@ -104,7 +104,7 @@ func TestLiveActionsIntentHorizon(t *testing.T) {
 			las, err := r.act.LiveActions(context.Background(), t0.Add(-10*time.Minute))
 			got := "?"
 			switch {
-			case errors.Is(err, errNotYetDecided):
+			case errors.Is(err, actuate.ErrNotYetDecided):
 				got = "wait"
 			case err != nil:
 				t.Fatal(err)
@@ -142,7 +142,7 @@ func TestActuatorRecovery(t *testing.T) {
 	r := newRig(t, testPolicy(), false, nil)
 	rec := r.act.Recovery()
 	if rec.LateCommit != r.act.horizon() || rec.LateCommit <= 0 || rec.Happened == nil || rec.Live == nil ||
-		rec.Audit == nil || rec.Intents != IntentSubjects(r.act.cfg.Cluster) || len(rec.Outcomes) != len(ActionSubjects(r.act.cfg.Cluster)) {
+		rec.Audit == nil || rec.Intents != actuate.IntentSubjects(r.act.cfg.Cluster, Service) || len(rec.Outcomes) != len(ActionSubjects(r.act.cfg.Cluster)) {
 		t.Fatalf("recovery %+v: want this actor's subjects, Happened, Live, the audit and LateCommit = the late-commit horizon %s",
 			rec, r.act.horizon())
 	}

@@ -130,7 +130,7 @@ func TestActuatorDeleteInDoubtUntilHorizon(t *testing.T) {
 			loseFirstDelete(r, nil)
 			state := pod(failed("Evicted"))
 			d := testPolicy().Decide(state, Facts{Now: t0})
-			horizon := t0.Add(actuate.DefaultAPITimeout + tc.serverTimeout + lateCommitMargin)
+			horizon := t0.Add(actuate.DefaultAPITimeout + tc.serverTimeout + actuate.LateCommitMargin)
 			out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
 			visits := 1
 			for now.Before(horizon) {

@@ -421,17 +421,17 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, slo
 		return a.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "opswire-cordon"})
 	})
 	tr.patch = time.Since(t)
-	switch {
-	case apierrors.IsConflict(err):
+	switch actuate.Classify(err) {
+	case actuate.AnswerConflict:
 		// The resourceVersion precondition failed: look again from fresh state.
 		release()
 		a.log.Debug().Str("node", node.Name).Msg("node changed between re-read and write; retrying from fresh state")
 		return actuate.Outcome{Retry: true}, nil
-	case apierrors.IsNotFound(err):
+	case actuate.AnswerGone:
 		release()
 		a.stale(node.Name, "node deleted before the write")
 		return actuate.Outcome{}, nil
-	case apierrors.IsTooManyRequests(err):
+	case actuate.AnswerThrottled:
 		// Throttled before it was processed (priority and fairness, a server
 		// shutting down): nothing was written, and nothing failed. Not a
 		// write in doubt, which would hold every cordon write until its
@@ -440,7 +440,7 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, slo
 		a.answerIntent(ctx, intent, journaled, "throttled")
 		a.log.Debug().Err(err).Str("node", node.Name).Msg("write throttled by the API server; retrying with backoff")
 		return actuate.Outcome{Retry: true}, nil
-	case inDoubt(err):
+	case actuate.AnswerUnknown:
 		// The answer is lost, not the write: whether the API applied it is
 		// for a read of the node to tell (settle), not for this error.
 		// Its slot stays held with it and is settled (never given back)
@@ -458,7 +458,7 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, slo
 			return actuate.Outcome{Retry: true}, nil
 		}
 		return actuate.Outcome{}, nil
-	case err != nil:
+	case actuate.AnswerRefused:
 		release()
 		a.answerIntent(ctx, intent, journaled, "refused")
 		a.fail(node, d, err)

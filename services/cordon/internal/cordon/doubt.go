@@ -2,9 +2,7 @@ package cordon
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"time"
 
@@ -17,50 +15,9 @@ import (
 	"github.com/opswire/opswire/shared/events"
 )
 
-// inDoubt reports whether a write's error leaves open whether the API
-// applied it. Only an answer from the API server that refused the request
-// (a 4xx status) says it did not: a client timeout, a cancelled context, a
-// reset connection, a 408 (no API server sends one itself: a proxy in front
-// of it timed the request out, and the request may have gone on) or a 5xx (a
-// 504 or 500 timeout: the server may still commit the write to etcd; a 503
-// from a proxy in front of it) do not. A 429 is given before the request is
-// processed (priority and fairness, a server shutting down), and since
-// client-go no longer sends a write again on its own (kube.NoWriteRetries),
-// no earlier attempt of it can have been applied. 404, 409 and 429 are
-// refusals the caller handles before this.
-func inDoubt(err error) bool {
-	if err == nil {
-		return false
-	}
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return true // no answer from the API server at all
-	}
-	code := status.Status().Code
-	refused := code >= http.StatusBadRequest && code < http.StatusInternalServerError && code != http.StatusRequestTimeout
-	return !refused
-}
-
-// lateCommitMargin is added to the horizon for what the timeouts do not
-// bound: a transaction handed to etcd just before the server's deadline is
-// committed by raft a little after it (an etcd leader change takes seconds),
-// and clocks on the two sides do not tick alike.
-const lateCommitMargin = 15 * time.Second
-
-// lateCommitHorizon is how long after a write was sent its answer's loss
-// leaves it able to commit: the server received it at the latest when the
-// client gave up on it (apiTimeout), then ran it for up to its own request
-// timeout (serverTimeout, actuate.DefaultServerRequestTimeout unless the
-// cluster's API server runs with another), plus the margin. Until then an
-// unchanged node is no proof the write did not happen (a read, even a quorum
-// read, does not wait for a write still in progress); after it, it is.
-func lateCommitHorizon(apiTimeout, serverTimeout time.Duration) time.Duration {
-	return apiTimeout + serverTimeout + lateCommitMargin
-}
-
 // horizon is this actuator's late-commit horizon.
 func (a *Actuator) horizon() time.Duration {
-	return lateCommitHorizon(a.cfg.APITimeout, a.cfg.ServerRequestTimeout)
+	return actuate.LateCommitHorizon(a.cfg.APITimeout, a.cfg.ServerRequestTimeout)
 }
 
 // Settling reads of a write in doubt on an unchanged node back off from
@@ -191,7 +148,7 @@ func carriesMark(node *corev1.Node) bool {
 //     lastWrite, the Event, the outcome message with the id built before the
 //     patch);
 //   - pending: the node still has the version the patch was preconditioned
-//     on, and the write may still commit (within lateCommitHorizon of its
+//     on, and the write may still commit (within actuate.LateCommitHorizon of its
 //     sending): it stays in doubt, nothing is published, and retryIn says
 //     when to read again (a backoff, never past the horizon);
 //   - notApplied: the node still had that version past the horizon: failed,

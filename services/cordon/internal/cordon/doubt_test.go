@@ -3,7 +3,6 @@ package cordon
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -20,33 +19,6 @@ import (
 )
 
 var nodesGR = schema.GroupResource{Resource: "nodes"}
-
-func TestInDoubt(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		err  error
-		want bool
-	}{
-		{"client timeout", context.DeadlineExceeded, true},
-		{"context cancelled (term over)", context.Canceled, true},
-		{"connection reset", errors.New("read tcp: connection reset by peer"), true},
-		{"unexpected EOF", io.ErrUnexpectedEOF, true},
-		{"504", apierrors.NewTimeoutError("request did not complete", 1), true},
-		{"500 server timeout", apierrors.NewServerTimeout(nodesGR, "patch", 1), true},
-		{"500", apierrors.NewInternalError(errors.New("etcd")), true},
-		{"503", apierrors.NewServiceUnavailable("etcd leader change"), true},
-		{"408 (a proxy's: the server may have gone on)", apierrors.NewGenericServerResponse(http.StatusRequestTimeout, "patch", nodesGR, "a", "", 0, true), true},
-		{"429 (handled before: not processed)", apierrors.NewTooManyRequests("slow down", 1), false},
-		{"403", apierrors.NewForbidden(nodesGR, "a", errors.New("rbac")), false},
-		{"422", apierrors.NewInvalid(schema.GroupKind{Kind: "Node"}, "a", nil), false},
-		{"400", apierrors.NewBadRequest("bad patch"), false},
-		{"none", nil, false},
-	} {
-		if got := inDoubt(tc.err); got != tc.want {
-			t.Errorf("%s: inDoubt = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
 
 // loseAnswer makes the next node patch reach the fake API and then lose its
 // answer with err (applied: the API applied it and moved the node's

@@ -3,7 +3,6 @@ package cordon
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -18,12 +17,6 @@ import (
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/subject"
 )
-
-// IntentSubjects is the filter of the actor's write-ahead intents,
-// ops.<cluster>.cordon.intent.>.
-func IntentSubjects(cluster string) string {
-	return subject.Ops(cluster, Service, actuate.VerbIntent) + ".>"
-}
 
 // Happened is the live check of a new leader for an intent without its
 // outcome in OPS (actuate.Recovery.Happened). It reads the node by name and
@@ -59,15 +52,12 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 		return false, fmt.Errorf("re-read node %s of an intent: %w", in.Name, err)
 	}
 	if v == unchanged && in.Answered == "" {
-		// (An answered attempt, actuate.NewAnswer, cannot commit late: its
-		// unchanged node is final.)
-		if until := in.Time.Add(a.horizon()); a.cfg.Now().Before(until) {
-			// The old leader's write may still commit (its answer was lost
-			// as its term ended): an unchanged node is no proof yet. Not
-			// ErrUnverifiable (which is final for the record): the recovery
-			// retries, and this leader writes nothing before it completes.
-			return false, fmt.Errorf("node %s unchanged, but the intent's write may still commit until %s (late-commit horizon): %w",
-				in.Name, until.UTC().Format(time.RFC3339), errNotYetDecided)
+		// The old leader's write may still commit (its answer was lost as
+		// its term ended): an unchanged node is no proof yet. An answered
+		// attempt (actuate.NewAnswer) cannot commit late: its unchanged
+		// node is final.
+		if err := actuate.StillUndecided("node "+in.Name, in.Time, a.horizon(), a.cfg.Now()); err != nil {
+			return false, err
 		}
 	}
 	if v == unclear {
@@ -84,14 +74,9 @@ func (a *Actuator) Happened(ctx context.Context, in events.Intent) (bool, error)
 // read that showed it, at most the horizon after its intent, not from the
 // intent: as settle counts a write in doubt from the read that decides it.
 func (a *Actuator) Recovery() actuate.Recovery {
-	return actuate.Recovery{Intents: IntentSubjects(a.cfg.Cluster), Outcomes: ActionSubjects(a.cfg.Cluster),
+	return actuate.Recovery{Intents: actuate.IntentSubjects(a.cfg.Cluster, Service), Outcomes: ActionSubjects(a.cfg.Cluster),
 		Happened: a.Happened, Audit: a.audit, Live: a.LiveActions, LateCommit: a.horizon()}
 }
-
-// errNotYetDecided: the live object does not show an intent's write, which
-// may still commit (within the late-commit horizon of the intent's time).
-// Transient: SeedAndRecover retries the recovery.
-var errNotYetDecided = errors.New("not decided yet")
 
 // sameWrite reports whether mark m was written by the cordon decided as d.
 // The mark records the resourceVersion the patch was preconditioned on, and

@@ -552,7 +552,7 @@ func TestActuatorRecovery(t *testing.T) {
 	h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10})
 	r := h.act.Recovery()
 	if r.LateCommit != h.act.horizon() || r.Happened == nil || r.Live == nil || r.Audit == nil ||
-		r.Intents != IntentSubjects(h.act.cfg.Cluster) || len(r.Outcomes) != len(ActionSubjects(h.act.cfg.Cluster)) {
+		r.Intents != actuate.IntentSubjects(h.act.cfg.Cluster, Service) || len(r.Outcomes) != len(ActionSubjects(h.act.cfg.Cluster)) {
 		t.Fatalf("recovery %+v: want this actor's subjects, Happened, Live, the audit and LateCommit = the late-commit horizon %s",
 			r, h.act.horizon())
 	}
@@ -615,7 +615,7 @@ func TestAnsweredPatchIsNotWaitedFor(t *testing.T) {
 			if ok, err := act2.Happened(context.Background(), answered); ok || err != nil {
 				t.Fatalf("Happened(answered intent) = %v, %v; want false at once", ok, err)
 			}
-			if _, err := act2.Happened(context.Background(), intent); !errors.Is(err, errNotYetDecided) {
+			if _, err := act2.Happened(context.Background(), intent); !errors.Is(err, actuate.ErrNotYetDecided) {
 				t.Fatalf("Happened(intent without its answer) = %v; want not decided yet (within the horizon)", err)
 			}
 		})
@@ -630,7 +630,7 @@ func TestAnsweredPatchIsNotWaitedFor(t *testing.T) {
 // may still commit then, so nothing is sent again; and a new leader's
 // Happened waits as long.
 func TestHorizonFollowsServerRequestTimeout(t *testing.T) {
-	defaultHorizon := actuate.DefaultAPITimeout + actuate.DefaultServerRequestTimeout + lateCommitMargin
+	defaultHorizon := actuate.DefaultAPITimeout + actuate.DefaultServerRequestTimeout + actuate.LateCommitMargin
 	tests := []struct {
 		name          string
 		serverTimeout time.Duration
@@ -670,7 +670,7 @@ func TestHorizonFollowsServerRequestTimeout(t *testing.T) {
 			}
 			_, _, first := in.intent(t, 0)
 			_, err := h.act.Happened(context.Background(), first)
-			if decided := !errors.Is(err, errNotYetDecided); decided != tc.wantDecided {
+			if decided := !errors.Is(err, actuate.ErrNotYetDecided); decided != tc.wantDecided {
 				t.Fatalf("a new leader's Happened at the default horizon: %v; want decided = %v", err, tc.wantDecided)
 			}
 		})
