@@ -88,7 +88,7 @@ func Load(path string) (*Config, error) {
 // Parse decodes, defaults and validates a configuration document. The
 // returned error is an Errors value when fields are wrong.
 func Parse(data []byte) (*Config, error) {
-	c := Default()
+	c := defaults()
 	if len(bytes.TrimSpace(data)) > 0 {
 		jsonDoc, err := yaml.YAMLToJSON(data)
 		if err != nil {
@@ -113,6 +113,7 @@ func Parse(data []byte) (*Config, error) {
 				}
 				return nil, decodeError(err)
 			}
+			c.Notifier.deriveDefaults()
 			if len(errs) > 0 {
 				// Unknown keys were left out; report what is wrong with the
 				// rest too, so one run names every bad field.
@@ -124,6 +125,7 @@ func Parse(data []byte) (*Config, error) {
 			}
 		}
 	}
+	c.Notifier.deriveDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -141,6 +143,14 @@ func decodeError(err error) error {
 
 // Default is the configuration used when the file leaves a setting out.
 func Default() *Config {
+	c := defaults()
+	c.Notifier.deriveDefaults()
+	return c
+}
+
+// defaults are the settings that do not depend on others: what a file is
+// decoded onto before the derived ones (deriveDefaults) are filled.
+func defaults() *Config {
 	c := &Config{Cluster: Cluster{Name: "default"}}
 	c.Controller.setDefaults()
 	c.Kube.setDefaults()

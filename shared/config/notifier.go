@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -136,8 +135,9 @@ type Notifier struct {
 	TopRows int `json:"topRows"`
 	// BodyLimit is the Feishu request body budget in bytes (Feishu: 20 KB).
 	BodyLimit int `json:"bodyLimit"`
-	// RequestTimeout bounds one HTTP request to a receiver; it should be
-	// shorter than MaxSendTimeout (Warnings).
+	// RequestTimeout bounds one HTTP request to a receiver; it must be
+	// shorter than MaxSendTimeout(AckWait). Left out, it is
+	// DefaultRequestTimeout or half of AckWait, whichever is shorter.
 	RequestTimeout Duration `json:"requestTimeout"`
 	// RetryInitial and RetryMax bound the exponential backoff between
 	// attempts of one delivery; GiveUpAfter dead-letters a delivery that
@@ -159,7 +159,11 @@ type Notifier struct {
 	DeadLetterMaxAge Duration `json:"deadLetterMaxAge"`
 }
 
-// MaxSendTimeout is what a request timeout should stay under with ackWait:
+// DefaultRequestTimeout is notifier.requestTimeout when the file leaves it
+// and ackWait out.
+const DefaultRequestTimeout = 10 * time.Second
+
+// MaxSendTimeout is what a request timeout must stay under with ackWait:
 // two thirds of it. A request still at the receiver when its message's ack
 // wait runs out lets the server redeliver the message, after a lost lease to
 // the next active replica, which sends the card again; and the progress
@@ -173,7 +177,6 @@ func (n *Notifier) setDefaults() {
 	n.GroupInterval = D(30 * time.Second)
 	n.TopRows = 10
 	n.BodyLimit = 20000
-	n.RequestTimeout = D(10 * time.Second)
 	n.RetryInitial = D(time.Second)
 	n.RetryMax = D(time.Minute)
 	n.GiveUpAfter = D(time.Hour)
@@ -442,6 +445,8 @@ func (n *Notifier) validate(p string, errs *Errors, implicit ...string) {
 	}
 	if n.AckWait.Duration > 0 && n.AckWait.Duration < time.Second {
 		errs.add(join(p, "ackWait"), "must be at least 1s")
+	} else {
+		n.validateSendTimeouts(p, errs)
 	}
 	if n.TopRows < 1 {
 		errs.add(join(p, "topRows"), "must be at least 1")
@@ -457,35 +462,35 @@ func (n *Notifier) validate(p string, errs *Errors, implicit ...string) {
 	}
 }
 
-// NotifierWarnings names the trade-offs of a valid notifier section that a
-// person should have chosen knowingly; the notifier logs them at start-up.
-//
-// A request timeout of MaxSendTimeout or more: a warning rather than a
-// refusal, because deploy/'s configs set requestTimeout (10s) and a
-// deployment that lowered only ackWait must not stop starting on an
-// upgrade.
-func (c *Config) NotifierWarnings() []string {
-	n := &c.Notifier
+// deriveDefaults fills what the file left out and other settings decide:
+// a request timeout under MaxSendTimeout of the ackWait read.
+func (n *Notifier) deriveDefaults() {
+	if n.RequestTimeout.Duration == 0 {
+		n.RequestTimeout = D(min(DefaultRequestTimeout, n.AckWait.Duration/2))
+	}
+}
+
+// validateSendTimeouts refuses a request timeout that can outlast its
+// message's ack wait: a request still at the receiver when the ack wait ends
+// (after a lost lease) has the message redelivered to the next active
+// replica, which sends the card again.
+func (n *Notifier) validateSendTimeouts(p string, errs *Errors) {
 	limit := MaxSendTimeout(n.AckWait.Duration)
 	if limit <= 0 {
-		return nil
+		return
 	}
-	var out []string
-	warn := func(field string, d time.Duration) {
-		out = append(out, fmt.Sprintf("%s (%v) is not less than two thirds of notifier.ackWait (%v, so under %v): "+
-			"a request still at the receiver when its message's ack wait ends (after a lost lease) has the message "+
-			"redelivered to the next active replica, which sends the card again; lower the timeout or raise notifier.ackWait",
-			field, d, n.AckWait.Duration, limit))
-	}
-	if n.RequestTimeout.Duration >= limit {
-		warn("notifier.requestTimeout", n.RequestTimeout.Duration)
-	}
-	for i, r := range n.Receivers {
-		if r.Timeout.Duration >= limit {
-			warn("notifier.receivers["+itoa(i)+"].timeout", r.Timeout.Duration)
+	check := func(field string, d time.Duration) {
+		if d >= limit {
+			errs.add(field, "%v is not less than two thirds of notifier.ackWait (%v, so under %v): a request still at "+
+				"the receiver when its message's ack wait ends (after a lost lease) has the message redelivered to the "+
+				"next active replica, which sends the card again; lower the timeout or raise notifier.ackWait",
+				d, n.AckWait.Duration, limit)
 		}
 	}
-	return out
+	check(join(p, "requestTimeout"), n.RequestTimeout.Duration)
+	for i, r := range n.Receivers {
+		check(p+".receivers["+itoa(i)+"].timeout", r.Timeout.Duration)
+	}
 }
 
 // validateReceiverLists refuses a receiver listed twice in one route or in

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -232,41 +233,53 @@ func TestReceiverListedTwiceRefused(t *testing.T) {
 	}
 }
 
-// TestSlowSendTimeoutWarned: a request still at the receiver when its
-// message's ack wait runs out (after a lost lease) has the message
+// TestSendTimeoutUnderTwoThirdsOfAckWait: a request still at the receiver
+// when its message's ack wait runs out (after a lost lease) has the message
 // redelivered to the next active replica, which sends the card again.
 // Progress acks go every ackWait/3 and stop when a term ends, so a request
 // may start with only two thirds of ackWait left: a timeout not under that
-// is named, with notifier.ackWait, in the warnings the notifier logs at
-// start. A warning, not a refusal: deploy/'s configs set requestTimeout, and
-// one that lowered only ackWait must still start.
-func TestSlowSendTimeoutWarned(t *testing.T) {
+// is refused, naming the field and notifier.ackWait. Left out, the request
+// timeout follows a lowered ackWait.
+func TestSendTimeoutUnderTwoThirdsOfAckWait(t *testing.T) {
 	tests := []struct {
 		name, doc string
-		fields    []string // warned about
+		refused   []string      // fields refused
+		timeout   time.Duration // the request timeout of a valid config
 	}{
-		{"defaults", "", nil},
-		{"request timeout over two thirds of ackWait", "notifier:\n  ackWait: 30s\n  requestTimeout: 25s\n", []string{"notifier.requestTimeout"}},
-		{"request timeout at two thirds of ackWait", "notifier:\n  ackWait: 6s\n  requestTimeout: 4s\n", []string{"notifier.requestTimeout"}},
-		{"request timeout below two thirds of ackWait", "notifier:\n  ackWait: 6s\n  requestTimeout: 3s\n", nil},
-		{"ackWait lowered under the default request timeout", "notifier:\n  ackWait: 2s\n", []string{"notifier.requestTimeout"}},
+		{"defaults", "", nil, 10 * time.Second},
+		{"request timeout over two thirds of ackWait", "notifier:\n  ackWait: 30s\n  requestTimeout: 25s\n", []string{"notifier.requestTimeout"}, 0},
+		{"request timeout at two thirds of ackWait", "notifier:\n  ackWait: 6s\n  requestTimeout: 4s\n", []string{"notifier.requestTimeout"}, 0},
+		{"request timeout below two thirds of ackWait", "notifier:\n  ackWait: 6s\n  requestTimeout: 3s\n", nil, 3 * time.Second},
+		{"ackWait lowered, request timeout left out", "notifier:\n  ackWait: 2s\n", nil, time.Second},
+		{"ackWait raised, request timeout left out", "notifier:\n  ackWait: 60s\n", nil, 10 * time.Second},
 		{"a receiver's timeout", "notifier:\n  ackWait: 3s\n  requestTimeout: 1s\n  receivers:\n  - {name: a, url: u, timeout: 5s}\n  - {name: b, url: u, timeout: 1500ms}\n",
-			[]string{"notifier.receivers[0].timeout"}},
+			[]string{"notifier.receivers[0].timeout"}, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Parse([]byte(tc.doc))
-			if err != nil {
-				t.Fatalf("want valid, got %v", err)
-			}
-			ws := c.NotifierWarnings()
-			if len(ws) != len(tc.fields) {
-				t.Fatalf("warnings %q, want one each on %v", ws, tc.fields)
-			}
-			for i, f := range tc.fields {
-				if !strings.HasPrefix(ws[i], f+" ") || !strings.Contains(ws[i], "notifier.ackWait") {
-					t.Errorf("warning %q, want one on %s naming notifier.ackWait", ws[i], f)
+			if len(tc.refused) == 0 {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
 				}
+				if got := c.Notifier.RequestTimeout.Duration; got != tc.timeout {
+					t.Errorf("requestTimeout = %v, want %v", got, tc.timeout)
+				}
+				return
+			}
+			var errs Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("want refused on %v, got %v", tc.refused, err)
+			}
+			var got []string
+			for _, e := range errs {
+				got = append(got, e.Field)
+				if !strings.Contains(e.Msg, "notifier.ackWait") {
+					t.Errorf("%s: %q does not name notifier.ackWait", e.Field, e.Msg)
+				}
+			}
+			if !slices.Equal(got, tc.refused) {
+				t.Errorf("refused %v, want %v", got, tc.refused)
 			}
 		})
 	}

@@ -58,7 +58,8 @@ func TestRunWaitsForReplayOnShutdown(t *testing.T) {
 notifier:
   groupWait: 20ms
   groupInterval: 50ms
-  ackWait: 2s
+  ackWait: 6s
+  requestTimeout: 3s
   receivers:
   - name: hook
     type: webhook

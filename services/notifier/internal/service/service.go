@@ -73,9 +73,6 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	for _, r := range receivers {
 		rt.Log.Info().Str("receiver", r.Name).Msg("receiver ready")
 	}
-	for _, w := range cfg.NotifierWarnings() {
-		rt.Log.Warn().Msg(w)
-	}
 	var nc *nats.Conn
 	var js jetstream.JetStream
 	if ReadsOwnOps(n) {
