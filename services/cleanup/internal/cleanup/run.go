@@ -2,7 +2,6 @@ package cleanup
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 
@@ -69,21 +68,14 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 
 	metrics := NewMetrics(rt.Server.Registry)
 	clock.Skew = metrics.ClockSkew.Set
-	wm := actuate.NewMetrics(rt.Server.Registry)
-	// The audit publisher outlives leadership: what was done is stored even
-	// after the lease is gone, for a grace period at shutdown.
-	audit := actuate.NewAuditor(js, 0, wm, log)
-	defer audit.Close(5 * time.Second)
-	// Each removal is journaled before it is written (an intent on
-	// ops.<cluster>.cleanup.intent.<ns>.<pod>): a leader SIGKILLed before
-	// its outcome audit is stored leaves the intent for the next leader.
-	journal := actuate.NewJournal(js, 0, wm, log)
-	// The controller and mirror of the current term (a replica that loses
-	// the lease campaigns again and starts a new term with fresh state).
-	var (
-		curCtl    atomic.Pointer[Controller]
-		curMirror atomic.Pointer[kubestate.Mirror]
-	)
+	// The auditor outlives leadership and is flushed at shutdown; each
+	// removal is journaled before it is written (an intent on
+	// ops.<cluster>.cleanup.intent.<ns>.<pod>).
+	terms := actuate.NewTerms(js, rt.Server.Registry, log)
+	defer terms.Close()
+	// The controller of the current term (a replica that loses the lease
+	// campaigns again and starts a new term with fresh state).
+	var curCtl atomic.Pointer[Controller]
 	rt.Server.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "opswire_cleanup_queue_depth", Help: "Pod keys waiting to be examined.",
 	}, func() float64 {
@@ -94,18 +86,11 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	}))
 
 	elector := rt.ActorElector(client, dryRun)
-	rt.Server.AddReadiness("kube-state", func() error {
-		if m := curMirror.Load(); elector.IsLeader() && (m == nil || !m.Synced()) {
-			return errors.New("leader is loading cluster state from KUBE")
-		}
-		return nil
-	})
-	return elector.Run(ctx, func(lctx context.Context) error {
-		// Everything a term decides with is built for it: the window is
-		// seeded from OPS, the mirror loaded from KUBE, the queue empty.
-		window := actuate.NewWindow(cfg.MaxDeletionsPerMinute, cfg.RateWindow.Duration)
-		act := NewActuator(client, audit, recorder, metrics, log, ActuatorConfig{
-			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Limiter: window, Now: clock.Now, Intents: journal,
+	termCfg := actuate.TermConfig{MaxActions: cfg.MaxDeletionsPerMinute, Per: cfg.RateWindow.Duration, DryRun: dryRun,
+		Unready: "leader is loading cluster state from KUBE"}
+	return terms.Lead(ctx, elector, rt.Server, termCfg, func(window *actuate.Window) actuate.Term {
+		act := NewActuator(client, terms.Audit, recorder, metrics, log, ActuatorConfig{
+			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Limiter: window, Now: clock.Now, Intents: terms.Journal,
 			Replica: rt.Options.ID, ServerRequestTimeout: rt.Config.Kube.ServerRequestTimeout.Duration,
 		})
 		ctl := NewController(policy, act, metrics, cfg.Interval.Duration, workers, clock.Now, log)
@@ -115,24 +100,12 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 			OnNode: func(old, cur *events.NodeState) { ctl.OnNode(old, cur, mirror) },
 		}, subject.KindPod, subject.KindNode)
 		curCtl.Store(ctl)
-		curMirror.Store(mirror)
-		done := make(chan struct{})
-		go func() { defer close(done); _ = mirror.Run(lctx) }()
-		defer func() { <-done }()
-		if err := mirror.WaitSynced(lctx); err != nil {
-			return nil // leadership or the process ended first
-		}
-		// The previous leaders' removals count against this leader's window,
-		// and their journaled removals whose audit never reached OPS are
-		// audited now; nothing is deleted before both are done. Besides OPS,
-		// cleanup's own Events are read (LiveActions): a leader SIGKILLed
-		// during a NATS outage left its removals only there.
-		if !dryRun {
-			if err := actuate.SeedAndRecover(lctx, js, window, act.Recovery(), wm, log, time.Now); err != nil {
-				return nil
-			}
-		}
-		ctl.Run(lctx, mirror)
-		return nil
+		// Besides OPS, the recovery reads cleanup's own Events
+		// (LiveActions): a leader SIGKILLed during a NATS outage left its
+		// removals only there.
+		return actuate.Term{Mirror: mirror, Recovery: act.Recovery(), Run: func(ctx context.Context) error {
+			ctl.Run(ctx, mirror)
+			return nil
+		}}
 	})
 }
