@@ -123,7 +123,7 @@ func TestCleanupFailover(t *testing.T) {
 			return
 		}
 		killOnce.Do(func() {
-			leaderID = leaseHolder(t, cp, "default", "opswire-cleanup")
+			leaderID = harness.LeaseHolder(cp.Client, "default", "opswire-cleanup")
 			if p := procs[leaderID]; p != nil {
 				p.Kill()
 			}

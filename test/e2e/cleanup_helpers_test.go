@@ -85,23 +85,13 @@ func startCleanup(t *testing.T, n *harness.NATS, cfg, kubeconfig, id string, arg
 	return harness.StartService(t, "cleanup", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: id, Args: args})
 }
 
-// leaseHolder is the identity holding the cleanup Lease ("" when none).
-func leaseHolder(t *testing.T, cp *harness.ControlPlane, ns, name string) string {
-	t.Helper()
-	l, err := cp.Client.CoordinationV1().Leases(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
-}
-
 // waitLeader waits until one of procs holds the Lease and is ready (its
 // mirror is loaded), and returns it.
 func waitLeader(t *testing.T, cp *harness.ControlPlane, procs map[string]*harness.Process) (string, *harness.Process) {
 	t.Helper()
 	var id string
 	harness.Eventually(t, 30*time.Second, "a cleanup leader", func() bool {
-		id = leaseHolder(t, cp, "default", "opswire-cleanup")
+		id = harness.LeaseHolder(cp.Client, "default", "opswire-cleanup")
 		p := procs[id]
 		return p != nil && httpStatus(p.HealthURL+"/readyz") == http.StatusOK
 	})

@@ -59,7 +59,7 @@ func TestCleanupRateLimitNATSOutageFailover(t *testing.T) {
 	harness.Eventually(t, 30*time.Second, "the first two deletions audited in OPS", func() bool {
 		return ops.Count(deleted) == perWindow
 	})
-	leaderID := leaseHolder(t, cp, "default", "opswire-cleanup")
+	leaderID := harness.LeaseHolder(cp.Client, "default", "opswire-cleanup")
 	leader := procs[leaderID]
 	if leader == nil {
 		t.Fatalf("Lease held by %q, not a cleanup replica", leaderID)

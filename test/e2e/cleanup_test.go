@@ -401,7 +401,7 @@ func TestCleanupSeedConfig(t *testing.T) {
 	ops := harness.CollectOps(t, n, "ops.default.cleanup.>")
 	p := startCleanup(t, n, cfg, cp.Kubeconfig, "a")
 	harness.Eventually(t, 30*time.Second, "seed lease held", func() bool {
-		return leaseHolder(t, cp, "kube-system", "ops-resource-controller-cleanup") == "a" && httpStatus(p.HealthURL+"/readyz") == 200
+		return harness.LeaseHolder(cp.Client, "kube-system", "ops-resource-controller-cleanup") == "a" && httpStatus(p.HealthURL+"/readyz") == 200
 	})
 	evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("default", "evicted-1", worker.Name)))
 	harness.Eventually(t, 2*time.Second, "evicted pod deleted", func() bool { return !podExists(t, cp, "default", "evicted-1") })
@@ -409,7 +409,7 @@ func TestCleanupSeedConfig(t *testing.T) {
 	if code := p.Stop(); code != 0 {
 		t.Fatalf("exit code %d on SIGTERM, want 0", code)
 	}
-	if h := leaseHolder(t, cp, "kube-system", "ops-resource-controller-cleanup"); h != "" {
+	if h := harness.LeaseHolder(cp.Client, "kube-system", "ops-resource-controller-cleanup"); h != "" {
 		t.Fatalf("lease still held by %q after shutdown, want released", h)
 	}
 }

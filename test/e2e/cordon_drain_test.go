@@ -204,7 +204,7 @@ func TestCordonPacedDrainSurvivesFailover(t *testing.T) {
 	kc := proxy.Kubeconfig(t, cordonRBAC(t, cp, "default"))
 	r1 := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kc, NATSURL: n.URL, ID: "r1"})
 	r1.WaitReady(t, 60*time.Second)
-	harness.Eventually(t, 10*time.Second, "r1 leads", func() bool { return cordonLeaseHolder(t, c, "default", "opswire-cordon") == "r1" })
+	harness.Eventually(t, 10*time.Second, "r1 leads", func() bool { return harness.LeaseHolder(c, "default", "opswire-cordon") == "r1" })
 	r2 := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kc, NATSURL: n.URL, ID: "r2"})
 	r2.WaitReady(t, 60*time.Second)
 	cordonFill(t, c, "paced", 0, 6)
@@ -217,11 +217,11 @@ func TestCordonPacedDrainSurvivesFailover(t *testing.T) {
 	})
 	r1.Kill()
 	evictAndFinish(t, c, "paced", 2, 6)
-	if h := cordonLeaseHolder(t, c, "default", "opswire-cordon"); h != "r1" {
+	if h := harness.LeaseHolder(c, "default", "opswire-cordon"); h != "r1" {
 		// Only on a very slow machine: r2 then finds the drain under way.
 		t.Logf("the lease moved to %q before the drain ended", h)
 	}
-	harness.Eventually(t, 10*time.Second, "r2 takes over", func() bool { return cordonLeaseHolder(t, c, "default", "opswire-cordon") == "r2" })
+	harness.Eventually(t, 10*time.Second, "r2 takes over", func() bool { return harness.LeaseHolder(c, "default", "opswire-cordon") == "r2" })
 	if d := waitHandover(t, ops, "paced"); d.Replica != "r2" || d.Pods != 0 || !strings.Contains(d.Reason, "6 of the 6 pods that left") {
 		t.Fatalf("handover decision %+v", d)
 	}

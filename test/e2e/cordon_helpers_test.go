@@ -160,16 +160,6 @@ func cordonEventCount(t *testing.T, c kubernetes.Interface, node, reason string)
 	return n
 }
 
-// leaseHolder returns the holder of a Lease ("" when free or absent).
-func cordonLeaseHolder(t *testing.T, c kubernetes.Interface, ns, name string) string {
-	t.Helper()
-	l, err := c.CoordinationV1().Leases(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
-}
-
 // reconciles reads the cordon process's reconcile counter.
 func cordonReconciles(p *harness.Process) float64 { return p.Metric("opswire_cordon_reconciles_total") }
 
@@ -194,7 +184,7 @@ func cordonPair(t *testing.T, cp *harness.ControlPlane, n *harness.NATS, cfg, ku
 		p.WaitReady(t, 60*time.Second)
 	}
 	harness.Eventually(t, 10*time.Second, "a leader", func() bool {
-		leader = cordonLeaseHolder(t, cp.Client, "default", "opswire-cordon")
+		leader = harness.LeaseHolder(cp.Client, "default", "opswire-cordon")
 		return replicas[leader] != nil && replicas[leader].Metric("opswire_leader") == 1
 	})
 	standby = "r1"

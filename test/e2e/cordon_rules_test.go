@@ -67,7 +67,7 @@ func cordonStaleFailover(t *testing.T, personCordoned int) {
 	kubeconfig := cordonRBAC(t, cp, "default")
 	r1 := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: "r1"})
 	r1.WaitReady(t, 60*time.Second)
-	harness.Eventually(t, 10*time.Second, "r1 leads", func() bool { return cordonLeaseHolder(t, c, "default", "opswire-cordon") == "r1" })
+	harness.Eventually(t, 10*time.Second, "r1 leads", func() bool { return harness.LeaseHolder(c, "default", "opswire-cordon") == "r1" })
 	want := max(0, capNodes-personCordoned)
 	harness.Eventually(t, 15*time.Second, fmt.Sprintf("r1 holds %d node(s)", want), func() bool { return cordonCountMarks(t, c) == want })
 	cordonWaitReconciled(t, r1, 0, 2*nodes) // every node evaluated, twice
@@ -75,7 +75,7 @@ func cordonStaleFailover(t *testing.T, personCordoned int) {
 	r2 := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: "r2"})
 	r2.WaitReady(t, 60*time.Second)
 	r1.Kill()
-	harness.Eventually(t, 10*time.Second, "r2 takes over", func() bool { return cordonLeaseHolder(t, c, "default", "opswire-cordon") == "r2" })
+	harness.Eventually(t, 10*time.Second, "r2 takes over", func() bool { return harness.LeaseHolder(c, "default", "opswire-cordon") == "r2" })
 	if s := lastNode(t, n.JS, "kube.e2e.node."+names[nodes-1]); s == nil || s.Unschedulable || s.Labels[events.LabelAutoCordon] != "" {
 		t.Fatal("KUBE is not stale: the test would prove nothing")
 	}

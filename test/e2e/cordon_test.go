@@ -291,7 +291,7 @@ func TestCordonFailover(t *testing.T) {
 	}
 	const lease = "opswire-cordon"
 	var first string
-	harness.Eventually(t, 10*time.Second, "a leader", func() bool { first = cordonLeaseHolder(t, c, "default", lease); return first != "" })
+	harness.Eventually(t, 10*time.Second, "a leader", func() bool { first = harness.LeaseHolder(c, "default", lease); return first != "" })
 
 	cordonFill(t, c, "f-1", 0, 5)
 	ops.WaitFor(t, 5*time.Second, "f-1 cordoned by the first leader", harness.Subject("ops.e2e.cordon.cordoned.f-1"))
@@ -305,7 +305,7 @@ func TestCordonFailover(t *testing.T) {
 	killed := time.Now()
 	var second string
 	harness.Eventually(t, 10*time.Second, "a new leader", func() bool {
-		second = cordonLeaseHolder(t, c, "default", lease)
+		second = harness.LeaseHolder(c, "default", lease)
 		return second != "" && second != first
 	})
 	takeover := time.Since(killed)
@@ -336,7 +336,7 @@ func TestCordonFailover(t *testing.T) {
 	stopped := time.Now()
 	var third string
 	harness.Eventually(t, 3*time.Second, "the last replica leads", func() bool {
-		third = cordonLeaseHolder(t, c, "default", lease)
+		third = harness.LeaseHolder(c, "default", lease)
 		return third != "" && third != first && third != second
 	})
 	handover := time.Since(stopped)
@@ -412,7 +412,7 @@ func TestCordonSeedConfig(t *testing.T) {
 	cordon.WaitReady(t, 60*time.Second)
 	cordonFill(t, c, "seed-0", 0, 100)
 	ops.WaitFor(t, 10*time.Second, "seed-0 cordoned at 100 pods", harness.Subject("ops.default.cordon.cordoned.seed-0"))
-	if holder := cordonLeaseHolder(t, c, "kube-system", "ops-resource-controller-cordon"); holder != "c1" {
+	if holder := harness.LeaseHolder(c, "kube-system", "ops-resource-controller-cordon"); holder != "c1" {
 		t.Fatalf("seed lease holder %q", holder)
 	}
 	cordonDrain(t, c, "seed-0", 90, 100)

@@ -105,7 +105,7 @@ notifier:
 		if svc == "notifier" {
 			return notifierLeaseHolder(n.JS, "e2e")
 		}
-		return leaseHolder(t, cp, "default", "opswire-"+svc)
+		return harness.LeaseHolder(cp.Client, "default", "opswire-"+svc)
 	}
 	// kill SIGKILLs the service's current leader once it is settled and
 	// returns the standby's id and the kill time; took measures the takeover.
@@ -160,7 +160,7 @@ notifier:
 			if killedCleanup != "" {
 				return
 			}
-			if leaseHolder(t, cp, "default", "opswire-cleanup") != id {
+			if harness.LeaseHolder(cp.Client, "default", "opswire-cleanup") != id {
 				t.Errorf("cleanup replica %s deleted a pod without holding the lease", id)
 			}
 			procs["cleanup"][id].Kill()

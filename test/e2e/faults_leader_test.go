@@ -98,7 +98,7 @@ sendReport:
 	for _, svc := range services {
 		harness.Eventually(t, 30*time.Second, svc+" leader", func() bool {
 			l := leading(svc)
-			return len(l) == 1 && leaseHolder(t, cp, "default", "opswire-"+svc) == l[0]
+			return len(l) == 1 && harness.LeaseHolder(cp.Client, "default", "opswire-"+svc) == l[0]
 		})
 		before[svc] = leading(svc)[0]
 	}
@@ -161,7 +161,7 @@ sendReport:
 	for _, svc := range services {
 		harness.Eventually(t, 60*time.Second, svc+" leader after the outage", func() bool {
 			l := leading(svc)
-			return len(l) == 1 && leaseHolder(t, cp, "default", "opswire-"+svc) == l[0]
+			return len(l) == 1 && harness.LeaseHolder(cp.Client, "default", "opswire-"+svc) == l[0]
 		})
 		after[svc], took[svc] = leading(svc)[0], time.Since(back)
 	}
@@ -239,7 +239,7 @@ sendReport:
 	for _, svc := range []string{"cleanup", "cordon"} {
 		harness.Eventually(t, 30*time.Second, svc+" standby to take over from the cut-off leader", func() bool {
 			l := leading(svc)
-			return len(l) == 1 && l[0] != after[svc] && leaseHolder(t, cp, "default", "opswire-"+svc) == l[0]
+			return len(l) == 1 && l[0] != after[svc] && harness.LeaseHolder(cp.Client, "default", "opswire-"+svc) == l[0]
 		})
 		takeover[svc] = time.Since(cutAt)
 	}
