@@ -59,7 +59,7 @@ func TestCleanupBesideRealControllers(t *testing.T) {
 	// a pod is counted at the source.
 	proxy := harness.StartAPIProxy(t, cp)
 	cleanup := startCleanup(t, n, cfg, proxy.Kubeconfig(t, cleanupKubeconfig(t, cp)), "a")
-	waitLeader(t, cp, map[string]*harness.Process{"a": cleanup})
+	harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", map[string]*harness.Process{"a": cleanup})
 
 	createWorkloads(t, cp)
 	agents := map[string]*corev1.Pod{} // node -> the DaemonSet's pod there

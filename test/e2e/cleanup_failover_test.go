@@ -146,7 +146,7 @@ func TestCleanupFailover(t *testing.T) {
 			standby[id] = p
 		}
 	}
-	_, next := waitLeader(t, cp, standby)
+	_, next := harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", standby)
 	t.Logf("leader %s killed; standby leading after %v", leaderID, time.Since(killed).Round(time.Millisecond))
 
 	harness.Eventually(t, 90*time.Second, "every pod deleted", func() bool {

@@ -85,19 +85,6 @@ func startCleanup(t *testing.T, n *harness.NATS, cfg, kubeconfig, id string, arg
 	return harness.StartService(t, "cleanup", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: id, Args: args})
 }
 
-// waitLeader waits until one of procs holds the Lease and is ready (its
-// mirror is loaded), and returns it.
-func waitLeader(t *testing.T, cp *harness.ControlPlane, procs map[string]*harness.Process) (string, *harness.Process) {
-	t.Helper()
-	var id string
-	harness.Eventually(t, 30*time.Second, "a cleanup leader", func() bool {
-		id = harness.LeaseHolder(cp.Client, "default", "opswire-cleanup")
-		p := procs[id]
-		return p != nil && httpStatus(p.HealthURL+"/readyz") == http.StatusOK
-	})
-	return id, procs[id]
-}
-
 // evict writes the status a kubelet writes for an evicted pod.
 func evict(t *testing.T, cp *harness.ControlPlane, p *corev1.Pod) {
 	t.Helper()

@@ -47,7 +47,7 @@ func TestCleanupLeavesJobTrackingFinalizer(t *testing.T) {
 	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
 	proxy := harness.StartAPIProxy(t, cp)
 	cleanup := startCleanup(t, n, cfg, proxy.Kubeconfig(t, cleanupKubeconfig(t, cp)), "a")
-	waitLeader(t, cp, map[string]*harness.Process{"a": cleanup})
+	harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", map[string]*harness.Process{"a": cleanup})
 
 	backoff := int32(6)
 	job := &batchv1.Job{

@@ -161,7 +161,7 @@ func TestCleanupRateLimitNATSOutageFailover(t *testing.T) {
 			standby[id] = p
 		}
 	}
-	_, next := waitLeader(t, cp, standby)
+	_, next := harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", standby)
 	// No DELETE until the outage deletions' action times (when each one's
 	// CleanupIntent Event was written, right before its DELETE, on this
 	// machine's clock) leave the window; 500 ms for the polling.

@@ -284,7 +284,7 @@ func brakedCluster(t *testing.T) (*harness.ControlPlane, *harness.Collector, *ha
 	cfg := harness.WriteConfig(t, cleanupConfig())
 	startWatcher(t, cp, n, cfg, "w1")
 	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
-	_, leader := waitLeader(t, cp, map[string]*harness.Process{"a": startCleanup(t, n, cfg, cleanupKubeconfig(t, cp), "a")})
+	_, leader := harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", map[string]*harness.Process{"a": startCleanup(t, n, cfg, cleanupKubeconfig(t, cp), "a")})
 	for _, name := range nodes[:4] {
 		setNodeReady(t, cp, name, corev1.ConditionUnknown)
 	}

@@ -40,7 +40,7 @@ func TestCleanup(t *testing.T) {
 		"a": startCleanup(t, n, cfg, kc, "a"),
 		"b": startCleanup(t, n, cfg, kc, "b"),
 	}
-	leaderID, leader := waitLeader(t, cp, procs)
+	leaderID, leader := harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", procs)
 
 	t.Run("evicted pod is deleted within 2s", func(t *testing.T) {
 		p := harness.CreatePod(t, cp.Client, harness.Pod("apps", "evicted-1", worker.Name))
@@ -192,7 +192,7 @@ func TestCleanup(t *testing.T) {
 				standby[id] = p
 			}
 		}
-		newID, _ := waitLeader(t, cp, standby)
+		newID, _ := harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", standby)
 		harness.Eventually(t, 10*time.Second, "pod deleted by the new leader", func() bool { return !podExists(t, cp, "apps", "after-failover") })
 		m := ops.WaitFor(t, 5*time.Second, "deleted decision", opsFor("deleted", "apps", "after-failover"))
 		if m.Header.Get("ce-source") != "opswire/e2e/cleanup" {
@@ -401,7 +401,7 @@ func TestCleanupSeedConfig(t *testing.T) {
 	ops := harness.CollectOps(t, n, "ops.default.cleanup.>")
 	p := startCleanup(t, n, cfg, cp.Kubeconfig, "a")
 	harness.Eventually(t, 30*time.Second, "seed lease held", func() bool {
-		return harness.LeaseHolder(cp.Client, "kube-system", "ops-resource-controller-cleanup") == "a" && httpStatus(p.HealthURL+"/readyz") == 200
+		return harness.LeaseHolder(cp.Client, "kube-system", "ops-resource-controller-cleanup") == "a" && p.Ready()
 	})
 	evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("default", "evicted-1", worker.Name)))
 	harness.Eventually(t, 2*time.Second, "evicted pod deleted", func() bool { return !podExists(t, cp, "default", "evicted-1") })

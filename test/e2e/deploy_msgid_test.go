@@ -62,7 +62,7 @@ func TestDeployMsgIDSquatting(t *testing.T) {
 	w := harness.StartService(t, "watcher", harness.ServiceOptions{Config: cfg, Kubeconfig: cp.Kubeconfig, NATSURL: n.URL, ID: "w1", Env: env("watcher")})
 	w.WaitReady(t, 60*time.Second)
 	cl := harness.StartService(t, "cleanup", harness.ServiceOptions{Config: cfg, Kubeconfig: cleanupKubeconfig(t, cp), NATSURL: n.URL, ID: "a", Env: env("cleanup")})
-	waitLeader(t, cp, map[string]*harness.Process{"a": cl})
+	harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", map[string]*harness.Process{"a": cl})
 	nt := harness.StartService(t, "notifier", harness.ServiceOptions{Config: cfg, NATSURL: n.URL, ID: "notifier-a", Env: env("notifier")})
 	nt.WaitReady(t, 60*time.Second)
 

@@ -206,9 +206,7 @@ func TestWatcherSurvivesNATSOutage(t *testing.T) {
 	if w.Exited() || !strings.Contains(w.Logs(), "nats disconnected") {
 		t.Fatalf("watcher did not ride out the outage (exited=%v)", w.Exited())
 	}
-	harness.Eventually(t, 10*time.Second, "watcher ready again", func() bool {
-		return httpStatus(w.HealthURL+"/readyz") == 200
-	})
+	harness.Eventually(t, 10*time.Second, "watcher ready again", w.Ready)
 }
 
 // TestWatcherGhostPodAfterTimedOutPublishes is issue 19's ghost pod: with

@@ -109,18 +109,23 @@ func filteredEnv() []string {
 // WaitReady polls /readyz until it answers 200.
 func (p *Process) WaitReady(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	client := &http.Client{Timeout: time.Second}
 	Eventually(t, timeout, p.Name+" /readyz", func() bool {
 		if p.p.exited() {
 			t.Fatalf("%s exited (code %d):\n%s", p.Name, p.p.cmd.ProcessState.ExitCode(), tail(p.LogPath, 40))
 		}
-		resp, err := client.Get(p.HealthURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		return p.Ready()
 	})
+}
+
+// Ready reports whether /readyz answers 200 within a second.
+func (p *Process) Ready() bool {
+	client := &http.Client{Timeout: time.Second}
+	resp, err := client.Get(p.HealthURL + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // Stop sends SIGTERM and returns the exit code (-1 if it did not exit in 15 s).
