@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -210,27 +208,6 @@ func podDeletes(proxy *harness.APIProxy, ns string) map[string]int {
 		}
 	}
 	return out
-}
-
-// metricValue reads one unlabelled sample from a process's /metrics (-1 if absent).
-func metricValue(t *testing.T, p *harness.Process, name string) float64 {
-	t.Helper()
-	resp, err := http.Get(p.HealthURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("metric %s: %v", line, err)
-			}
-			return f
-		}
-	}
-	return -1
 }
 
 // denyPodDeletes installs a ValidatingAdmissionPolicy refusing DELETE of pods

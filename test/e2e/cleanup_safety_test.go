@@ -251,7 +251,7 @@ func TestCleanupDeleteAnswerLost(t *testing.T) {
 	unanswered := `opswire_cleanup_writes_in_doubt_total{how="unanswered"}`
 	deleted, failed := "ops.e2e.cleanup.deleted.slow.ev-0", "ops.e2e.cleanup.failed.slow.ev-0"
 	harness.Eventually(t, 30*time.Second, "cleanup giving up on the DELETE's answer", func() bool {
-		return metricValue(t, c, unanswered) >= 1 || pubs.Counts()[failed] > 0
+		return c.Metric(unanswered) >= 1 || pubs.Counts()[failed] > 0
 	})
 	free.Do(func() { close(release) })
 	harness.Eventually(t, 20*time.Second, "an audit and its Event", func() bool {
@@ -259,8 +259,8 @@ func TestCleanupDeleteAnswerLost(t *testing.T) {
 	})
 	got := pubs.Counts()
 	evs := cleanupEvents(t, cp, "slow", string(p.UID))
-	if got[deleted] != 1 || got[failed] != 0 || metricValue(t, c, decisionsMetric("failed", "FailedPod")) > 0 ||
-		metricValue(t, c, decisionsMetric("deleted", "FailedPod")) != 1 || strings.Join(evs, ",") != "CleanupDeleted" {
+	if got[deleted] != 1 || got[failed] != 0 || c.Metric(decisionsMetric("failed", "FailedPod")) > 0 ||
+		c.Metric(decisionsMetric("deleted", "FailedPod")) != 1 || strings.Join(evs, ",") != "CleanupDeleted" {
 		t.Fatalf("cleanup deleted slow/ev-0 (the API server carried out its DELETE): want deleted published once, never failed; got publishes %v, Events %v; pod DELETEs sent %v",
 			got, evs, podDeletes(proxy, "slow"))
 	}

@@ -145,12 +145,12 @@ func TestCleanup(t *testing.T) {
 	})
 
 	t.Run("malformed KUBE message is skipped and counted", func(t *testing.T) {
-		before := metricValue(t, leader, "opswire_kube_messages_malformed_total")
+		before := leader.Metric("opswire_kube_messages_malformed_total")
 		if _, err := n.JS.Publish(context.Background(), "kube.e2e.pod.apps.garbage", []byte("{not json")); err != nil {
 			t.Fatal(err)
 		}
 		harness.Eventually(t, 5*time.Second, "malformed message counted", func() bool {
-			return metricValue(t, leader, "opswire_kube_messages_malformed_total") > before
+			return leader.Metric("opswire_kube_messages_malformed_total") > before
 		})
 		evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("apps", "marker-2", worker.Name)))
 		harness.Eventually(t, 5*time.Second, "cleanup still acting", func() bool { return !podExists(t, cp, "apps", "marker-2") })
@@ -339,7 +339,7 @@ func TestCleanupRateLimit(t *testing.T) {
 			t.Fatalf("ev-%03d still exists", i)
 		}
 	}
-	if v := metricValue(t, p, "opswire_cleanup_rate_limited_total"); v < 1 {
+	if v := p.Metric("opswire_cleanup_rate_limited_total"); v < 1 {
 		t.Fatalf("opswire_cleanup_rate_limited_total = %v, want > 0", v)
 	}
 

@@ -109,14 +109,14 @@ func TestDeployMsgIDSquatting(t *testing.T) {
 		t.Errorf("stored ce-id %q, want %q", got, id)
 	}
 	t.Logf("cleanup's record: seq %d, Nats-Msg-Id %q", stored.Sequence, stored.Header.Get(envelope.HeaderMsgID))
-	if v := metricValue(t, cl, `opswire_publish_suppressed_total{result="foreign"}`); v != 1 {
+	if v := cl.Metric(`opswire_publish_suppressed_total{result="foreign"}`); v != 1 {
 		t.Errorf("cleanup's opswire_publish_suppressed_total{result=\"foreign\"} = %v, want 1", v)
 	}
 
 	// The notifier: the real decision delivered once, the forgery terminated.
 	harness.Eventually(t, 20*time.Second, "the decision delivered and the forgery terminated", func() bool {
 		distinct, _ := hook.counts()
-		return distinct >= 1 && metricValue(t, nt, `opswire_notifier_messages_total{consumer="audit",result="malformed"}`) == 1
+		return distinct >= 1 && nt.Metric(`opswire_notifier_messages_total{consumer="audit",result="malformed"}`) == 1
 	})
 	harness.Never(t, 3*time.Second, "the decision delivered twice", func() bool {
 		hook.mu.Lock()
