@@ -136,9 +136,7 @@ func opsFor(verb, ns, pod string) func(harness.Msg) bool {
 }
 
 // cleanupEvents lists the reasons of the Kubernetes Events opswire-cleanup
-// wrote about one pod UID, each as often as it was recorded: the recorder
-// merges a repeat into the same object and counts it (count, or
-// series.count), so counting objects would hide a double.
+// wrote about one pod UID, each as often as it was recorded.
 func cleanupEvents(t *testing.T, cp *harness.ControlPlane, ns, uid string) []string {
 	t.Helper()
 	list, err := cp.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
@@ -148,11 +146,7 @@ func cleanupEvents(t *testing.T, cp *harness.ControlPlane, ns, uid string) []str
 	var out []string
 	for _, e := range list.Items {
 		if string(e.InvolvedObject.UID) == uid && e.Source.Component == "opswire-cleanup" {
-			n := max(int(e.Count), 1)
-			if e.Series != nil {
-				n = max(n, int(e.Series.Count))
-			}
-			for range n {
+			for range harness.Recorded(e) {
 				out = append(out, e.Reason)
 			}
 		}

@@ -148,14 +148,13 @@ func cordonEvents(t *testing.T, c kubernetes.Interface, node, reason string) []c
 	return list.Items
 }
 
-// cordonEventCount counts, at the source, how often opswire recorded an Event
-// with a reason on a node: the recorder folds repeats into one Event and
-// raises its count, so the number of Event objects alone hides a repeat.
+// cordonEventCount counts how often opswire recorded an Event with a reason
+// on a node.
 func cordonEventCount(t *testing.T, c kubernetes.Interface, node, reason string) int {
 	t.Helper()
 	n := 0
 	for _, ev := range cordonEvents(t, c, node, reason) {
-		n += max(int(ev.Count), 1)
+		n += harness.Recorded(ev)
 	}
 	return n
 }
