@@ -626,11 +626,7 @@ func waitSince(t0 time.Time, ch <-chan time.Time) (time.Duration, bool) {
 }
 
 func nodeSchedulable(b *testing.B, c kubernetes.Interface, name string) bool {
-	n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return !n.Spec.Unschedulable
+	return !harness.GetNode(b, c, name).Spec.Unschedulable
 }
 
 // kubeMsgs is the number of messages stored in KUBE (-1 if unknown).

@@ -16,7 +16,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/nats-io/nats.go"
 
@@ -265,19 +264,7 @@ func allowPodDeletes(t *testing.T, cp *harness.ControlPlane) {
 // taintNode adds a taint to a node (a person or a fencing controller would).
 func taintNode(t *testing.T, cp *harness.ControlPlane, name string, taint corev1.Taint) {
 	t.Helper()
-	ctx := context.Background()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := cp.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Spec.Taints = append(n.Spec.Taints, taint)
-		_, err = cp.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("taint node %s: %v", name, err)
-	}
+	harness.UpdateNode(t, cp.Client, name, func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, taint) })
 }
 
 // setNodeReady sets a node's Ready condition (as the node lifecycle

@@ -90,7 +90,7 @@ func TestCleanupLeavesJobTrackingFinalizer(t *testing.T) {
 	}
 	harness.MakeUnreachable(t, c, "job-node")
 	harness.Eventually(t, 30*time.Second, "job-node Ready=Unknown (node lifecycle controller)", func() bool {
-		return nodeReady(getNodeObj(t, cp, "job-node")) == corev1.ConditionUnknown
+		return harness.NodeReady(harness.GetNode(t, cp.Client, "job-node")) == corev1.ConditionUnknown
 	})
 	deadline := deleteGracefully(t, cp, "apps", pod.Name).Add(4 * time.Second) // terminatingTimeout
 

@@ -40,7 +40,7 @@ func TestCleanupHoldsInlineVolumePodOnUnknownNode(t *testing.T) {
 
 	harness.MakeUnreachable(t, c, "lost")
 	harness.Eventually(t, 30*time.Second, "node lost Ready=Unknown (node lifecycle controller)", func() bool {
-		return nodeReady(getNodeObj(t, cp, "lost")) == corev1.ConditionUnknown
+		return harness.NodeReady(harness.GetNode(t, cp.Client, "lost")) == corev1.ConditionUnknown
 	})
 	iscsi := harness.Pod("apps", "iscsi-0", "lost")
 	iscsi.Spec.Volumes = []corev1.Volume{{Name: "lun", VolumeSource: corev1.VolumeSource{ISCSI: &corev1.ISCSIVolumeSource{

@@ -78,7 +78,7 @@ func waitHandover(t *testing.T, ops *harness.Collector, node string) events.Cord
 // once and no uncordon Event at all.
 func nodeHandedOver(t *testing.T, c kubernetes.Interface, px *harness.APIProxy, node string) {
 	t.Helper()
-	nd := cordonGetNode(t, c, node)
+	nd := harness.GetNode(t, c, node)
 	if _, annotated := nd.Annotations[events.AnnotationAutoCordon]; !nd.Spec.Unschedulable || cordonMarked(nd) || annotated {
 		t.Fatalf("%s: unschedulable %v, labels %v, annotations %v: not handed over", node, nd.Spec.Unschedulable, nd.Labels, nd.Annotations)
 	}
@@ -161,7 +161,7 @@ func TestCordonPacedDrainHandedOver(t *testing.T) {
 		t.Fatalf("KUBE's departures of scaled: %+v", s)
 	}
 	before := cordonReconciles(cordon)
-	harness.Never(t, 10*time.Second, "the drained node uncordoned", func() bool { return !cordonGetNode(t, c, "paced").Spec.Unschedulable })
+	harness.Never(t, 10*time.Second, "the drained node uncordoned", func() bool { return !harness.GetNode(t, c, "paced").Spec.Unschedulable })
 	if got := cordonReconciles(cordon) - before; got < 5 {
 		t.Fatalf("only %v reconciliations in 10 s", got)
 	}
@@ -174,7 +174,7 @@ func TestCordonPacedDrainHandedOver(t *testing.T) {
 		t.Fatalf("paced: uncordon published: %+v", got)
 	}
 	// The scale-down alone: released once, never handed over.
-	if nd := cordonGetNode(t, c, "plain"); nd.Spec.Unschedulable || cordonMarked(nd) {
+	if nd := harness.GetNode(t, c, "plain"); nd.Spec.Unschedulable || cordonMarked(nd) {
 		t.Fatalf("plain not released: unschedulable %v, labels %v", nd.Spec.Unschedulable, nd.Labels)
 	}
 	if got := cordonEventCount(t, c, "plain", "OpswireCordonHandedOver"); got != 0 {
@@ -226,7 +226,7 @@ func TestCordonPacedDrainSurvivesFailover(t *testing.T) {
 		t.Fatalf("handover decision %+v", d)
 	}
 	before := cordonReconciles(r2)
-	harness.Never(t, 10*time.Second, "the drained node uncordoned", func() bool { return !cordonGetNode(t, c, "paced").Spec.Unschedulable })
+	harness.Never(t, 10*time.Second, "the drained node uncordoned", func() bool { return !harness.GetNode(t, c, "paced").Spec.Unschedulable })
 	if got := cordonReconciles(r2) - before; got < 5 {
 		t.Fatalf("only %v reconciliations in 10 s", got)
 	}

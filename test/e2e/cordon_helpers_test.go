@@ -91,15 +91,6 @@ func cordonDrain(t *testing.T, c kubernetes.Interface, node string, from, to int
 	}
 }
 
-func cordonGetNode(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
-	t.Helper()
-	n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 func cordonMarked(n *corev1.Node) bool {
 	_, ok := n.Labels[events.LabelAutoCordon]
 	return ok

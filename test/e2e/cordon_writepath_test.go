@@ -49,7 +49,7 @@ func TestCordonDryRunLease(t *testing.T) {
 	if d := cordonDecision(t, m); d.Replica != "real" || d.DryRun {
 		t.Fatalf("cordon decided by %q (dryRun %v), want the real replica", d.Replica, d.DryRun)
 	}
-	if node := cordonGetNode(t, c, "dl-1"); !node.Spec.Unschedulable || !cordonMarked(node) {
+	if node := harness.GetNode(t, c, "dl-1"); !node.Spec.Unschedulable || !cordonMarked(node) {
 		t.Fatal("dl-1 not cordoned by the real replica")
 	}
 	ops.WaitFor(t, 10*time.Second, "the dry-run replica's own decision", func(m harness.Msg) bool {

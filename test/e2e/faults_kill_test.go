@@ -208,7 +208,7 @@ notifier:
 	standby, at = kill("cordon")
 	cordonFill(t, cp.Client, "worker-a", 0, 6)
 	took = waitTakeover("cordon", standby, at)
-	harness.Eventually(t, 30*time.Second, "worker-a cordoned", func() bool { return cordonGetNode(t, cp.Client, "worker-a").Spec.Unschedulable })
+	harness.Eventually(t, 30*time.Second, "worker-a cordoned", func() bool { return harness.GetNode(t, cp.Client, "worker-a").Spec.Unschedulable })
 	figures = append(figures, figure{"cordon", took, time.Since(at)})
 
 	// report: the standby answers an on-demand report request.

@@ -180,7 +180,7 @@ sendReport:
 		}
 		return true
 	})
-	harness.Eventually(t, 60*time.Second, "worker-a cordoned", func() bool { return cordonGetNode(t, cp.Client, "worker-a").Spec.Unschedulable })
+	harness.Eventually(t, 60*time.Second, "worker-a cordoned", func() bool { return harness.GetNode(t, cp.Client, "worker-a").Spec.Unschedulable })
 	waitConverged(t, cp, n.JS, back, 60*time.Second)
 	harness.Never(t, 2*time.Second, "two leaders of one service", func() bool {
 		for _, svc := range services {

@@ -49,6 +49,47 @@ func CreateNode(t testing.TB, c kubernetes.Interface, n *corev1.Node) *corev1.No
 	})
 }
 
+// GetNode reads a node, failing the test when it cannot.
+func GetNode(t testing.TB, c kubernetes.Interface, name string) *corev1.Node {
+	t.Helper()
+	n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get node %s: %v", name, err)
+	}
+	return n
+}
+
+// NodeReady is the status of a node's Ready condition ("" when it has none).
+func NodeReady(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// UpdateNode changes a node's spec or metadata (a taint, a label, the
+// unschedulable flag, as a person or a controller would), retrying on
+// conflicts.
+func UpdateNode(t testing.TB, c kubernetes.Interface, name string, mutate func(*corev1.Node)) *corev1.Node {
+	t.Helper()
+	var out *corev1.Node
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		mutate(n)
+		out, err = c.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("update node %s: %v", name, err)
+	}
+	return out
+}
+
 // SetNodeStatus changes a node's status through the status subresource,
 // retrying on conflicts.
 func SetNodeStatus(t testing.TB, c kubernetes.Interface, name string, mutate func(*corev1.NodeStatus)) *corev1.Node {
