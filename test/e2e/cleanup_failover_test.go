@@ -151,7 +151,7 @@ func TestCleanupFailover(t *testing.T) {
 
 	harness.Eventually(t, 90*time.Second, "every pod deleted", func() bool {
 		for i := range total {
-			if podExists(t, cp, "bulk", fmt.Sprintf("ev-%03d", i)) {
+			if harness.PodExists(t, cp.Client, "bulk", fmt.Sprintf("ev-%03d", i)) {
 				return false
 			}
 		}

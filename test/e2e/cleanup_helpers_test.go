@@ -106,15 +106,6 @@ func deleteGracefully(t *testing.T, cp *harness.ControlPlane, ns, name string) t
 	return p.DeletionTimestamp.Time
 }
 
-func podExists(t *testing.T, cp *harness.ControlPlane, ns, name string) bool {
-	t.Helper()
-	_, err := cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Fatalf("get %s/%s: %v", ns, name, err)
-	}
-	return err == nil
-}
-
 // decision decodes a cleanup OPS message.
 func decision(t *testing.T, m harness.Msg) events.CleanupDecision {
 	t.Helper()

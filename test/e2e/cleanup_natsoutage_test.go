@@ -172,7 +172,7 @@ func TestCleanupRateLimitNATSOutageFailover(t *testing.T) {
 	})
 	harness.Eventually(t, window+30*time.Second, "every pod deleted", func() bool {
 		for i := range total {
-			if podExists(t, cp, "nout", fmt.Sprintf("ev-%d", i)) {
+			if harness.PodExists(t, cp.Client, "nout", fmt.Sprintf("ev-%d", i)) {
 				return false
 			}
 		}

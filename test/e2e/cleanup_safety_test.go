@@ -38,7 +38,7 @@ func TestCleanupBrake(t *testing.T) {
 	}
 	anyGone := func() bool {
 		for i := range held {
-			if !podExists(t, cp, "apps", fmt.Sprintf("stuck-%d", i)) {
+			if !harness.PodExists(t, cp.Client, "apps", fmt.Sprintf("stuck-%d", i)) {
 				return true
 			}
 		}
@@ -64,7 +64,7 @@ func TestCleanupBrake(t *testing.T) {
 	}
 	harness.Eventually(t, 10*time.Second, "held pods force-deleted after the release", func() bool {
 		for i := range held {
-			if podExists(t, cp, "apps", fmt.Sprintf("stuck-%d", i)) {
+			if harness.PodExists(t, cp.Client, "apps", fmt.Sprintf("stuck-%d", i)) {
 				return false
 			}
 		}
@@ -140,7 +140,7 @@ func TestCleanupFinalizerPath(t *testing.T) {
 
 	harness.Eventually(t, 40*time.Second, "every pod removed", func() bool {
 		for name := range uids {
-			if podExists(t, cp, "fin", name) {
+			if harness.PodExists(t, cp.Client, "fin", name) {
 				return false
 			}
 		}

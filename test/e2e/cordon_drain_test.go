@@ -38,10 +38,7 @@ func evictAndFinish(t *testing.T, c kubernetes.Interface, node string, from, to 
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Fatalf("finish %s: %v", name, err)
 		}
-		harness.Eventually(t, 10*time.Second, name+" gone", func() bool {
-			_, err := c.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
-			return apierrors.IsNotFound(err)
-		})
+		harness.WaitPodGone(t, c, "default", name, 10*time.Second)
 	}
 }
 

@@ -87,7 +87,7 @@ func TestDeployMsgIDSquatting(t *testing.T) {
 	}
 
 	evict(t, cp, p)
-	harness.Eventually(t, 10*time.Second, "evicted pod deleted", func() bool { return !podExists(t, cp, "apps", "victim") })
+	harness.Eventually(t, 10*time.Second, "evicted pod deleted", func() bool { return !harness.PodExists(t, cp.Client, "apps", "victim") })
 
 	// Cleanup's record is in OPS, on its subject, with its id (read as audit).
 	a := connectAs(t, n, "audit", pw["audit"])

@@ -103,7 +103,7 @@ func TestFaultAPIServerRestart(t *testing.T) {
 	// are changes KUBE converges to as well.
 	harness.Eventually(t, 30*time.Second, "the 5 pods evicted during the outage deleted", func() bool {
 		for i := range 5 {
-			if podExists(t, cp, "default", fmt.Sprintf("late-%d", i)) {
+			if harness.PodExists(t, cp.Client, "default", fmt.Sprintf("late-%d", i)) {
 				return false
 			}
 		}

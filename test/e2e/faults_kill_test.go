@@ -186,7 +186,7 @@ notifier:
 	took := waitTakeover("cleanup", cleanupStandby, at)
 	harness.Eventually(t, 30*time.Second, "the 5 evicted pods deleted", func() bool {
 		for i := range 5 {
-			if podExists(t, cp, "apps", fmt.Sprintf("ev-%d", i)) {
+			if harness.PodExists(t, cp.Client, "apps", fmt.Sprintf("ev-%d", i)) {
 				return false
 			}
 		}

@@ -174,7 +174,7 @@ sendReport:
 	requestReport(t, n, "e2e")
 	harness.Eventually(t, 60*time.Second, "the 3 evicted pods deleted", func() bool {
 		for i := range 3 {
-			if podExists(t, cp, "apps", fmt.Sprintf("ev-%d", i)) {
+			if harness.PodExists(t, cp.Client, "apps", fmt.Sprintf("ev-%d", i)) {
 				return false
 			}
 		}
@@ -244,7 +244,7 @@ sendReport:
 		takeover[svc] = time.Since(cutAt)
 	}
 	evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("apps", "ev-cut", "worker-c")))
-	harness.Eventually(t, 60*time.Second, "apps/ev-cut deleted by the new leader", func() bool { return !podExists(t, cp, "apps", "ev-cut") })
+	harness.Eventually(t, 60*time.Second, "apps/ev-cut deleted by the new leader", func() bool { return !harness.PodExists(t, cp.Client, "apps", "ev-cut") })
 	for _, svc := range []string{"cleanup", "cordon"} {
 		proxies[after[svc]].Restore()
 	}

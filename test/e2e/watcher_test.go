@@ -136,10 +136,7 @@ func TestWatcherRestartLeavesNoDuplicatesOrGaps(t *testing.T) {
 	// While it is away: one pod created, one deleted (the node count nets out,
 	// its departure total grows by one), one pod's status changes.
 	harness.CreatePod(t, cp.Client, harness.Pod("default", "new", node.Name))
-	if err := cp.Client.CoreV1().Pods("default").Delete(ctx, "p-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-		t.Fatal(err)
-	}
-	forceGone(t, cp, "default", "p-0")
+	deletePodNow(t, cp, "default", "p-0")
 	p5, _ := cp.Client.CoreV1().Pods("default").Get(ctx, "p-5", metav1.GetOptions{})
 	harness.SetPodStatus(t, cp.Client, p5, func(s *corev1.PodStatus) { s.Phase = corev1.PodRunning })
 
@@ -217,7 +214,6 @@ func TestWatcherSurvivesNATSOutage(t *testing.T) {
 func TestWatcherGhostPodAfterTimedOutPublishes(t *testing.T) {
 	cp := harness.StartControlPlane(t)
 	n := harness.StartNATS(t)
-	ctx := context.Background()
 	node := harness.CreateNode(t, cp.Client, harness.Node("worker-1", nil))
 	harness.CreatePod(t, cp.Client, harness.Pod("default", "stays", node.Name))
 	w := startWatcher(t, cp, n, harness.WriteConfig(t, watcherConfig+`
@@ -236,10 +232,7 @@ watcher:
 	harness.Eventually(t, 20*time.Second, "the ghost's publish to time out", func() bool {
 		return w.Metric(`opswire_watcher_publish_errors_total{kind="pod"}`) > errorsBefore
 	})
-	if err := cp.Client.CoreV1().Pods("default").Delete(ctx, "ghost", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-		t.Fatal(err)
-	}
-	forceGone(t, cp, "default", "ghost")
+	deletePodNow(t, cp, "default", "ghost")
 	errorsAfterDelete := w.Metric(`opswire_watcher_publish_errors_total{kind="pod"}`)
 	harness.Eventually(t, 20*time.Second, "a publish after the deletion to time out too", func() bool {
 		return w.Metric(`opswire_watcher_publish_errors_total{kind="pod"}`) > errorsAfterDelete

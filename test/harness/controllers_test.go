@@ -199,15 +199,15 @@ func TestRealControllersActOnFakeNodes(t *testing.T) {
 		for _, name := range []string{"done-1", "done-2"} {
 			SetPodStatus(t, c, CreatePod(t, c, Pod("apps", name, "alive-1")), func(s *corev1.PodStatus) { s.Phase = corev1.PodFailed })
 		}
-		Eventually(t, 30*time.Second, "done-1 deleted (PodGC looks every 20s)", func() bool { return !podExists(t, c, "apps", "done-1") })
-		if !podExists(t, c, "apps", "done-2") {
+		Eventually(t, 30*time.Second, "done-1 deleted (PodGC looks every 20s)", func() bool { return !PodExists(t, c, "apps", "done-1") })
+		if !PodExists(t, c, "apps", "done-2") {
 			t.Fatal("done-2 deleted too, with a threshold of 1")
 		}
 	})
 
 	t.Run("PodGC force-deletes a pod bound to a node that does not exist", func(t *testing.T) {
 		Eventually(t, 90*time.Second, "the orphan deleted (40s quarantine, 20s period)", func() bool {
-			return !podExists(t, c, "default", "orphan")
+			return !PodExists(t, c, "default", "orphan")
 		})
 		t.Logf("orphan deleted %v after the controllers started", time.Since(started).Round(time.Second))
 	})
@@ -244,15 +244,6 @@ func listPods(t *testing.T, c kubernetes.Interface, ns, selector string) []corev
 		t.Fatal(err)
 	}
 	return l.Items
-}
-
-func podExists(t *testing.T, c kubernetes.Interface, ns, name string) bool {
-	t.Helper()
-	_, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
-	return err == nil
 }
 
 func readyCondition(n *corev1.Node) corev1.NodeCondition {

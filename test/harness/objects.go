@@ -3,8 +3,10 @@ package harness
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -118,6 +120,26 @@ func CreatePod(t testing.TB, c kubernetes.Interface, p *corev1.Pod) *corev1.Pod 
 		t.Fatalf("create pod %s/%s: %v", p.Namespace, p.Name, err)
 	}
 	return created
+}
+
+// PodExists reports whether a pod of that name is in the API, failing the
+// test on any error other than NotFound.
+func PodExists(t testing.TB, c kubernetes.Interface, namespace, name string) bool {
+	t.Helper()
+	_, err := c.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("get pod %s/%s: %v", namespace, name, err)
+	}
+	return err == nil
+}
+
+// WaitPodGone waits until the API answers NotFound for the pod.
+func WaitPodGone(t testing.TB, c kubernetes.Interface, namespace, name string, timeout time.Duration) {
+	t.Helper()
+	Eventually(t, timeout, namespace+"/"+name+" gone", func() bool {
+		_, err := c.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 }
 
 // SetPodStatus changes a pod's status through the status subresource,
