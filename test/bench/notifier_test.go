@@ -9,8 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -53,8 +51,6 @@ notifier:
   - subjects: ['ops.*.cleanup.>']
     receivers: [ops-feishu]
 `
-
-var cardCount = regexp.MustCompile(`\*\*(\d+)\*\* cleanup results`)
 
 // BenchmarkNotifierBurst10k is figure 6: 10,000 cleanup results published
 // at once to OPS, the notifier process delivering them as signed cards to the
@@ -104,7 +100,7 @@ func BenchmarkNotifierBurst10k(b *testing.B) {
 		if held == 0 && p.Metric(`opswire_notifier_messages_total{consumer="ops-feishu",result="routed"}`) >= burstSize {
 			held = time.Since(start)
 		}
-		if cardEvents(b, feishu.Cards(burstToken)) >= burstSize && settled(ctx, n.JS) {
+		if harness.CardResults(b, feishu.Cards(burstToken)) >= burstSize && settled(ctx, n.JS) {
 			accounted = time.Since(start)
 			break
 		}
@@ -124,7 +120,7 @@ func BenchmarkNotifierBurst10k(b *testing.B) {
 		b.Fatal("the bare consumer did not ack the burst")
 	}
 	cards := feishu.Cards(burstToken)
-	if got := cardEvents(b, cards); got != burstSize {
+	if got := harness.CardResults(b, cards); got != burstSize {
 		b.Fatalf("cards account for %d events, want exactly %d", got, burstSize)
 	}
 	b.ReportMetric(accounted.Seconds(), "accounted-s")
@@ -277,18 +273,4 @@ func settled(ctx context.Context, js jetstream.JetStream) bool {
 	}
 	info, err := c.Info(ctx)
 	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-}
-
-// cardEvents sums the "**N** cleanup results" counts of accepted cards.
-func cardEvents(b *testing.B, cards []*feishutest.Card) int {
-	total := 0
-	for _, c := range cards {
-		m := cardCount.FindStringSubmatch(c.Text())
-		if m == nil {
-			b.Fatalf("card without a count:\n%s", c.Text())
-		}
-		v, _ := strconv.Atoi(m[1])
-		total += v
-	}
-	return total
 }

@@ -129,7 +129,7 @@ func BenchmarkReaction5000(b *testing.B) {
 			cleanupProc = p
 		}
 		p.WaitReady(b, time.Minute)
-		harness.Eventually(b, time.Minute, s+" holds its Lease", func() bool { return leaseHolder(c, "opswire-"+s) == s+"-a" })
+		harness.Eventually(b, time.Minute, s+" holds its Lease", func() bool { return harness.LeaseHolder(c, "default", "opswire-"+s) == s+"-a" })
 	}
 
 	b.ResetTimer()
@@ -626,19 +626,7 @@ func waitSince(t0 time.Time, ch <-chan time.Time) (time.Duration, bool) {
 }
 
 func nodeSchedulable(b *testing.B, c kubernetes.Interface, name string) bool {
-	n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return !n.Spec.Unschedulable
-}
-
-func leaseHolder(c kubernetes.Interface, name string) string {
-	l, err := c.CoordinationV1().Leases("default").Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
+	return !harness.GetNode(b, c, name).Spec.Unschedulable
 }
 
 // kubeMsgs is the number of messages stored in KUBE (-1 if unknown).

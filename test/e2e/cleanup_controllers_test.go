@@ -59,7 +59,7 @@ func TestCleanupBesideRealControllers(t *testing.T) {
 	// a pod is counted at the source.
 	proxy := harness.StartAPIProxy(t, cp)
 	cleanup := startCleanup(t, n, cfg, proxy.Kubeconfig(t, cleanupKubeconfig(t, cp)), "a")
-	waitLeader(t, cp, map[string]*harness.Process{"a": cleanup})
+	harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", map[string]*harness.Process{"a": cleanup})
 
 	createWorkloads(t, cp)
 	agents := map[string]*corev1.Pod{} // node -> the DaemonSet's pod there
@@ -82,8 +82,8 @@ func TestCleanupBesideRealControllers(t *testing.T) {
 		// tolerate that, as node agents do, so nothing evicts them).
 		harness.MakeUnreachable(t, c, "agent-lost")
 		harness.Eventually(t, 30*time.Second, "agent-lost Ready=Unknown and tainted unreachable by the node lifecycle controller", func() bool {
-			node := getNodeObj(t, cp, "agent-lost")
-			return nodeReady(node) == corev1.ConditionUnknown && nodeHasTaint(node, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute)
+			node := harness.GetNode(t, cp.Client, "agent-lost")
+			return harness.NodeReady(node) == corev1.ConditionUnknown && nodeHasTaint(node, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute)
 		})
 		plain := map[string]*corev1.Pod{}
 		for _, node := range []string{"agent-ready", "agent-lost"} {
@@ -196,8 +196,8 @@ func TestCleanupBesideRealControllers(t *testing.T) {
 		deadline1 := time.Now().Add(time.Duration(grace)*time.Second + 4*time.Second)
 		harness.MakeUnreachable(t, c, "db-node")
 		harness.Eventually(t, 30*time.Second, "db-node Ready=Unknown and tainted unreachable", func() bool {
-			node := getNodeObj(t, cp, "db-node")
-			return nodeReady(node) == corev1.ConditionUnknown && nodeHasTaint(node, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute)
+			node := harness.GetNode(t, cp.Client, "db-node")
+			return harness.NodeReady(node) == corev1.ConditionUnknown && nodeHasTaint(node, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute)
 		})
 		// Decided at db-0's deadline or at the node's change to Unknown,
 		// whichever is later.
@@ -378,24 +378,6 @@ func podGCRemoved(t *testing.T, ctrl *harness.Controllers, name string) bool {
 		t.Fatal(err)
 	}
 	return strings.Contains(string(b), `"PodGC is force deleting Pod" pod="apps/`+name+`"`)
-}
-
-func getNodeObj(t *testing.T, cp *harness.ControlPlane, name string) *corev1.Node {
-	t.Helper()
-	node, err := cp.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return node
-}
-
-func nodeReady(n *corev1.Node) corev1.ConditionStatus {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status
-		}
-	}
-	return ""
 }
 
 func nodeHasTaint(n *corev1.Node, key string, effect corev1.TaintEffect) bool {

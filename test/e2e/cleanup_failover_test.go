@@ -123,7 +123,7 @@ func TestCleanupFailover(t *testing.T) {
 			return
 		}
 		killOnce.Do(func() {
-			leaderID = leaseHolder(t, cp, "default", "opswire-cleanup")
+			leaderID = harness.LeaseHolder(cp.Client, "default", "opswire-cleanup")
 			if p := procs[leaderID]; p != nil {
 				p.Kill()
 			}
@@ -146,12 +146,12 @@ func TestCleanupFailover(t *testing.T) {
 			standby[id] = p
 		}
 	}
-	_, next := waitLeader(t, cp, standby)
+	_, next := harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", standby)
 	t.Logf("leader %s killed; standby leading after %v", leaderID, time.Since(killed).Round(time.Millisecond))
 
 	harness.Eventually(t, 90*time.Second, "every pod deleted", func() bool {
 		for i := range total {
-			if podExists(t, cp, "bulk", fmt.Sprintf("ev-%03d", i)) {
+			if harness.PodExists(t, cp.Client, "bulk", fmt.Sprintf("ev-%03d", i)) {
 				return false
 			}
 		}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +16,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/nats-io/nats.go"
 
@@ -85,29 +82,6 @@ func startCleanup(t *testing.T, n *harness.NATS, cfg, kubeconfig, id string, arg
 	return harness.StartService(t, "cleanup", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: id, Args: args})
 }
 
-// leaseHolder is the identity holding the cleanup Lease ("" when none).
-func leaseHolder(t *testing.T, cp *harness.ControlPlane, ns, name string) string {
-	t.Helper()
-	l, err := cp.Client.CoordinationV1().Leases(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
-}
-
-// waitLeader waits until one of procs holds the Lease and is ready (its
-// mirror is loaded), and returns it.
-func waitLeader(t *testing.T, cp *harness.ControlPlane, procs map[string]*harness.Process) (string, *harness.Process) {
-	t.Helper()
-	var id string
-	harness.Eventually(t, 30*time.Second, "a cleanup leader", func() bool {
-		id = leaseHolder(t, cp, "default", "opswire-cleanup")
-		p := procs[id]
-		return p != nil && httpStatus(p.HealthURL+"/readyz") == http.StatusOK
-	})
-	return id, procs[id]
-}
-
 // evict writes the status a kubelet writes for an evicted pod.
 func evict(t *testing.T, cp *harness.ControlPlane, p *corev1.Pod) {
 	t.Helper()
@@ -132,15 +106,6 @@ func deleteGracefully(t *testing.T, cp *harness.ControlPlane, ns, name string) t
 	return p.DeletionTimestamp.Time
 }
 
-func podExists(t *testing.T, cp *harness.ControlPlane, ns, name string) bool {
-	t.Helper()
-	_, err := cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Fatalf("get %s/%s: %v", ns, name, err)
-	}
-	return err == nil
-}
-
 // decision decodes a cleanup OPS message.
 func decision(t *testing.T, m harness.Msg) events.CleanupDecision {
 	t.Helper()
@@ -161,9 +126,7 @@ func opsFor(verb, ns, pod string) func(harness.Msg) bool {
 }
 
 // cleanupEvents lists the reasons of the Kubernetes Events opswire-cleanup
-// wrote about one pod UID, each as often as it was recorded: the recorder
-// merges a repeat into the same object and counts it (count, or
-// series.count), so counting objects would hide a double.
+// wrote about one pod UID, each as often as it was recorded.
 func cleanupEvents(t *testing.T, cp *harness.ControlPlane, ns, uid string) []string {
 	t.Helper()
 	list, err := cp.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
@@ -173,11 +136,7 @@ func cleanupEvents(t *testing.T, cp *harness.ControlPlane, ns, uid string) []str
 	var out []string
 	for _, e := range list.Items {
 		if string(e.InvolvedObject.UID) == uid && e.Source.Component == "opswire-cleanup" {
-			n := max(int(e.Count), 1)
-			if e.Series != nil {
-				n = max(n, int(e.Series.Count))
-			}
-			for range n {
+			for range harness.Recorded(e) {
 				out = append(out, e.Reason)
 			}
 		}
@@ -233,27 +192,6 @@ func podDeletes(proxy *harness.APIProxy, ns string) map[string]int {
 		}
 	}
 	return out
-}
-
-// metricValue reads one unlabelled sample from a process's /metrics (-1 if absent).
-func metricValue(t *testing.T, p *harness.Process, name string) float64 {
-	t.Helper()
-	resp, err := http.Get(p.HealthURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("metric %s: %v", line, err)
-			}
-			return f
-		}
-	}
-	return -1
 }
 
 // denyPodDeletes installs a ValidatingAdmissionPolicy refusing DELETE of pods
@@ -317,19 +255,7 @@ func allowPodDeletes(t *testing.T, cp *harness.ControlPlane) {
 // taintNode adds a taint to a node (a person or a fencing controller would).
 func taintNode(t *testing.T, cp *harness.ControlPlane, name string, taint corev1.Taint) {
 	t.Helper()
-	ctx := context.Background()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := cp.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Spec.Taints = append(n.Spec.Taints, taint)
-		_, err = cp.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("taint node %s: %v", name, err)
-	}
+	harness.UpdateNode(t, cp.Client, name, func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, taint) })
 }
 
 // setNodeReady sets a node's Ready condition (as the node lifecycle

@@ -47,7 +47,7 @@ func TestCleanupLeavesJobTrackingFinalizer(t *testing.T) {
 	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
 	proxy := harness.StartAPIProxy(t, cp)
 	cleanup := startCleanup(t, n, cfg, proxy.Kubeconfig(t, cleanupKubeconfig(t, cp)), "a")
-	waitLeader(t, cp, map[string]*harness.Process{"a": cleanup})
+	harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", map[string]*harness.Process{"a": cleanup})
 
 	backoff := int32(6)
 	job := &batchv1.Job{
@@ -90,7 +90,7 @@ func TestCleanupLeavesJobTrackingFinalizer(t *testing.T) {
 	}
 	harness.MakeUnreachable(t, c, "job-node")
 	harness.Eventually(t, 30*time.Second, "job-node Ready=Unknown (node lifecycle controller)", func() bool {
-		return nodeReady(getNodeObj(t, cp, "job-node")) == corev1.ConditionUnknown
+		return harness.NodeReady(harness.GetNode(t, cp.Client, "job-node")) == corev1.ConditionUnknown
 	})
 	deadline := deleteGracefully(t, cp, "apps", pod.Name).Add(4 * time.Second) // terminatingTimeout
 

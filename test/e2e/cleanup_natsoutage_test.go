@@ -59,7 +59,7 @@ func TestCleanupRateLimitNATSOutageFailover(t *testing.T) {
 	harness.Eventually(t, 30*time.Second, "the first two deletions audited in OPS", func() bool {
 		return ops.Count(deleted) == perWindow
 	})
-	leaderID := leaseHolder(t, cp, "default", "opswire-cleanup")
+	leaderID := harness.LeaseHolder(cp.Client, "default", "opswire-cleanup")
 	leader := procs[leaderID]
 	if leader == nil {
 		t.Fatalf("Lease held by %q, not a cleanup replica", leaderID)
@@ -161,7 +161,7 @@ func TestCleanupRateLimitNATSOutageFailover(t *testing.T) {
 			standby[id] = p
 		}
 	}
-	_, next := waitLeader(t, cp, standby)
+	_, next := harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", standby)
 	// No DELETE until the outage deletions' action times (when each one's
 	// CleanupIntent Event was written, right before its DELETE, on this
 	// machine's clock) leave the window; 500 ms for the polling.
@@ -172,7 +172,7 @@ func TestCleanupRateLimitNATSOutageFailover(t *testing.T) {
 	})
 	harness.Eventually(t, window+30*time.Second, "every pod deleted", func() bool {
 		for i := range total {
-			if podExists(t, cp, "nout", fmt.Sprintf("ev-%d", i)) {
+			if harness.PodExists(t, cp.Client, "nout", fmt.Sprintf("ev-%d", i)) {
 				return false
 			}
 		}

@@ -38,7 +38,7 @@ func TestCleanupBrake(t *testing.T) {
 	}
 	anyGone := func() bool {
 		for i := range held {
-			if !podExists(t, cp, "apps", fmt.Sprintf("stuck-%d", i)) {
+			if !harness.PodExists(t, cp.Client, "apps", fmt.Sprintf("stuck-%d", i)) {
 				return true
 			}
 		}
@@ -64,7 +64,7 @@ func TestCleanupBrake(t *testing.T) {
 	}
 	harness.Eventually(t, 10*time.Second, "held pods force-deleted after the release", func() bool {
 		for i := range held {
-			if podExists(t, cp, "apps", fmt.Sprintf("stuck-%d", i)) {
+			if harness.PodExists(t, cp.Client, "apps", fmt.Sprintf("stuck-%d", i)) {
 				return false
 			}
 		}
@@ -140,7 +140,7 @@ func TestCleanupFinalizerPath(t *testing.T) {
 
 	harness.Eventually(t, 40*time.Second, "every pod removed", func() bool {
 		for name := range uids {
-			if podExists(t, cp, "fin", name) {
+			if harness.PodExists(t, cp.Client, "fin", name) {
 				return false
 			}
 		}
@@ -251,7 +251,7 @@ func TestCleanupDeleteAnswerLost(t *testing.T) {
 	unanswered := `opswire_cleanup_writes_in_doubt_total{how="unanswered"}`
 	deleted, failed := "ops.e2e.cleanup.deleted.slow.ev-0", "ops.e2e.cleanup.failed.slow.ev-0"
 	harness.Eventually(t, 30*time.Second, "cleanup giving up on the DELETE's answer", func() bool {
-		return metricValue(t, c, unanswered) >= 1 || pubs.Counts()[failed] > 0
+		return c.Metric(unanswered) >= 1 || pubs.Counts()[failed] > 0
 	})
 	free.Do(func() { close(release) })
 	harness.Eventually(t, 20*time.Second, "an audit and its Event", func() bool {
@@ -259,8 +259,8 @@ func TestCleanupDeleteAnswerLost(t *testing.T) {
 	})
 	got := pubs.Counts()
 	evs := cleanupEvents(t, cp, "slow", string(p.UID))
-	if got[deleted] != 1 || got[failed] != 0 || metricValue(t, c, decisionsMetric("failed", "FailedPod")) > 0 ||
-		metricValue(t, c, decisionsMetric("deleted", "FailedPod")) != 1 || strings.Join(evs, ",") != "CleanupDeleted" {
+	if got[deleted] != 1 || got[failed] != 0 || c.Metric(decisionsMetric("failed", "FailedPod")) > 0 ||
+		c.Metric(decisionsMetric("deleted", "FailedPod")) != 1 || strings.Join(evs, ",") != "CleanupDeleted" {
 		t.Fatalf("cleanup deleted slow/ev-0 (the API server carried out its DELETE): want deleted published once, never failed; got publishes %v, Events %v; pod DELETEs sent %v",
 			got, evs, podDeletes(proxy, "slow"))
 	}
@@ -284,7 +284,7 @@ func brakedCluster(t *testing.T) (*harness.ControlPlane, *harness.Collector, *ha
 	cfg := harness.WriteConfig(t, cleanupConfig())
 	startWatcher(t, cp, n, cfg, "w1")
 	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
-	_, leader := waitLeader(t, cp, map[string]*harness.Process{"a": startCleanup(t, n, cfg, cleanupKubeconfig(t, cp), "a")})
+	_, leader := harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", map[string]*harness.Process{"a": startCleanup(t, n, cfg, cleanupKubeconfig(t, cp), "a")})
 	for _, name := range nodes[:4] {
 		setNodeReady(t, cp, name, corev1.ConditionUnknown)
 	}

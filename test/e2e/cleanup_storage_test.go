@@ -36,11 +36,11 @@ func TestCleanupHoldsInlineVolumePodOnUnknownNode(t *testing.T) {
 	startWatcher(t, cp, n, cfg, "w1")
 	ops := harness.CollectOps(t, n, "ops.e2e.cleanup.>")
 	cleanup := startCleanup(t, n, cfg, cleanupKubeconfig(t, cp), "a")
-	waitLeader(t, cp, map[string]*harness.Process{"a": cleanup})
+	harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", map[string]*harness.Process{"a": cleanup})
 
 	harness.MakeUnreachable(t, c, "lost")
 	harness.Eventually(t, 30*time.Second, "node lost Ready=Unknown (node lifecycle controller)", func() bool {
-		return nodeReady(getNodeObj(t, cp, "lost")) == corev1.ConditionUnknown
+		return harness.NodeReady(harness.GetNode(t, cp.Client, "lost")) == corev1.ConditionUnknown
 	})
 	iscsi := harness.Pod("apps", "iscsi-0", "lost")
 	iscsi.Spec.Volumes = []corev1.Volume{{Name: "lun", VolumeSource: corev1.VolumeSource{ISCSI: &corev1.ISCSIVolumeSource{

@@ -40,12 +40,12 @@ func TestCleanup(t *testing.T) {
 		"a": startCleanup(t, n, cfg, kc, "a"),
 		"b": startCleanup(t, n, cfg, kc, "b"),
 	}
-	leaderID, leader := waitLeader(t, cp, procs)
+	leaderID, leader := harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", procs)
 
 	t.Run("evicted pod is deleted within 2s", func(t *testing.T) {
 		p := harness.CreatePod(t, cp.Client, harness.Pod("apps", "evicted-1", worker.Name))
 		evict(t, cp, p)
-		harness.Eventually(t, 2*time.Second, "evicted pod deleted", func() bool { return !podExists(t, cp, "apps", "evicted-1") })
+		harness.Eventually(t, 2*time.Second, "evicted pod deleted", func() bool { return !harness.PodExists(t, cp.Client, "apps", "evicted-1") })
 		m := ops.WaitFor(t, 5*time.Second, "deleted decision", opsFor("deleted", "apps", "evicted-1"))
 		d := decision(t, m)
 		if m.ID != "cleanup/"+string(p.UID)+"/deleted" || d.PodUID != string(p.UID) || d.Node != worker.Name ||
@@ -67,13 +67,13 @@ func TestCleanup(t *testing.T) {
 		evict(t, cp, harness.CreatePod(t, cp.Client, opt))
 		// A marker evicted after them: once it is gone, the others were examined.
 		evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("apps", "marker-1", worker.Name)))
-		harness.Eventually(t, 5*time.Second, "marker deleted", func() bool { return !podExists(t, cp, "apps", "marker-1") })
+		harness.Eventually(t, 5*time.Second, "marker deleted", func() bool { return !harness.PodExists(t, cp.Client, "apps", "marker-1") })
 		m := ops.WaitFor(t, 5*time.Second, "opt-out skip", opsFor("skipped", "apps", "evicted-optout"))
 		if d := decision(t, m); d.Reason != "OptedOut" || d.Verb != "skipped" {
 			t.Fatalf("opt-out decision %+v", d)
 		}
 		harness.Never(t, 3*time.Second, "an untouched pod deleted (3 ticks)", func() bool {
-			return !podExists(t, cp, "apps", "running-1") || !podExists(t, cp, "protected", "evicted-2") || !podExists(t, cp, "apps", "evicted-optout")
+			return !harness.PodExists(t, cp.Client, "apps", "running-1") || !harness.PodExists(t, cp.Client, "protected", "evicted-2") || !harness.PodExists(t, cp.Client, "apps", "evicted-optout")
 		})
 		if c := ops.Count(func(m harness.Msg) bool { return m.Subject == "ops.e2e.cleanup.skipped.protected.evicted-2" }); c != 0 {
 			t.Fatalf("excluded namespace produced %d decisions, want none", c)
@@ -84,8 +84,8 @@ func TestCleanup(t *testing.T) {
 		harness.CreatePod(t, cp.Client, harness.Pod("apps", "stuck-1", worker.Name))
 		deadline := deleteGracefully(t, cp, "apps", "stuck-1").Add(4 * time.Second)
 		harness.Never(t, time.Until(deadline)-300*time.Millisecond, "force deletion before deletionTimestamp+terminatingTimeout",
-			func() bool { return !podExists(t, cp, "apps", "stuck-1") })
-		harness.Eventually(t, time.Until(deadline)+3*time.Second, "stuck pod force-deleted", func() bool { return !podExists(t, cp, "apps", "stuck-1") })
+			func() bool { return !harness.PodExists(t, cp.Client, "apps", "stuck-1") })
+		harness.Eventually(t, time.Until(deadline)+3*time.Second, "stuck pod force-deleted", func() bool { return !harness.PodExists(t, cp.Client, "apps", "stuck-1") })
 		d := decision(t, ops.WaitFor(t, 5*time.Second, "forcedeleted decision", opsFor("forcedeleted", "apps", "stuck-1")))
 		if d.Reason != "StuckTerminating" || d.Action != "forcedelete" || d.Time.Before(deadline) {
 			t.Fatalf("decision %+v (deadline %v)", d, deadline)
@@ -101,7 +101,7 @@ func TestCleanup(t *testing.T) {
 		if d.Reason != "HasFinalizers" {
 			t.Fatalf("decision %+v", d)
 		}
-		harness.Never(t, 2*time.Second, "pod with finalizers deleted", func() bool { return !podExists(t, cp, "apps", "final-1") })
+		harness.Never(t, 2*time.Second, "pod with finalizers deleted", func() bool { return !harness.PodExists(t, cp.Client, "apps", "final-1") })
 	})
 
 	t.Run("statefulset pod is held while its node is Ready or Unknown, released by out-of-service", func(t *testing.T) {
@@ -114,7 +114,7 @@ func TestCleanup(t *testing.T) {
 		if d.Reason != "StatefulSetOnReadyNode" || d.Owner == nil || d.Owner.Kind != "StatefulSet" {
 			t.Fatalf("decision %+v", d)
 		}
-		if !podExists(t, cp, "apps", "db-0") {
+		if !harness.PodExists(t, cp.Client, "apps", "db-0") {
 			t.Fatal("statefulset pod deleted on a Ready node")
 		}
 		// A partition looks like this from the control plane: Ready Unknown.
@@ -126,10 +126,10 @@ func TestCleanup(t *testing.T) {
 		}
 		ops.WaitFor(t, 10*time.Second, "partition skip", held)
 		harness.Never(t, time.Until(deadline.Add(15*time.Second)), "statefulset pod on an Unknown node force-deleted (15 s after its deadline)",
-			func() bool { return !podExists(t, cp, "apps", "db-0") })
+			func() bool { return !harness.PodExists(t, cp.Client, "apps", "db-0") })
 		taintNode(t, cp, stsNode.Name, corev1.Taint{Key: events.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
 		harness.Eventually(t, 5*time.Second, "statefulset pod force-deleted once its node is out of service", func() bool {
-			return !podExists(t, cp, "apps", "db-0")
+			return !harness.PodExists(t, cp.Client, "apps", "db-0")
 		})
 		if d := decision(t, ops.WaitFor(t, 5*time.Second, "forcedeleted decision", opsFor("forcedeleted", "apps", "db-0"))); d.Reason != "StuckTerminating" {
 			t.Fatalf("decision %+v", d)
@@ -145,15 +145,15 @@ func TestCleanup(t *testing.T) {
 	})
 
 	t.Run("malformed KUBE message is skipped and counted", func(t *testing.T) {
-		before := metricValue(t, leader, "opswire_kube_messages_malformed_total")
+		before := leader.Metric("opswire_kube_messages_malformed_total")
 		if _, err := n.JS.Publish(context.Background(), "kube.e2e.pod.apps.garbage", []byte("{not json")); err != nil {
 			t.Fatal(err)
 		}
 		harness.Eventually(t, 5*time.Second, "malformed message counted", func() bool {
-			return metricValue(t, leader, "opswire_kube_messages_malformed_total") > before
+			return leader.Metric("opswire_kube_messages_malformed_total") > before
 		})
 		evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("apps", "marker-2", worker.Name)))
-		harness.Eventually(t, 5*time.Second, "cleanup still acting", func() bool { return !podExists(t, cp, "apps", "marker-2") })
+		harness.Eventually(t, 5*time.Second, "cleanup still acting", func() bool { return !harness.PodExists(t, cp.Client, "apps", "marker-2") })
 	})
 
 	t.Run("a refused delete is reported once and retried", func(t *testing.T) {
@@ -175,9 +175,9 @@ func TestCleanup(t *testing.T) {
 			return false
 		})
 		// Retries continue with backoff (several within 2 s) and publish nothing more.
-		harness.Never(t, 2*time.Second, "refused pod deleted", func() bool { return !podExists(t, cp, "apps", "refused-1") })
+		harness.Never(t, 2*time.Second, "refused pod deleted", func() bool { return !harness.PodExists(t, cp.Client, "apps", "refused-1") })
 		allowPodDeletes(t, cp)
-		harness.Eventually(t, 10*time.Second, "pod deleted on retry", func() bool { return !podExists(t, cp, "apps", "refused-1") })
+		harness.Eventually(t, 10*time.Second, "pod deleted on retry", func() bool { return !harness.PodExists(t, cp.Client, "apps", "refused-1") })
 		ops.WaitFor(t, 5*time.Second, "deleted decision", opsFor("deleted", "apps", "refused-1"))
 	})
 
@@ -192,8 +192,8 @@ func TestCleanup(t *testing.T) {
 				standby[id] = p
 			}
 		}
-		newID, _ := waitLeader(t, cp, standby)
-		harness.Eventually(t, 10*time.Second, "pod deleted by the new leader", func() bool { return !podExists(t, cp, "apps", "after-failover") })
+		newID, _ := harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", standby)
+		harness.Eventually(t, 10*time.Second, "pod deleted by the new leader", func() bool { return !harness.PodExists(t, cp.Client, "apps", "after-failover") })
 		m := ops.WaitFor(t, 5*time.Second, "deleted decision", opsFor("deleted", "apps", "after-failover"))
 		if m.Header.Get("ce-source") != "opswire/e2e/cleanup" {
 			t.Fatalf("ce-source %q", m.Header.Get("ce-source"))
@@ -204,7 +204,7 @@ func TestCleanup(t *testing.T) {
 	t.Run("every pod accounted for exactly once", func(t *testing.T) {
 		// Let the new leader tick over the whole state a few times first.
 		harness.Never(t, 3*time.Second, "a held pod deleted after failover", func() bool {
-			return !podExists(t, cp, "apps", "final-1") || !podExists(t, cp, "apps", "evicted-optout")
+			return !harness.PodExists(t, cp.Client, "apps", "final-1") || !harness.PodExists(t, cp.Client, "apps", "evicted-optout")
 		})
 		// Counted at the source, on a core-NATS subscription: the stream would
 		// drop a repeat with the same id.
@@ -335,11 +335,11 @@ func TestCleanupRateLimit(t *testing.T) {
 	}
 	t.Logf("100 deletions over %v; 21st after %v", times[total-1].Sub(times[0]), times[perWindow].Sub(times[0]))
 	for i := range total {
-		if podExists(t, cp, "bulk", fmt.Sprintf("ev-%03d", i)) {
+		if harness.PodExists(t, cp.Client, "bulk", fmt.Sprintf("ev-%03d", i)) {
 			t.Fatalf("ev-%03d still exists", i)
 		}
 	}
-	if v := metricValue(t, p, "opswire_cleanup_rate_limited_total"); v < 1 {
+	if v := p.Metric("opswire_cleanup_rate_limited_total"); v < 1 {
 		t.Fatalf("opswire_cleanup_rate_limited_total = %v, want > 0", v)
 	}
 
@@ -348,7 +348,7 @@ func TestCleanupRateLimit(t *testing.T) {
 		pod.Finalizers = []string{"example.com/hold"}
 		harness.CreatePod(t, cp.Client, pod)
 		deleteGracefully(t, cp, "bulk", "final-1")
-		harness.Eventually(t, 15*time.Second, "pod with finalizers gone", func() bool { return !podExists(t, cp, "bulk", "final-1") })
+		harness.Eventually(t, 15*time.Second, "pod with finalizers gone", func() bool { return !harness.PodExists(t, cp.Client, "bulk", "final-1") })
 		ops.WaitFor(t, 5*time.Second, "forcedeleted decision", opsFor("forcedeleted", "bulk", "final-1"))
 	})
 }
@@ -378,7 +378,7 @@ func TestCleanupDryRun(t *testing.T) {
 		t.Fatalf("decision %+v", d)
 	}
 	harness.Never(t, 3*time.Second, "a pod deleted in dry-run (3 ticks)", func() bool {
-		return !podExists(t, cp, "apps", "evicted-1") || !podExists(t, cp, "apps", "stuck-1")
+		return !harness.PodExists(t, cp.Client, "apps", "evicted-1") || !harness.PodExists(t, cp.Client, "apps", "stuck-1")
 	})
 	for _, uid := range []types.UID{ev.UID, stuck.UID} {
 		if evs := cleanupEvents(t, cp, "apps", string(uid)); len(evs) != 0 {
@@ -401,15 +401,15 @@ func TestCleanupSeedConfig(t *testing.T) {
 	ops := harness.CollectOps(t, n, "ops.default.cleanup.>")
 	p := startCleanup(t, n, cfg, cp.Kubeconfig, "a")
 	harness.Eventually(t, 30*time.Second, "seed lease held", func() bool {
-		return leaseHolder(t, cp, "kube-system", "ops-resource-controller-cleanup") == "a" && httpStatus(p.HealthURL+"/readyz") == 200
+		return harness.LeaseHolder(cp.Client, "kube-system", "ops-resource-controller-cleanup") == "a" && p.Ready()
 	})
 	evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("default", "evicted-1", worker.Name)))
-	harness.Eventually(t, 2*time.Second, "evicted pod deleted", func() bool { return !podExists(t, cp, "default", "evicted-1") })
+	harness.Eventually(t, 2*time.Second, "evicted pod deleted", func() bool { return !harness.PodExists(t, cp.Client, "default", "evicted-1") })
 	ops.WaitFor(t, 5*time.Second, "deleted decision", harness.Subject("ops.default.cleanup.deleted.default.evicted-1"))
 	if code := p.Stop(); code != 0 {
 		t.Fatalf("exit code %d on SIGTERM, want 0", code)
 	}
-	if h := leaseHolder(t, cp, "kube-system", "ops-resource-controller-cleanup"); h != "" {
+	if h := harness.LeaseHolder(cp.Client, "kube-system", "ops-resource-controller-cleanup"); h != "" {
 		t.Fatalf("lease still held by %q after shutdown, want released", h)
 	}
 }

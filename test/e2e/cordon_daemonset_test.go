@@ -88,7 +88,7 @@ func TestCordonTaintModeKeepsDeletedDaemonSetPodsOut(t *testing.T) {
 		}
 		cordonFill(t, c, tc.node, 0, 4) // with the DaemonSet's pod: maxPods
 		harness.Eventually(t, 20*time.Second, tc.node+" held by opswire in "+tc.mode+" mode", func() bool {
-			return tc.held(cordonGetNode(t, c, tc.node))
+			return tc.held(harness.GetNode(t, c, tc.node))
 		})
 		if code := cordon.Stop(); code != 0 {
 			t.Fatalf("%s-mode cordon exited %d", tc.mode, code)
@@ -118,7 +118,7 @@ func TestCordonTaintModeKeepsDeletedDaemonSetPodsOut(t *testing.T) {
 		}
 		return len(list.Items) != 1
 	})
-	if nd := cordonGetNode(t, c, "tainted"); !hasNoSchedule(nd, "node.kubernetes.io/autocordon") {
+	if nd := harness.GetNode(t, c, "tainted"); !hasNoSchedule(nd, "node.kubernetes.io/autocordon") {
 		t.Fatal("the taint is gone: the check above proves nothing")
 	}
 	t.Logf("total %v", time.Since(started).Round(time.Millisecond))

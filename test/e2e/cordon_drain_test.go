@@ -38,10 +38,7 @@ func evictAndFinish(t *testing.T, c kubernetes.Interface, node string, from, to 
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Fatalf("finish %s: %v", name, err)
 		}
-		harness.Eventually(t, 10*time.Second, name+" gone", func() bool {
-			_, err := c.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
-			return apierrors.IsNotFound(err)
-		})
+		harness.WaitPodGone(t, c, "default", name, 10*time.Second)
 	}
 }
 
@@ -78,7 +75,7 @@ func waitHandover(t *testing.T, ops *harness.Collector, node string) events.Cord
 // once and no uncordon Event at all.
 func nodeHandedOver(t *testing.T, c kubernetes.Interface, px *harness.APIProxy, node string) {
 	t.Helper()
-	nd := cordonGetNode(t, c, node)
+	nd := harness.GetNode(t, c, node)
 	if _, annotated := nd.Annotations[events.AnnotationAutoCordon]; !nd.Spec.Unschedulable || cordonMarked(nd) || annotated {
 		t.Fatalf("%s: unschedulable %v, labels %v, annotations %v: not handed over", node, nd.Spec.Unschedulable, nd.Labels, nd.Annotations)
 	}
@@ -161,7 +158,7 @@ func TestCordonPacedDrainHandedOver(t *testing.T) {
 		t.Fatalf("KUBE's departures of scaled: %+v", s)
 	}
 	before := cordonReconciles(cordon)
-	harness.Never(t, 10*time.Second, "the drained node uncordoned", func() bool { return !cordonGetNode(t, c, "paced").Spec.Unschedulable })
+	harness.Never(t, 10*time.Second, "the drained node uncordoned", func() bool { return !harness.GetNode(t, c, "paced").Spec.Unschedulable })
 	if got := cordonReconciles(cordon) - before; got < 5 {
 		t.Fatalf("only %v reconciliations in 10 s", got)
 	}
@@ -174,7 +171,7 @@ func TestCordonPacedDrainHandedOver(t *testing.T) {
 		t.Fatalf("paced: uncordon published: %+v", got)
 	}
 	// The scale-down alone: released once, never handed over.
-	if nd := cordonGetNode(t, c, "plain"); nd.Spec.Unschedulable || cordonMarked(nd) {
+	if nd := harness.GetNode(t, c, "plain"); nd.Spec.Unschedulable || cordonMarked(nd) {
 		t.Fatalf("plain not released: unschedulable %v, labels %v", nd.Spec.Unschedulable, nd.Labels)
 	}
 	if got := cordonEventCount(t, c, "plain", "OpswireCordonHandedOver"); got != 0 {
@@ -204,7 +201,7 @@ func TestCordonPacedDrainSurvivesFailover(t *testing.T) {
 	kc := proxy.Kubeconfig(t, cordonRBAC(t, cp, "default"))
 	r1 := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kc, NATSURL: n.URL, ID: "r1"})
 	r1.WaitReady(t, 60*time.Second)
-	harness.Eventually(t, 10*time.Second, "r1 leads", func() bool { return cordonLeaseHolder(t, c, "default", "opswire-cordon") == "r1" })
+	harness.Eventually(t, 10*time.Second, "r1 leads", func() bool { return harness.LeaseHolder(c, "default", "opswire-cordon") == "r1" })
 	r2 := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kc, NATSURL: n.URL, ID: "r2"})
 	r2.WaitReady(t, 60*time.Second)
 	cordonFill(t, c, "paced", 0, 6)
@@ -217,16 +214,16 @@ func TestCordonPacedDrainSurvivesFailover(t *testing.T) {
 	})
 	r1.Kill()
 	evictAndFinish(t, c, "paced", 2, 6)
-	if h := cordonLeaseHolder(t, c, "default", "opswire-cordon"); h != "r1" {
+	if h := harness.LeaseHolder(c, "default", "opswire-cordon"); h != "r1" {
 		// Only on a very slow machine: r2 then finds the drain under way.
 		t.Logf("the lease moved to %q before the drain ended", h)
 	}
-	harness.Eventually(t, 10*time.Second, "r2 takes over", func() bool { return cordonLeaseHolder(t, c, "default", "opswire-cordon") == "r2" })
+	harness.Eventually(t, 10*time.Second, "r2 takes over", func() bool { return harness.LeaseHolder(c, "default", "opswire-cordon") == "r2" })
 	if d := waitHandover(t, ops, "paced"); d.Replica != "r2" || d.Pods != 0 || !strings.Contains(d.Reason, "6 of the 6 pods that left") {
 		t.Fatalf("handover decision %+v", d)
 	}
 	before := cordonReconciles(r2)
-	harness.Never(t, 10*time.Second, "the drained node uncordoned", func() bool { return !cordonGetNode(t, c, "paced").Spec.Unschedulable })
+	harness.Never(t, 10*time.Second, "the drained node uncordoned", func() bool { return !harness.GetNode(t, c, "paced").Spec.Unschedulable })
 	if got := cordonReconciles(r2) - before; got < 5 {
 		t.Fatalf("only %v reconciliations in 10 s", got)
 	}

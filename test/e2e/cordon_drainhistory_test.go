@@ -85,7 +85,7 @@ func TestCordonPacedDrainAfterPlainDepartures(t *testing.T) {
 	if s == nil || s.Departed != 9 || s.DepartedEvicted != 4 || s.EvictionStreak != 4 || s.DepartedUnknown != 0 {
 		t.Fatalf("KUBE's departures of ds: %+v", s)
 	}
-	harness.Never(t, 5*time.Second, "the drained node uncordoned", func() bool { return !cordonGetNode(t, c, "ds").Spec.Unschedulable })
+	harness.Never(t, 5*time.Second, "the drained node uncordoned", func() bool { return !harness.GetNode(t, c, "ds").Spec.Unschedulable })
 	nodeHandedOver(t, c, proxy, "ds")
 	if got := cordonMsgs(t, ops, "e2e", "ds", "uncordoned"); len(got) != 0 {
 		t.Fatalf("uncordon published: %+v", got)
@@ -129,7 +129,7 @@ func TestCordonDrainWhileWatcherDown(t *testing.T) {
 	if got := w2.Metric(`opswire_watcher_departures_total{how="unknown"}`); got != 6 {
 		t.Fatalf("w2 counted %v unknown departures, want 6", got)
 	}
-	harness.Never(t, 5*time.Second, "the drained node uncordoned", func() bool { return !cordonGetNode(t, c, "wd").Spec.Unschedulable })
+	harness.Never(t, 5*time.Second, "the drained node uncordoned", func() bool { return !harness.GetNode(t, c, "wd").Spec.Unschedulable })
 	nodeHandedOver(t, c, proxy, "wd")
 	if got := cordonMsgs(t, ops, "e2e", "wd", "uncordoned"); len(got) != 0 {
 		t.Fatalf("uncordon published: %+v", got)

@@ -91,15 +91,6 @@ func cordonDrain(t *testing.T, c kubernetes.Interface, node string, from, to int
 	}
 }
 
-func cordonGetNode(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
-	t.Helper()
-	n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 func cordonMarked(n *corev1.Node) bool {
 	_, ok := n.Labels[events.LabelAutoCordon]
 	return ok
@@ -148,26 +139,15 @@ func cordonEvents(t *testing.T, c kubernetes.Interface, node, reason string) []c
 	return list.Items
 }
 
-// cordonEventCount counts, at the source, how often opswire recorded an Event
-// with a reason on a node: the recorder folds repeats into one Event and
-// raises its count, so the number of Event objects alone hides a repeat.
+// cordonEventCount counts how often opswire recorded an Event with a reason
+// on a node.
 func cordonEventCount(t *testing.T, c kubernetes.Interface, node, reason string) int {
 	t.Helper()
 	n := 0
 	for _, ev := range cordonEvents(t, c, node, reason) {
-		n += max(int(ev.Count), 1)
+		n += harness.Recorded(ev)
 	}
 	return n
-}
-
-// leaseHolder returns the holder of a Lease ("" when free or absent).
-func cordonLeaseHolder(t *testing.T, c kubernetes.Interface, ns, name string) string {
-	t.Helper()
-	l, err := c.CoordinationV1().Leases(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
 }
 
 // reconciles reads the cordon process's reconcile counter.
@@ -194,7 +174,7 @@ func cordonPair(t *testing.T, cp *harness.ControlPlane, n *harness.NATS, cfg, ku
 		p.WaitReady(t, 60*time.Second)
 	}
 	harness.Eventually(t, 10*time.Second, "a leader", func() bool {
-		leader = cordonLeaseHolder(t, cp.Client, "default", "opswire-cordon")
+		leader = harness.LeaseHolder(cp.Client, "default", "opswire-cordon")
 		return replicas[leader] != nil && replicas[leader].Metric("opswire_leader") == 1
 	})
 	standby = "r1"

@@ -70,7 +70,7 @@ func TestCordonForgedReleaseEventIgnoredByTheNextLeader(t *testing.T) {
 
 	cordonFill(t, c, "fe-0", 0, 5)
 	ops.WaitFor(t, 10*time.Second, "fe-0 cordoned", harness.Subject("ops.e2e.cordon.cordoned.fe-0"))
-	node := cordonGetNode(t, c, "fe-0")
+	node := harness.GetNode(t, c, "fe-0")
 	markRV, markTime := cordonMarkOf(t, node)
 	forgeCordonEvent(t, cp, "fe-0.forged-uncordon", "OpswireUncordoned", "uncordoned", node, node.ResourceVersion)
 	// The second forgery names a version before the mark's; what gives it
@@ -106,7 +106,7 @@ func TestCordonForgedReleaseEventIgnoredByTheNextLeader(t *testing.T) {
 	// the leader's next reconciliations come after them.
 	cordonWaitReconciled(t, next, cordonReconciles(next), 4)
 	harness.Never(t, 2*time.Second, "a forged release published", released)
-	if got := cordonGetNode(t, c, "fe-0"); !got.Spec.Unschedulable || !cordonMarked(got) {
+	if got := harness.GetNode(t, c, "fe-0"); !got.Spec.Unschedulable || !cordonMarked(got) {
 		t.Fatalf("fe-0 released: unschedulable=%v labels=%v", got.Spec.Unschedulable, got.Labels)
 	}
 }
@@ -178,7 +178,7 @@ func TestCordonModeSwitchLeavesHeldNodesAlone(t *testing.T) {
 		t.Fatalf("published after the switch: %v", got)
 	}
 	for _, name := range names {
-		got := cordonGetNode(t, c, name)
+		got := harness.GetNode(t, c, name)
 		opswireTaint := slices.ContainsFunc(got.Spec.Taints, func(t corev1.Taint) bool { return t.Key == events.LabelAutoCordon })
 		if !got.Spec.Unschedulable || opswireTaint || !cordonMarked(got) {
 			t.Fatalf("%s after the switch: unschedulable=%v taints=%v labels=%v", name, got.Spec.Unschedulable, got.Spec.Taints, got.Labels)

@@ -109,7 +109,7 @@ func TestCordonRealPDBDrainHandedOver(t *testing.T) {
 	if !strings.Contains(d.Reason, "left through the Eviction API") {
 		t.Fatalf("handover decision %+v", d)
 	}
-	harness.Never(t, 5*time.Second, "the drained node uncordoned", func() bool { return !cordonGetNode(t, c, "pdb").Spec.Unschedulable })
+	harness.Never(t, 5*time.Second, "the drained node uncordoned", func() bool { return !harness.GetNode(t, c, "pdb").Spec.Unschedulable })
 	nodeHandedOver(t, c, proxy, "pdb")
 	if s := lastNode(t, n.JS, "kube.e2e.node.pdb"); s == nil || s.Departed != pods || s.DepartedEvicted != pods {
 		t.Fatalf("KUBE's departures of pdb: %+v", s)

@@ -216,7 +216,7 @@ func TestCordonUncordonNATSOutageFailover(t *testing.T) {
 	ids := map[string]int{}
 	for _, m := range after.All() {
 		d := cordonDecision(t, m)
-		node := cordonGetNode(t, c, d.Node)
+		node := harness.GetNode(t, c, d.Node)
 		if want := "cordon/" + string(node.UID) + "/uncordoned/" + d.ResourceVersion; m.ID != want || d.Verb != "uncordoned" {
 			t.Fatalf("outcome of %s: id %s verb %s, want %s", d.Node, m.ID, d.Verb, want)
 		}

@@ -17,7 +17,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/test/harness"
@@ -67,7 +66,7 @@ func cordonStaleFailover(t *testing.T, personCordoned int) {
 	kubeconfig := cordonRBAC(t, cp, "default")
 	r1 := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: "r1"})
 	r1.WaitReady(t, 60*time.Second)
-	harness.Eventually(t, 10*time.Second, "r1 leads", func() bool { return cordonLeaseHolder(t, c, "default", "opswire-cordon") == "r1" })
+	harness.Eventually(t, 10*time.Second, "r1 leads", func() bool { return harness.LeaseHolder(c, "default", "opswire-cordon") == "r1" })
 	want := max(0, capNodes-personCordoned)
 	harness.Eventually(t, 15*time.Second, fmt.Sprintf("r1 holds %d node(s)", want), func() bool { return cordonCountMarks(t, c) == want })
 	cordonWaitReconciled(t, r1, 0, 2*nodes) // every node evaluated, twice
@@ -75,7 +74,7 @@ func cordonStaleFailover(t *testing.T, personCordoned int) {
 	r2 := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: "r2"})
 	r2.WaitReady(t, 60*time.Second)
 	r1.Kill()
-	harness.Eventually(t, 10*time.Second, "r2 takes over", func() bool { return cordonLeaseHolder(t, c, "default", "opswire-cordon") == "r2" })
+	harness.Eventually(t, 10*time.Second, "r2 takes over", func() bool { return harness.LeaseHolder(c, "default", "opswire-cordon") == "r2" })
 	if s := lastNode(t, n.JS, "kube.e2e.node."+names[nodes-1]); s == nil || s.Unschedulable || s.Labels[events.LabelAutoCordon] != "" {
 		t.Fatal("KUBE is not stale: the test would prove nothing")
 	}
@@ -88,7 +87,7 @@ func cordonStaleFailover(t *testing.T, personCordoned int) {
 		t.Fatalf("%d nodes marked, want %d", got, want)
 	}
 	for _, name := range names[:personCordoned] {
-		if nd := cordonGetNode(t, c, name); !nd.Spec.Unschedulable || cordonMarked(nd) {
+		if nd := harness.GetNode(t, c, name); !nd.Spec.Unschedulable || cordonMarked(nd) {
 			t.Fatalf("%s, cordoned by a person, was touched", name)
 		}
 	}
@@ -174,13 +173,13 @@ func TestCordonLeavesPersonTaintedNodeAlone(t *testing.T) {
 	ops := harness.CollectOps(t, n, "ops.e2e.cordon.>")
 	cordon := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: cordonRBAC(t, cp, "default"), NATSURL: n.URL, ID: "c1"})
 	cordon.WaitReady(t, 60*time.Second)
-	before := cordonGetNode(t, c, "maint")
+	before := harness.GetNode(t, c, "maint")
 
 	cordonFill(t, c, "maint", 0, 6)
 	cordonFill(t, c, "kubes", 0, 6)
 	ops.WaitFor(t, 10*time.Second, "kubes cordoned", harness.Subject("ops.e2e.cordon.cordoned.kubes"))
 	cordonWaitReconciled(t, cordon, cordonReconciles(cordon), 6) // several ticks over both nodes
-	after := cordonGetNode(t, c, "maint")
+	after := harness.GetNode(t, c, "maint")
 	if after.ResourceVersion != before.ResourceVersion || after.Spec.Unschedulable || cordonMarked(after) ||
 		len(after.Spec.Taints) != 1 || after.Spec.Taints[0].Key != "maintenance" {
 		t.Fatalf("maint touched: rv %s → %s, unschedulable=%v, labels=%v, taints=%+v",
@@ -189,7 +188,7 @@ func TestCordonLeavesPersonTaintedNodeAlone(t *testing.T) {
 	if got := cordonMsgs(t, ops, "e2e", "maint", ""); len(got) != 0 {
 		t.Fatalf("decisions published for maint: %+v", got)
 	}
-	if k := cordonGetNode(t, c, "kubes"); !k.Spec.Unschedulable || !cordonMarked(k) {
+	if k := harness.GetNode(t, c, "kubes"); !k.Spec.Unschedulable || !cordonMarked(k) {
 		t.Fatal("kubes (a Kubernetes-managed taint only) not cordoned")
 	}
 }
@@ -277,7 +276,7 @@ func TestCordonDrainedNodeStaysCordoned(t *testing.T) {
 		return s != nil && s.Evicting == 1
 	})
 	cordonWaitReconciled(t, cordon, cordonReconciles(cordon), 3)
-	if nd := cordonGetNode(t, c, "drained"); !cordonMarked(nd) || len(cordonMsgs(t, ops, "e2e", "drained", "handedover")) != 0 {
+	if nd := harness.GetNode(t, c, "drained"); !cordonMarked(nd) || len(cordonMsgs(t, ops, "e2e", "drained", "handedover")) != 0 {
 		t.Fatal("a single eviction was taken for a drain")
 	}
 
@@ -298,11 +297,11 @@ func TestCordonDrainedNodeStaysCordoned(t *testing.T) {
 		return s != nil && s.Pods == 0
 	})
 	before := cordonReconciles(cordon)
-	harness.Never(t, 15*time.Second, "the drained node uncordoned", func() bool { return !cordonGetNode(t, c, "drained").Spec.Unschedulable })
+	harness.Never(t, 15*time.Second, "the drained node uncordoned", func() bool { return !harness.GetNode(t, c, "drained").Spec.Unschedulable })
 	if got := cordonReconciles(cordon) - before; got < 5 {
 		t.Fatalf("only %v reconciliations in 15 s", got)
 	}
-	nd := cordonGetNode(t, c, "drained")
+	nd := harness.GetNode(t, c, "drained")
 	if _, annotated := nd.Annotations[events.AnnotationAutoCordon]; cordonMarked(nd) || annotated {
 		t.Fatalf("mark not removed at the handover: %v %v", nd.Labels, nd.Annotations)
 	}
@@ -371,28 +370,12 @@ func sigstop(t *testing.T, p *harness.Process) {
 
 func setUnschedulable(t *testing.T, c kubernetes.Interface, name string, v bool) {
 	t.Helper()
-	updateNode(t, c, name, func(n *corev1.Node) { n.Spec.Unschedulable = v })
+	harness.UpdateNode(t, c, name, func(n *corev1.Node) { n.Spec.Unschedulable = v })
 }
 
 func setTaints(t *testing.T, c kubernetes.Interface, name string, taints ...corev1.Taint) {
 	t.Helper()
-	updateNode(t, c, name, func(n *corev1.Node) { n.Spec.Taints = taints })
-}
-
-func updateNode(t *testing.T, c kubernetes.Interface, name string, mutate func(*corev1.Node)) {
-	t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		mutate(n)
-		_, err = c.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	harness.UpdateNode(t, c, name, func(n *corev1.Node) { n.Spec.Taints = taints })
 }
 
 // cordonCountMarks counts the nodes carrying opswire's label in the API.

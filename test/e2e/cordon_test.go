@@ -75,13 +75,13 @@ func TestCordonHysteresisAndOwnership(t *testing.T) {
 		return s != nil && s.Pods == 4
 	})
 	cordonWaitReconciled(t, cordon, before, 1)
-	if a := cordonGetNode(t, c, "node-a.example"); a.Spec.Unschedulable || cordonMarked(a) {
+	if a := harness.GetNode(t, c, "node-a.example"); a.Spec.Unschedulable || cordonMarked(a) {
 		t.Fatal("A cordoned below maxPods")
 	}
 	cordonFill(t, c, "node-a.example", 4, 1)
 	created := time.Now()
 	harness.Eventually(t, 2*time.Second, "A cordoned and marked within 2 s of its 5th pod", func() bool {
-		a := cordonGetNode(t, c, "node-a.example")
+		a := harness.GetNode(t, c, "node-a.example")
 		return a.Spec.Unschedulable && cordonMarked(a) && a.Annotations[events.AnnotationAutoCordon] != ""
 	})
 	t.Logf("node A cordoned %v after its 5th pod was created", time.Since(created).Round(time.Millisecond))
@@ -94,13 +94,13 @@ func TestCordonHysteresisAndOwnership(t *testing.T) {
 		return s != nil && s.Pods == 3
 	})
 	cordonWaitReconciled(t, cordon, before, 1)
-	if a := cordonGetNode(t, c, "node-a.example"); !a.Spec.Unschedulable || !cordonMarked(a) {
+	if a := harness.GetNode(t, c, "node-a.example"); !a.Spec.Unschedulable || !cordonMarked(a) {
 		t.Fatal("A released between the bounds")
 	}
 	// Down to minPods: released and unmarked.
 	cordonDrain(t, c, "node-a.example", 2, 3)
 	harness.Eventually(t, 5*time.Second, "A uncordoned and unmarked at minPods", func() bool {
-		a := cordonGetNode(t, c, "node-a.example")
+		a := harness.GetNode(t, c, "node-a.example")
 		_, annotated := a.Annotations[events.AnnotationAutoCordon]
 		return !a.Spec.Unschedulable && !cordonMarked(a) && !annotated
 	})
@@ -114,10 +114,10 @@ func TestCordonHysteresisAndOwnership(t *testing.T) {
 		return sb != nil && sc != nil && sb.Pods == 0 && sc.Pods == 0
 	})
 	cordonWaitReconciled(t, cordon, before, 2)
-	if nb := cordonGetNode(t, c, "node-b"); !nb.Spec.Unschedulable || cordonMarked(nb) {
+	if nb := harness.GetNode(t, c, "node-b"); !nb.Spec.Unschedulable || cordonMarked(nb) {
 		t.Fatalf("B touched: unschedulable=%v labels=%v", nb.Spec.Unschedulable, nb.Labels)
 	}
-	if nc := cordonGetNode(t, c, "node-c"); nc.Spec.Unschedulable || cordonMarked(nc) {
+	if nc := harness.GetNode(t, c, "node-c"); nc.Spec.Unschedulable || cordonMarked(nc) {
 		t.Fatalf("C touched: unschedulable=%v labels=%v", nc.Spec.Unschedulable, nc.Labels)
 	}
 
@@ -238,7 +238,7 @@ func TestCordonDryRun(t *testing.T) {
 	ops := harness.CollectOps(t, n, "ops.e2e.cordon.>")
 	cordon := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: cp.Kubeconfig, NATSURL: n.URL, ID: "c1", Args: []string{"--dry-run"}})
 	cordon.WaitReady(t, 60*time.Second)
-	before := cordonGetNode(t, c, "dry")
+	before := harness.GetNode(t, c, "dry")
 	cordonFill(t, c, "dry", 0, 6)
 	m := ops.WaitFor(t, 10*time.Second, "dry-run cordon decision", harness.Subject("ops.e2e.cordon.dryrun.dry"))
 	if d := cordonDecision(t, m); !d.DryRun || d.Action != "cordon" || d.Pods < 5 || d.MaxPods != 5 {
@@ -251,7 +251,7 @@ func TestCordonDryRun(t *testing.T) {
 		return len(ds) == 2 && ds[1].Action == "uncordon"
 	})
 	cordonWaitReconciled(t, cordon, cordonReconciles(cordon), 3)
-	after := cordonGetNode(t, c, "dry")
+	after := harness.GetNode(t, c, "dry")
 	if after.ResourceVersion != before.ResourceVersion || after.Spec.Unschedulable || cordonMarked(after) {
 		t.Fatalf("dry run changed the node (rv %s → %s)", before.ResourceVersion, after.ResourceVersion)
 	}
@@ -291,7 +291,7 @@ func TestCordonFailover(t *testing.T) {
 	}
 	const lease = "opswire-cordon"
 	var first string
-	harness.Eventually(t, 10*time.Second, "a leader", func() bool { first = cordonLeaseHolder(t, c, "default", lease); return first != "" })
+	harness.Eventually(t, 10*time.Second, "a leader", func() bool { first = harness.LeaseHolder(c, "default", lease); return first != "" })
 
 	cordonFill(t, c, "f-1", 0, 5)
 	ops.WaitFor(t, 5*time.Second, "f-1 cordoned by the first leader", harness.Subject("ops.e2e.cordon.cordoned.f-1"))
@@ -305,7 +305,7 @@ func TestCordonFailover(t *testing.T) {
 	killed := time.Now()
 	var second string
 	harness.Eventually(t, 10*time.Second, "a new leader", func() bool {
-		second = cordonLeaseHolder(t, c, "default", lease)
+		second = harness.LeaseHolder(c, "default", lease)
 		return second != "" && second != first
 	})
 	takeover := time.Since(killed)
@@ -336,7 +336,7 @@ func TestCordonFailover(t *testing.T) {
 	stopped := time.Now()
 	var third string
 	harness.Eventually(t, 3*time.Second, "the last replica leads", func() bool {
-		third = cordonLeaseHolder(t, c, "default", lease)
+		third = harness.LeaseHolder(c, "default", lease)
 		return third != "" && third != first && third != second
 	})
 	handover := time.Since(stopped)
@@ -381,7 +381,7 @@ func TestCordonFailover(t *testing.T) {
 			t.Fatalf("%s: %d cordon Events", node, got)
 		}
 	}
-	if a := cordonGetNode(t, c, "f-3"); a.Spec.Unschedulable || cordonMarked(a) {
+	if a := harness.GetNode(t, c, "f-3"); a.Spec.Unschedulable || cordonMarked(a) {
 		t.Fatal("f-3 touched below maxPods")
 	}
 }
@@ -412,12 +412,12 @@ func TestCordonSeedConfig(t *testing.T) {
 	cordon.WaitReady(t, 60*time.Second)
 	cordonFill(t, c, "seed-0", 0, 100)
 	ops.WaitFor(t, 10*time.Second, "seed-0 cordoned at 100 pods", harness.Subject("ops.default.cordon.cordoned.seed-0"))
-	if holder := cordonLeaseHolder(t, c, "kube-system", "ops-resource-controller-cordon"); holder != "c1" {
+	if holder := harness.LeaseHolder(c, "kube-system", "ops-resource-controller-cordon"); holder != "c1" {
 		t.Fatalf("seed lease holder %q", holder)
 	}
 	cordonDrain(t, c, "seed-0", 90, 100)
 	ops.WaitFor(t, 10*time.Second, "seed-0 released at 90 pods", harness.Subject("ops.default.cordon.uncordoned.seed-0"))
-	if a := cordonGetNode(t, c, "seed-0"); a.Spec.Unschedulable || cordonMarked(a) {
+	if a := harness.GetNode(t, c, "seed-0"); a.Spec.Unschedulable || cordonMarked(a) {
 		t.Fatal("seed-0 not released")
 	}
 }
@@ -445,7 +445,7 @@ func TestCordonTaintMode(t *testing.T) {
 	if d := cordonDecision(t, m); d.Mode != "taint" {
 		t.Fatalf("decision %+v", d)
 	}
-	got := cordonGetNode(t, c, "tainted")
+	got := harness.GetNode(t, c, "tainted")
 	if got.Spec.Unschedulable || !cordonMarked(got) || len(got.Spec.Taints) != 2 ||
 		got.Spec.Taints[0].Key != "dedicated" || got.Spec.Taints[1].Key != "example.com/busy" ||
 		got.Spec.Taints[1].Effect != corev1.TaintEffectNoSchedule {
@@ -453,7 +453,7 @@ func TestCordonTaintMode(t *testing.T) {
 	}
 	cordonDrain(t, c, "tainted", 2, 5)
 	ops.WaitFor(t, 5*time.Second, "release decision", harness.Subject("ops.e2e.cordon.uncordoned.tainted"))
-	got = cordonGetNode(t, c, "tainted")
+	got = harness.GetNode(t, c, "tainted")
 	if cordonMarked(got) || len(got.Spec.Taints) != 1 || got.Spec.Taints[0].Key != "dedicated" {
 		t.Fatalf("after release: taints=%+v labels=%v", got.Spec.Taints, got.Labels)
 	}

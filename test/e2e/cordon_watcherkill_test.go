@@ -49,7 +49,7 @@ func TestCordonHandsOverADrainTheWatcherWasKilledIn(t *testing.T) {
 		t.Fatalf("handover decision %+v", d)
 	}
 	t.Logf("handed over %v after the watcher's restart began", time.Since(killed).Round(time.Millisecond))
-	harness.Never(t, 5*time.Second, "the drained node uncordoned", func() bool { return !cordonGetNode(t, c, "mid").Spec.Unschedulable })
+	harness.Never(t, 5*time.Second, "the drained node uncordoned", func() bool { return !harness.GetNode(t, c, "mid").Spec.Unschedulable })
 	nodeHandedOver(t, c, proxy, "mid")
 
 	var prev *events.NodeState

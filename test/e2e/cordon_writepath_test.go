@@ -33,15 +33,15 @@ func TestCordonDryRunLease(t *testing.T) {
 	dry := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: "dry", Args: []string{"--dry-run"}})
 	dry.WaitReady(t, 60*time.Second)
 	harness.Eventually(t, 10*time.Second, "the dry-run replica leads its own Lease", func() bool {
-		return cordonLeaseHolder(t, c, "default", "opswire-cordon-dryrun") == "dry" && dry.Metric("opswire_leader") == 1
+		return harness.LeaseHolder(c, "default", "opswire-cordon-dryrun") == "dry" && dry.Metric("opswire_leader") == 1
 	})
-	if holder := cordonLeaseHolder(t, c, "default", "opswire-cordon"); holder != "" {
+	if holder := harness.LeaseHolder(c, "default", "opswire-cordon"); holder != "" {
 		t.Fatalf("the production Lease is held by %q before any real replica runs", holder)
 	}
 	real := harness.StartService(t, "cordon", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: "real"})
 	real.WaitReady(t, 60*time.Second)
 	harness.Eventually(t, 10*time.Second, "the real replica leads the production Lease", func() bool {
-		return cordonLeaseHolder(t, c, "default", "opswire-cordon") == "real" && real.Metric("opswire_leader") == 1
+		return harness.LeaseHolder(c, "default", "opswire-cordon") == "real" && real.Metric("opswire_leader") == 1
 	})
 
 	cordonFill(t, c, "dl-1", 0, 5)
@@ -49,7 +49,7 @@ func TestCordonDryRunLease(t *testing.T) {
 	if d := cordonDecision(t, m); d.Replica != "real" || d.DryRun {
 		t.Fatalf("cordon decided by %q (dryRun %v), want the real replica", d.Replica, d.DryRun)
 	}
-	if node := cordonGetNode(t, c, "dl-1"); !node.Spec.Unschedulable || !cordonMarked(node) {
+	if node := harness.GetNode(t, c, "dl-1"); !node.Spec.Unschedulable || !cordonMarked(node) {
 		t.Fatal("dl-1 not cordoned by the real replica")
 	}
 	ops.WaitFor(t, 10*time.Second, "the dry-run replica's own decision", func(m harness.Msg) bool {
@@ -63,7 +63,7 @@ func TestCordonDryRunLease(t *testing.T) {
 	if v := dry.Metric(`opswire_cordon_cordons_total{dry_run="false",mode="cordon"}`); v > 0 {
 		t.Fatalf("dry-run replica cordons = %v", v)
 	}
-	if cordonLeaseHolder(t, c, "default", "opswire-cordon-dryrun") != "dry" || dry.Exited() {
+	if harness.LeaseHolder(c, "default", "opswire-cordon-dryrun") != "dry" || dry.Exited() {
 		t.Fatal("the dry-run replica lost its Lease")
 	}
 }
@@ -187,7 +187,7 @@ func TestCordonRateLimitFailover(t *testing.T) {
 	}
 	var first string
 	harness.Eventually(t, 10*time.Second, "a leader", func() bool {
-		first = cordonLeaseHolder(t, c, "default", "opswire-cordon")
+		first = harness.LeaseHolder(c, "default", "opswire-cordon")
 		return replicas[first] != nil && replicas[first].Metric("opswire_leader") == 1
 	})
 	for i := range nodes {

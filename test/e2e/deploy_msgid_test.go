@@ -62,7 +62,7 @@ func TestDeployMsgIDSquatting(t *testing.T) {
 	w := harness.StartService(t, "watcher", harness.ServiceOptions{Config: cfg, Kubeconfig: cp.Kubeconfig, NATSURL: n.URL, ID: "w1", Env: env("watcher")})
 	w.WaitReady(t, 60*time.Second)
 	cl := harness.StartService(t, "cleanup", harness.ServiceOptions{Config: cfg, Kubeconfig: cleanupKubeconfig(t, cp), NATSURL: n.URL, ID: "a", Env: env("cleanup")})
-	waitLeader(t, cp, map[string]*harness.Process{"a": cl})
+	harness.WaitLeader(t, cp.Client, "default", "opswire-cleanup", map[string]*harness.Process{"a": cl})
 	nt := harness.StartService(t, "notifier", harness.ServiceOptions{Config: cfg, NATSURL: n.URL, ID: "notifier-a", Env: env("notifier")})
 	nt.WaitReady(t, 60*time.Second)
 
@@ -87,7 +87,7 @@ func TestDeployMsgIDSquatting(t *testing.T) {
 	}
 
 	evict(t, cp, p)
-	harness.Eventually(t, 10*time.Second, "evicted pod deleted", func() bool { return !podExists(t, cp, "apps", "victim") })
+	harness.Eventually(t, 10*time.Second, "evicted pod deleted", func() bool { return !harness.PodExists(t, cp.Client, "apps", "victim") })
 
 	// Cleanup's record is in OPS, on its subject, with its id (read as audit).
 	a := connectAs(t, n, "audit", pw["audit"])
@@ -109,14 +109,14 @@ func TestDeployMsgIDSquatting(t *testing.T) {
 		t.Errorf("stored ce-id %q, want %q", got, id)
 	}
 	t.Logf("cleanup's record: seq %d, Nats-Msg-Id %q", stored.Sequence, stored.Header.Get(envelope.HeaderMsgID))
-	if v := metricValue(t, cl, `opswire_publish_suppressed_total{result="foreign"}`); v != 1 {
+	if v := cl.Metric(`opswire_publish_suppressed_total{result="foreign"}`); v != 1 {
 		t.Errorf("cleanup's opswire_publish_suppressed_total{result=\"foreign\"} = %v, want 1", v)
 	}
 
 	// The notifier: the real decision delivered once, the forgery terminated.
 	harness.Eventually(t, 20*time.Second, "the decision delivered and the forgery terminated", func() bool {
 		distinct, _ := hook.counts()
-		return distinct >= 1 && metricValue(t, nt, `opswire_notifier_messages_total{consumer="audit",result="malformed"}`) == 1
+		return distinct >= 1 && nt.Metric(`opswire_notifier_messages_total{consumer="audit",result="malformed"}`) == 1
 	})
 	harness.Never(t, 3*time.Second, "the decision delivered twice", func() bool {
 		hook.mu.Lock()

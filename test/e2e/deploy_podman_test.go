@@ -100,11 +100,11 @@ func TestDeployImagesPodman(t *testing.T) {
 	actStart := time.Now()
 	cordonFill(t, c, "img-a", 0, 6) // maxPods is 5
 	harness.Eventually(t, 30*time.Second, "img-a cordoned by the cordon container", func() bool {
-		a := cordonGetNode(t, c, "img-a")
+		a := harness.GetNode(t, c, "img-a")
 		return a.Spec.Unschedulable && cordonMarked(a)
 	})
 	t.Logf("6 pods created -> img-a cordoned: %s", time.Since(actStart).Round(time.Millisecond))
-	if b := cordonGetNode(t, c, "img-b"); b.Spec.Unschedulable || cordonMarked(b) {
+	if b := harness.GetNode(t, c, "img-b"); b.Spec.Unschedulable || cordonMarked(b) {
 		t.Fatal("img-b (no pods) cordoned")
 	}
 	if v := watcher.metric(t, "opswire_watcher_published_total"); v <= 0 {

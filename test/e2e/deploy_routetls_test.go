@@ -230,7 +230,7 @@ func TestDeployRouteTLS(t *testing.T) {
 	t.Logf("OPS leader re-elected over the TLS routes %v after the kill", time.Since(killedAt).Round(time.Millisecond))
 	harness.Eventually(t, 90*time.Second, "every evicted pod deleted", func() bool {
 		for i := range total {
-			if podExists(t, cp, "bulk", fmt.Sprintf("ev-%03d", i)) {
+			if harness.PodExists(t, cp.Client, "bulk", fmt.Sprintf("ev-%03d", i)) {
 				return false
 			}
 		}

@@ -97,7 +97,7 @@ func TestDeployRunLocal(t *testing.T) {
 	if msg.Subject != "ops.local.cordon.dryrun.run-node" {
 		t.Fatalf("got %s, want the dry-run decision ops.local.cordon.dryrun.run-node", msg.Subject)
 	}
-	if n := cordonGetNode(t, cp.Client, "run-node"); n.Spec.Unschedulable {
+	if n := harness.GetNode(t, cp.Client, "run-node"); n.Spec.Unschedulable {
 		t.Fatal("make run is dry-run by default, but the node was cordoned")
 	}
 	if !strings.Contains(out.String(), "watcher  | ") || !strings.Contains(out.String(), "cordon   | ") {

@@ -103,7 +103,7 @@ func TestFaultAPIServerRestart(t *testing.T) {
 	// are changes KUBE converges to as well.
 	harness.Eventually(t, 30*time.Second, "the 5 pods evicted during the outage deleted", func() bool {
 		for i := range 5 {
-			if podExists(t, cp, "default", fmt.Sprintf("late-%d", i)) {
+			if harness.PodExists(t, cp.Client, "default", fmt.Sprintf("late-%d", i)) {
 				return false
 			}
 		}
@@ -149,7 +149,7 @@ func TestFaultAPIServerRestart(t *testing.T) {
 	w = harness.StartService(t, "watcher", harness.ServiceOptions{Config: cfg, Kubeconfig: wpx.Kubeconfig(t, cp.Kubeconfig), NATSURL: n.URL, ID: "w2",
 		Env: []string{"KUBE_FEATURE_WatchListClient=false"}})
 	w.WaitReady(t, 60*time.Second)
-	harness.Eventually(t, 30*time.Second, "w2 to lead", func() bool { return leaseHolder(t, cp, "default", "opswire-watcher") == "w2" })
+	harness.Eventually(t, 30*time.Second, "w2 to lead", func() bool { return harness.LeaseHolder(cp.Client, "default", "opswire-watcher") == "w2" })
 	waitConverged(t, cp, n.JS, time.Now(), 30*time.Second)
 	// Frozen first, then cut: the watches end cleanly
 	// (as an API server ends them) and nothing after that reaches the frozen

@@ -156,7 +156,7 @@ notifier:
 	hook.down.Store(false)
 	up := time.Now()
 	harness.Eventually(t, 60*time.Second, "every result on both receivers", func() bool {
-		return len(hook.received()) >= total && cardEvents(t, bots.Cards("fault-bot-token-6b1")) >= total
+		return len(hook.received()) >= total && harness.CardResults(t, bots.Cards("fault-bot-token-6b1")) >= total
 	})
 	delivered := time.Since(up)
 	waitSettled(t, n.JS, 30*time.Second)
@@ -179,7 +179,7 @@ notifier:
 	for _, c := range seen {
 		dup += c - 1
 	}
-	cards := cardEvents(t, bots.Cards("fault-bot-token-6b1"))
+	cards := harness.CardResults(t, bots.Cards("fault-bot-token-6b1"))
 	t.Logf("receivers down %v (%d Feishu attempts refused); %d results delivered %v after they came back: webhook %d events (%d duplicates), Feishu %d cards for %d events",
 		up.Sub(down).Round(time.Millisecond), refused, total, delivered.Round(time.Millisecond), len(got), dup, len(bots.Cards("fault-bot-token-6b1")), cards)
 	if len(seen) != total || dup != 0 || cards != total {

@@ -134,5 +134,5 @@ func deletePodNow(t *testing.T, cp *harness.ControlPlane, ns, name string) {
 	if err := cp.Client.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatalf("delete %s/%s: %v", ns, name, err)
 	}
-	forceGone(t, cp, ns, name)
+	harness.WaitPodGone(t, cp.Client, ns, name, 10*time.Second)
 }

@@ -105,7 +105,7 @@ notifier:
 		if svc == "notifier" {
 			return notifierLeaseHolder(n.JS, "e2e")
 		}
-		return leaseHolder(t, cp, "default", "opswire-"+svc)
+		return harness.LeaseHolder(cp.Client, "default", "opswire-"+svc)
 	}
 	// kill SIGKILLs the service's current leader once it is settled and
 	// returns the standby's id and the kill time; took measures the takeover.
@@ -160,7 +160,7 @@ notifier:
 			if killedCleanup != "" {
 				return
 			}
-			if leaseHolder(t, cp, "default", "opswire-cleanup") != id {
+			if harness.LeaseHolder(cp.Client, "default", "opswire-cleanup") != id {
 				t.Errorf("cleanup replica %s deleted a pod without holding the lease", id)
 			}
 			procs["cleanup"][id].Kill()
@@ -186,7 +186,7 @@ notifier:
 	took := waitTakeover("cleanup", cleanupStandby, at)
 	harness.Eventually(t, 30*time.Second, "the 5 evicted pods deleted", func() bool {
 		for i := range 5 {
-			if podExists(t, cp, "apps", fmt.Sprintf("ev-%d", i)) {
+			if harness.PodExists(t, cp.Client, "apps", fmt.Sprintf("ev-%d", i)) {
 				return false
 			}
 		}
@@ -208,7 +208,7 @@ notifier:
 	standby, at = kill("cordon")
 	cordonFill(t, cp.Client, "worker-a", 0, 6)
 	took = waitTakeover("cordon", standby, at)
-	harness.Eventually(t, 30*time.Second, "worker-a cordoned", func() bool { return cordonGetNode(t, cp.Client, "worker-a").Spec.Unschedulable })
+	harness.Eventually(t, 30*time.Second, "worker-a cordoned", func() bool { return harness.GetNode(t, cp.Client, "worker-a").Spec.Unschedulable })
 	figures = append(figures, figure{"cordon", took, time.Since(at)})
 
 	// report: the standby answers an on-demand report request.

@@ -98,7 +98,7 @@ sendReport:
 	for _, svc := range services {
 		harness.Eventually(t, 30*time.Second, svc+" leader", func() bool {
 			l := leading(svc)
-			return len(l) == 1 && leaseHolder(t, cp, "default", "opswire-"+svc) == l[0]
+			return len(l) == 1 && harness.LeaseHolder(cp.Client, "default", "opswire-"+svc) == l[0]
 		})
 		before[svc] = leading(svc)[0]
 	}
@@ -161,7 +161,7 @@ sendReport:
 	for _, svc := range services {
 		harness.Eventually(t, 60*time.Second, svc+" leader after the outage", func() bool {
 			l := leading(svc)
-			return len(l) == 1 && leaseHolder(t, cp, "default", "opswire-"+svc) == l[0]
+			return len(l) == 1 && harness.LeaseHolder(cp.Client, "default", "opswire-"+svc) == l[0]
 		})
 		after[svc], took[svc] = leading(svc)[0], time.Since(back)
 	}
@@ -174,13 +174,13 @@ sendReport:
 	requestReport(t, n, "e2e")
 	harness.Eventually(t, 60*time.Second, "the 3 evicted pods deleted", func() bool {
 		for i := range 3 {
-			if podExists(t, cp, "apps", fmt.Sprintf("ev-%d", i)) {
+			if harness.PodExists(t, cp.Client, "apps", fmt.Sprintf("ev-%d", i)) {
 				return false
 			}
 		}
 		return true
 	})
-	harness.Eventually(t, 60*time.Second, "worker-a cordoned", func() bool { return cordonGetNode(t, cp.Client, "worker-a").Spec.Unschedulable })
+	harness.Eventually(t, 60*time.Second, "worker-a cordoned", func() bool { return harness.GetNode(t, cp.Client, "worker-a").Spec.Unschedulable })
 	waitConverged(t, cp, n.JS, back, 60*time.Second)
 	harness.Never(t, 2*time.Second, "two leaders of one service", func() bool {
 		for _, svc := range services {
@@ -239,12 +239,12 @@ sendReport:
 	for _, svc := range []string{"cleanup", "cordon"} {
 		harness.Eventually(t, 30*time.Second, svc+" standby to take over from the cut-off leader", func() bool {
 			l := leading(svc)
-			return len(l) == 1 && l[0] != after[svc] && leaseHolder(t, cp, "default", "opswire-"+svc) == l[0]
+			return len(l) == 1 && l[0] != after[svc] && harness.LeaseHolder(cp.Client, "default", "opswire-"+svc) == l[0]
 		})
 		takeover[svc] = time.Since(cutAt)
 	}
 	evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("apps", "ev-cut", "worker-c")))
-	harness.Eventually(t, 60*time.Second, "apps/ev-cut deleted by the new leader", func() bool { return !podExists(t, cp, "apps", "ev-cut") })
+	harness.Eventually(t, 60*time.Second, "apps/ev-cut deleted by the new leader", func() bool { return !harness.PodExists(t, cp.Client, "apps", "ev-cut") })
 	for _, svc := range []string{"cleanup", "cordon"} {
 		proxies[after[svc]].Restore()
 	}

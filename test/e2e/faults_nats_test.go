@@ -103,7 +103,7 @@ func TestFaultNATSLeaderKilled(t *testing.T) {
 	election := time.Since(killedAt)
 	harness.Eventually(t, 90*time.Second, "all 100 pods deleted", func() bool {
 		for i := range total {
-			if podExists(t, cp, "bulk", fmt.Sprintf("ev-%03d", i)) {
+			if harness.PodExists(t, cp.Client, "bulk", fmt.Sprintf("ev-%03d", i)) {
 				return false
 			}
 		}
@@ -162,7 +162,7 @@ func TestFaultNATSLeaderKilled(t *testing.T) {
 	})
 	t.Logf("%s caught up on KUBE and OPS %v after its restart", cl.Names()[killed], time.Since(restarted).Round(time.Millisecond))
 	evict(t, cp, harness.CreatePod(t, cp.Client, harness.Pod("bulk", "after", "worker-0")))
-	harness.Eventually(t, 30*time.Second, "a pod evicted after the restart deleted", func() bool { return !podExists(t, cp, "bulk", "after") })
+	harness.Eventually(t, 30*time.Second, "a pod evicted after the restart deleted", func() bool { return !harness.PodExists(t, cp.Client, "bulk", "after") })
 
 	// The whole cluster stopped for the 30 s (OPSWIRE_FAULT_OUTAGE=10s
 	// for a shorter one while developing), pods evicted meanwhile, then
@@ -192,7 +192,7 @@ func TestFaultNATSLeaderKilled(t *testing.T) {
 	started := time.Now()
 	harness.Eventually(t, 120*time.Second, "the pods evicted while NATS was down deleted", func() bool {
 		for i := range 5 {
-			if podExists(t, cp, "bulk", fmt.Sprintf("dark-%d", i)) {
+			if harness.PodExists(t, cp.Client, "bulk", fmt.Sprintf("dark-%d", i)) {
 				return false
 			}
 		}

@@ -52,10 +52,10 @@ func TestFaultOPSFull(t *testing.T) {
 	s.feishu.SetDown(false)
 	n := lost()
 	harness.Eventually(t, 90*time.Second, "the rest delivered to Feishu", func() bool {
-		return cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d")) >= total-int(n)
+		return harness.CardResults(t, s.feishu.Cards("e2e-bot-token-5f1d")) >= total-int(n)
 	})
 	waitSettled(t, s.n.JS, 30*time.Second)
-	got := cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d"))
+	got := harness.CardResults(t, s.feishu.Cards("e2e-bot-token-5f1d"))
 	t.Logf("OPS MaxBytes 256 KiB, %d results published with Feishu down: stream dropped %d (first seq %d), the notifier counted %v lost (backlog %v, fill %.2f); %d delivered after Feishu came back; webhook lost %v",
 		total, first-1, first, n, backlog, fill, got, p.Metric(`opswire_notifier_ops_lost_undelivered_total{receiver="audit"}`))
 	if got+int(n) != total {
@@ -117,11 +117,11 @@ func TestFaultOPSFullNotifierDown(t *testing.T) {
 		t.Fatal("no error log for the lost messages")
 	}
 	harness.Eventually(t, 120*time.Second, "every message delivered or counted lost, per receiver", func() bool {
-		return cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d"))+lost("ops-feishu") >= total &&
+		return harness.CardResults(t, s.feishu.Cards("e2e-bot-token-5f1d"))+lost("ops-feishu") >= total &&
 			hookDistinct(s)+lost("audit") >= total
 	})
 	waitSettled(t, s.n.JS, 30*time.Second)
-	cards := cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d"))
+	cards := harness.CardResults(t, s.feishu.Cards("e2e-bot-token-5f1d"))
 	hook, dup := s.hook.counts()
 	t.Logf("OPS MaxBytes 256 KiB: %d published, %d held by the stopped replica; first seq %d when the next started; Feishu delivered %d + counted lost %d, webhook delivered %d + counted lost %d",
 		total, 20, info.State.FirstSeq, cards, lost("ops-feishu"), hook, lost("audit"))

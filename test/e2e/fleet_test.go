@@ -426,7 +426,7 @@ func TestFleetLinkCut(t *testing.T) {
 	during := b.evictPods(t, "during-b", 1)[0]
 	harness.Eventually(t, 30*time.Second, "a acting with its link cut: its pods deleted, the decisions in its own OPS", func() bool {
 		for _, p := range dark {
-			if podExists(t, a.cp, "shop", p) {
+			if harness.PodExists(t, a.cp.Client, "shop", p) {
 				return false
 			}
 		}
@@ -514,7 +514,7 @@ func TestFleetLinkCut(t *testing.T) {
 	for c, pods := range down {
 		harness.Eventually(t, 30*time.Second, c+" acting with the hub down", func() bool {
 			for _, p := range pods {
-				if podExists(t, f.edges[c].cp, "shop", p) {
+				if harness.PodExists(t, f.edges[c].cp.Client, "shop", p) {
 					return false
 				}
 			}

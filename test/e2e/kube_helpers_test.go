@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opswire/opswire/shared/events"
@@ -134,15 +133,6 @@ func getLast(n *harness.NATS, subj string) (*jetstream.RawStreamMsg, error) {
 		return nil, err
 	}
 	return st.GetLastMsgForSubject(ctx, subj)
-}
-
-// forceGone waits until a pod no longer exists in the API.
-func forceGone(t *testing.T, cp *harness.ControlPlane, ns, name string) {
-	t.Helper()
-	harness.Eventually(t, 10*time.Second, ns+"/"+name+" gone", func() bool {
-		_, err := cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
-	})
 }
 
 // httpStatus returns the status code of a GET, or 0 on a transport error.

@@ -103,14 +103,14 @@ notifier:
 
 	// One card per cluster at the catch-all bot, only b's at b's bot.
 	all := cardsByCluster(t, feishu.Cards(fleetTokAll))
-	if len(all["a"]) != 1 || len(all["b"]) != 1 || cardEvents(t, all["a"]) != 20 || cardEvents(t, all["b"]) != 30 {
+	if len(all["a"]) != 1 || len(all["b"]) != 1 || harness.CardResults(t, all["a"]) != 20 || harness.CardResults(t, all["b"]) != 30 {
 		t.Errorf("catch-all bot: %d cards of a (%d events), %d of b (%d events); want one card each with 20 and 30",
-			len(all["a"]), cardEvents(t, all["a"]), len(all["b"]), cardEvents(t, all["b"]))
+			len(all["a"]), harness.CardResults(t, all["a"]), len(all["b"]), harness.CardResults(t, all["b"]))
 	}
 	onlyB := cardsByCluster(t, feishu.Cards(fleetTokB))
-	if len(onlyB["a"]) != 0 || len(onlyB["b"]) != 1 || cardEvents(t, onlyB["b"]) != 30 {
+	if len(onlyB["a"]) != 0 || len(onlyB["b"]) != 1 || harness.CardResults(t, onlyB["b"]) != 30 {
 		t.Errorf("clusters [b] bot: %d cards of a, %d of b (%d events); want none of a, one of b with 30",
-			len(onlyB["a"]), len(onlyB["b"]), cardEvents(t, onlyB["b"]))
+			len(onlyB["a"]), len(onlyB["b"]), harness.CardResults(t, onlyB["b"]))
 	}
 	for _, c := range []string{"a", "b"} {
 		if len(all[c]) > 0 {
@@ -173,7 +173,7 @@ notifier:
 		t.Fatalf("replay of b = %v, want b's 30 delivered in 1 card", res)
 	}
 	late := cardsByCluster(t, feishu.Cards(fleetTokDLQ))
-	if len(late["a"]) != 1 || len(late["b"]) != 1 || cardEvents(t, late["a"]) != 20 || cardEvents(t, late["b"]) != 30 {
+	if len(late["a"]) != 1 || len(late["b"]) != 1 || harness.CardResults(t, late["a"]) != 20 || harness.CardResults(t, late["b"]) != 30 {
 		t.Errorf("replayed cards: %d of a, %d of b; want one each with 20 and 30", len(late["a"]), len(late["b"]))
 	}
 	if res := replay("a"); res["deadLetters"] != float64(0) || res["delivered"] != float64(0) {

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,22 +70,6 @@ func (w *webhookRecorder) counts() (distinct, dup int) {
 		}
 	}
 	return len(w.ids), dup
-}
-
-var cardCount = regexp.MustCompile(`\*\*(\d+)\*\* cleanup results`)
-
-// cardEvents sums the "**N** cleanup results" counts of accepted cards.
-func cardEvents(t *testing.T, cards []*feishutest.Card) int {
-	total := 0
-	for _, c := range cards {
-		m := cardCount.FindStringSubmatch(c.Text())
-		if m == nil {
-			t.Fatalf("card without a count:\n%s", c.Text())
-		}
-		n, _ := strconv.Atoi(m[1])
-		total += n
-	}
-	return total
 }
 
 // notifierSetup is one notifier under test with its receivers.

@@ -57,7 +57,7 @@ func activeOf(t *testing.T, a, b *harness.Process) (*harness.Process, *harness.P
 // "**N** cleanup results" totals and the webhook's event ids.
 func assertExactlyOnce(t *testing.T, s *notifierSetup, want int) {
 	t.Helper()
-	if got := cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d")); got != want {
+	if got := harness.CardResults(t, s.feishu.Cards("e2e-bot-token-5f1d")); got != want {
 		t.Errorf("cards account for %d events, want exactly %d", got, want)
 	}
 	if d, dup := s.hook.counts(); d != want || dup != 0 {
@@ -121,7 +121,7 @@ delException:
 	}
 	harness.Eventually(t, groupWait+60*time.Second, "500 events in cards and on the webhook", func() bool {
 		d, _ := s.hook.counts()
-		return d == total && cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d")) >= total
+		return d == total && harness.CardResults(t, s.feishu.Cards("e2e-bot-token-5f1d")) >= total
 	})
 	waitSettled(t, s.n.JS, 30*time.Second)
 	assertExactlyOnce(t, s, total)
@@ -159,7 +159,7 @@ func TestNotifierReplicasSIGTERMMidRequest(t *testing.T) {
 	if took := time.Since(stopped); took < time.Second {
 		t.Errorf("shutdown took %v: it did not wait for the request in flight", took)
 	}
-	if got := cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d")); got == 0 {
+	if got := harness.CardResults(t, s.feishu.Cards("e2e-bot-token-5f1d")); got == 0 {
 		t.Fatalf("the card in flight was not accepted before the exit")
 	}
 	if !strings.Contains(active.Logs(), "lease released") {
@@ -170,7 +170,7 @@ func TestNotifierReplicasSIGTERMMidRequest(t *testing.T) {
 	publishCleanups(t, s.n.JS, 100, 50)
 	harness.Eventually(t, 60*time.Second, "all 150 events delivered", func() bool {
 		d, _ := s.hook.counts()
-		return d == 150 && cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d")) >= 150
+		return d == 150 && harness.CardResults(t, s.feishu.Cards("e2e-bot-token-5f1d")) >= 150
 	})
 	waitSettled(t, s.n.JS, 30*time.Second)
 	assertExactlyOnce(t, s, 150)
@@ -264,7 +264,7 @@ func TestNotifierDeadLetterStreamOutageAndReplay(t *testing.T) {
 	if res["delivered"] != float64(n) || res["failed"] != float64(0) {
 		t.Fatalf("replay = %v, want %d delivered", res, n)
 	}
-	if got := cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d")); got != n {
+	if got := harness.CardResults(t, s.feishu.Cards("e2e-bot-token-5f1d")); got != n {
 		t.Errorf("cards account for %d events after the replay, want %d", got, n)
 	}
 	if got := dlqCount(); got != 0 {
@@ -274,7 +274,7 @@ func TestNotifierDeadLetterStreamOutageAndReplay(t *testing.T) {
 	if res["delivered"] != float64(0) || res["deadLetters"] != float64(0) {
 		t.Errorf("second replay = %v, want nothing to do", res)
 	}
-	if got := cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d")); got != n {
+	if got := harness.CardResults(t, s.feishu.Cards("e2e-bot-token-5f1d")); got != n {
 		t.Errorf("cards account for %d events after a second replay, want still %d", got, n)
 	}
 	if d, dup := s.hook.counts(); d != n || dup != 0 {

@@ -23,7 +23,7 @@ func TestNotifierBurst(t *testing.T) {
 
 	harness.Eventually(t, 60*time.Second, "500 events on the webhook and in cards", func() bool {
 		distinct, _ := s.hook.counts()
-		return distinct == 500 && cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d")) == 500
+		return distinct == 500 && harness.CardResults(t, s.feishu.Cards("e2e-bot-token-5f1d")) == 500
 	})
 	waitSettled(t, s.n.JS, 20*time.Second)
 	cards := s.feishu.Cards("e2e-bot-token-5f1d")
@@ -33,7 +33,7 @@ func TestNotifierBurst(t *testing.T) {
 	if _, dup := s.hook.counts(); dup != 0 {
 		t.Errorf("%d events reached the webhook more than once", dup)
 	}
-	if got := cardEvents(t, cards); got != 500 {
+	if got := harness.CardResults(t, cards); got != 500 {
 		t.Errorf("cards account for %d events, want 500", got)
 	}
 	if v := s.feishu.RateViolations(); v != 0 {
@@ -72,10 +72,10 @@ func TestNotifierReceiverOutage(t *testing.T) {
 	time.Sleep(time.Until(downSince.Add(30 * time.Second)))
 	s.feishu.SetDown(false)
 	harness.Eventually(t, 60*time.Second, "all 100 events in cards after the outage", func() bool {
-		return cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d")) >= 100
+		return harness.CardResults(t, s.feishu.Cards("e2e-bot-token-5f1d")) >= 100
 	})
 	waitSettled(t, s.n.JS, 20*time.Second)
-	if got := cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d")); got != 100 {
+	if got := harness.CardResults(t, s.feishu.Cards("e2e-bot-token-5f1d")); got != 100 {
 		t.Errorf("cards account for %d events, want exactly 100", got)
 	}
 	if d, dup := s.hook.counts(); d != 100 || dup != 0 {
@@ -134,7 +134,7 @@ func TestNotifierSIGKILLMidBurst(t *testing.T) {
 	harness.Eventually(t, 30*time.Second, "the standby active", func() bool { return standby.Metric("opswire_notifier_active") == 1 })
 	harness.Eventually(t, 60*time.Second, "all 500 events after the failover", func() bool {
 		d, _ := s.hook.counts()
-		return d == 500 && cardEvents(t, s.feishu.Cards("e2e-bot-token-5f1d")) >= 500
+		return d == 500 && harness.CardResults(t, s.feishu.Cards("e2e-bot-token-5f1d")) >= 500
 	})
 	waitSettled(t, s.n.JS, 30*time.Second)
 	assertExactlyOnce(t, s, 500)

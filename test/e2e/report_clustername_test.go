@@ -66,7 +66,7 @@ notifier:
 			waitRestarts(t, n, tc.name, "default", "crashy", 150)
 			ops := harness.CollectOps(t, n, "ops."+tc.name+".report.restarts")
 			r := startReport(t, n, cfg, kubeconfig, "r-"+tc.lease)
-			reportLeader(t, cp, "default", tc.lease+"-report", map[string]*harness.Process{"r-" + tc.lease: r})
+			harness.WaitLeader(t, cp.Client, "default", tc.lease+"-report", map[string]*harness.Process{"r-" + tc.lease: r})
 			harness.StartService(t, "notifier", harness.ServiceOptions{Config: cfg, NATSURL: n.URL, ID: "n-" + tc.lease}).
 				WaitReady(t, 60*time.Second)
 

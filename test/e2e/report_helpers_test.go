@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -66,22 +65,6 @@ func startReport(t *testing.T, n *harness.NATS, cfg, kubeconfig, id string) *har
 	p := harness.StartService(t, "report", harness.ServiceOptions{Config: cfg, Kubeconfig: kubeconfig, NATSURL: n.URL, ID: id})
 	p.WaitReady(t, 60*time.Second)
 	return p
-}
-
-// reportLeader waits until one of procs holds the report Lease and is ready.
-func reportLeader(t *testing.T, cp *harness.ControlPlane, ns, lease string, procs map[string]*harness.Process) (string, *harness.Process) {
-	t.Helper()
-	var id string
-	harness.Eventually(t, 30*time.Second, "a report leader", func() bool {
-		l, err := cp.Client.CoordinationV1().Leases(ns).Get(context.Background(), lease, metav1.GetOptions{})
-		if err != nil || l.Spec.HolderIdentity == nil {
-			return false
-		}
-		id = *l.Spec.HolderIdentity
-		p := procs[id]
-		return p != nil && httpStatus(p.HealthURL+"/readyz") == http.StatusOK
-	})
-	return id, procs[id]
 }
 
 // restartingPod creates a pod on node whose one container restarted

@@ -57,7 +57,7 @@ imageAlert:
 		"r1": startReport(t, n, cfg, kubeconfig, "r1"),
 		"r2": startReport(t, n, cfg, kubeconfig, "r2"),
 	}
-	leaderID, leader := reportLeader(t, cp, "default", "opswire-report", procs)
+	leaderID, leader := harness.WaitLeader(t, cp.Client, "default", "opswire-report", procs)
 	harness.Eventually(t, 30*time.Second, "three scheduled reports", func() bool { return len(scheduledReports(t, ops)) >= 3 })
 	for id, p := range procs {
 		if id == leaderID {
@@ -82,7 +82,7 @@ imageAlert:
 		before := len(scheduledReports(t, ops))
 		leader.Kill()
 		delete(procs, leaderID)
-		newID, _ := reportLeader(t, cp, "default", "opswire-report", procs)
+		newID, _ := harness.WaitLeader(t, cp.Client, "default", "opswire-report", procs)
 		if newID == leaderID {
 			t.Fatalf("lease still held by the killed replica")
 		}
@@ -184,7 +184,7 @@ func TestReportSeedConfig(t *testing.T) {
 	ops := harness.CollectOps(t, n, "ops.default.report.>")
 
 	p := startReport(t, n, cfg, kubeconfig, "seed")
-	reportLeader(t, cp, "kube-system", "ops-resource-controller-report", map[string]*harness.Process{"seed": p})
+	harness.WaitLeader(t, cp.Client, "kube-system", "ops-resource-controller-report", map[string]*harness.Process{"seed": p})
 	id := requestReport(t, n, "default")
 	r := restartReport(t, ops.WaitFor(t, 10*time.Second, "the requested report", func(m harness.Msg) bool { return m.ID == id }))
 	if r.Title != "pod重启次数过多" || r.Threshold != 100 || r.Mode != "total" || r.GroupBy != "pod" {
@@ -232,7 +232,7 @@ imageAlert:
 	waitRestarts(t, n, "e2e", "default", "stuck", 500)
 	ops := harness.CollectOps(t, n, subject.Ops("e2e", "report", "restarts"))
 	rp := startReport(t, n, cfg, kubeconfig, "r1")
-	reportLeader(t, cp, "default", "opswire-report", map[string]*harness.Process{"r1": rp})
+	harness.WaitLeader(t, cp.Client, "default", "opswire-report", map[string]*harness.Process{"r1": rp})
 	id := requestReport(t, n, "e2e")
 	r := restartReport(t, ops.WaitFor(t, 10*time.Second, "the requested report", func(m harness.Msg) bool { return m.ID == id }))
 	if len(r.Rows) != 1 || r.Rows[0].Pod != "stuck" || r.Rows[0].Restarts != 500 || len(r.Rows[0].Containers) != 1 {
@@ -266,7 +266,7 @@ imageAlert:
 	startWatcher(t, cp, n, cfg, "w1")
 	ops := harness.CollectOps(t, n, "ops.e2e.report.images.>")
 	p := startReport(t, n, cfg, kubeconfig, "r1")
-	reportLeader(t, cp, "default", "opswire-report", map[string]*harness.Process{"r1": p})
+	harness.WaitLeader(t, cp.Client, "default", "opswire-report", map[string]*harness.Process{"r1": p})
 
 	setImages(t, cp, node.Name, 50, 24) // 1200 bytes, 50 images: the kubelet's list may be cut
 	m := ops.WaitFor(t, 15*time.Second, "the threshold alert", func(m harness.Msg) bool { return m.Type == events.TypeImageAlert })
@@ -334,7 +334,7 @@ imageAlert:
 	waitRestarts(t, n, "e2e", "default", "crashy", 150)
 	waitRestarts(t, n, "e2e", "default", "calm", 5)
 	p := startReport(t, n, cfg, kubeconfig, "r1")
-	reportLeader(t, cp, "default", "opswire-report", map[string]*harness.Process{"r1": p})
+	harness.WaitLeader(t, cp.Client, "default", "opswire-report", map[string]*harness.Process{"r1": p})
 
 	// The tick: the first one at least 5 s away, so NATS goes down before it.
 	tick := time.Now().Add(5 * time.Second).Truncate(every).Add(every)

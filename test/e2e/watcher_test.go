@@ -136,10 +136,7 @@ func TestWatcherRestartLeavesNoDuplicatesOrGaps(t *testing.T) {
 	// While it is away: one pod created, one deleted (the node count nets out,
 	// its departure total grows by one), one pod's status changes.
 	harness.CreatePod(t, cp.Client, harness.Pod("default", "new", node.Name))
-	if err := cp.Client.CoreV1().Pods("default").Delete(ctx, "p-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-		t.Fatal(err)
-	}
-	forceGone(t, cp, "default", "p-0")
+	deletePodNow(t, cp, "default", "p-0")
 	p5, _ := cp.Client.CoreV1().Pods("default").Get(ctx, "p-5", metav1.GetOptions{})
 	harness.SetPodStatus(t, cp.Client, p5, func(s *corev1.PodStatus) { s.Phase = corev1.PodRunning })
 
@@ -206,9 +203,7 @@ func TestWatcherSurvivesNATSOutage(t *testing.T) {
 	if w.Exited() || !strings.Contains(w.Logs(), "nats disconnected") {
 		t.Fatalf("watcher did not ride out the outage (exited=%v)", w.Exited())
 	}
-	harness.Eventually(t, 10*time.Second, "watcher ready again", func() bool {
-		return httpStatus(w.HealthURL+"/readyz") == 200
-	})
+	harness.Eventually(t, 10*time.Second, "watcher ready again", w.Ready)
 }
 
 // TestWatcherGhostPodAfterTimedOutPublishes is issue 19's ghost pod: with
@@ -219,7 +214,6 @@ func TestWatcherSurvivesNATSOutage(t *testing.T) {
 func TestWatcherGhostPodAfterTimedOutPublishes(t *testing.T) {
 	cp := harness.StartControlPlane(t)
 	n := harness.StartNATS(t)
-	ctx := context.Background()
 	node := harness.CreateNode(t, cp.Client, harness.Node("worker-1", nil))
 	harness.CreatePod(t, cp.Client, harness.Pod("default", "stays", node.Name))
 	w := startWatcher(t, cp, n, harness.WriteConfig(t, watcherConfig+`
@@ -238,10 +232,7 @@ watcher:
 	harness.Eventually(t, 20*time.Second, "the ghost's publish to time out", func() bool {
 		return w.Metric(`opswire_watcher_publish_errors_total{kind="pod"}`) > errorsBefore
 	})
-	if err := cp.Client.CoreV1().Pods("default").Delete(ctx, "ghost", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-		t.Fatal(err)
-	}
-	forceGone(t, cp, "default", "ghost")
+	deletePodNow(t, cp, "default", "ghost")
 	errorsAfterDelete := w.Metric(`opswire_watcher_publish_errors_total{kind="pod"}`)
 	harness.Eventually(t, 20*time.Second, "a publish after the deletion to time out too", func() bool {
 		return w.Metric(`opswire_watcher_publish_errors_total{kind="pod"}`) > errorsAfterDelete

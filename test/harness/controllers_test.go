@@ -177,21 +177,21 @@ func TestRealControllersActOnFakeNodes(t *testing.T) {
 		lost := time.Now()
 		MakeUnreachable(t, c, "lost-1")
 		Eventually(t, 30*time.Second, "lost-1 Ready=Unknown and tainted unreachable (NoSchedule and NoExecute)", func() bool {
-			n := getNode(t, c, "lost-1")
-			return readyStatus(n) == corev1.ConditionUnknown &&
+			n := GetNode(t, c, "lost-1")
+			return NodeReady(n) == corev1.ConditionUnknown &&
 				hasTaint(n, corev1.TaintNodeUnreachable, corev1.TaintEffectNoSchedule) &&
 				hasTaint(n, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute)
 		})
 		t.Logf("lost-1 unreachable %v after MakeUnreachable (grace period 5s)", time.Since(lost).Round(time.Millisecond))
-		if r := readyCondition(getNode(t, c, "lost-1")); r.Reason != "NodeStatusUnknown" {
+		if r := readyCondition(GetNode(t, c, "lost-1")); r.Reason != "NodeStatusUnknown" {
 			t.Errorf("lost-1's Ready condition: %+v, want the controller's NodeStatusUnknown", r)
 		}
 		assertHealthy(t, c, "alive-1", "alive-2")
 
 		MakeReachable(t, c, "lost-1")
 		Eventually(t, 30*time.Second, "lost-1 Ready again and its taints lifted", func() bool {
-			n := getNode(t, c, "lost-1")
-			return readyStatus(n) == corev1.ConditionTrue && len(n.Spec.Taints) == 0
+			n := GetNode(t, c, "lost-1")
+			return NodeReady(n) == corev1.ConditionTrue && len(n.Spec.Taints) == 0
 		})
 	})
 
@@ -199,15 +199,15 @@ func TestRealControllersActOnFakeNodes(t *testing.T) {
 		for _, name := range []string{"done-1", "done-2"} {
 			SetPodStatus(t, c, CreatePod(t, c, Pod("apps", name, "alive-1")), func(s *corev1.PodStatus) { s.Phase = corev1.PodFailed })
 		}
-		Eventually(t, 30*time.Second, "done-1 deleted (PodGC looks every 20s)", func() bool { return !podExists(t, c, "apps", "done-1") })
-		if !podExists(t, c, "apps", "done-2") {
+		Eventually(t, 30*time.Second, "done-1 deleted (PodGC looks every 20s)", func() bool { return !PodExists(t, c, "apps", "done-1") })
+		if !PodExists(t, c, "apps", "done-2") {
 			t.Fatal("done-2 deleted too, with a threshold of 1")
 		}
 	})
 
 	t.Run("PodGC force-deletes a pod bound to a node that does not exist", func(t *testing.T) {
 		Eventually(t, 90*time.Second, "the orphan deleted (40s quarantine, 20s period)", func() bool {
-			return !podExists(t, c, "default", "orphan")
+			return !PodExists(t, c, "default", "orphan")
 		})
 		t.Logf("orphan deleted %v after the controllers started", time.Since(started).Round(time.Second))
 	})
@@ -215,10 +215,10 @@ func TestRealControllersActOnFakeNodes(t *testing.T) {
 	// By now the nodes outlived the grace periods many times over.
 	t.Run("nodes whose Leases are renewed stay as their kubelet left them", func(t *testing.T) {
 		assertHealthy(t, c, "alive-1", "alive-2", "lost-1")
-		if n := getNode(t, c, "never-ready"); len(n.Status.Conditions) != 0 || len(n.Spec.Taints) != 0 {
+		if n := GetNode(t, c, "never-ready"); len(n.Status.Conditions) != 0 || len(n.Spec.Taints) != 0 {
 			t.Errorf("never-ready, whose Lease is renewed, got conditions %v and taints %v", n.Status.Conditions, n.Spec.Taints)
 		}
-		n := getNode(t, c, "never-ready-silent")
+		n := GetNode(t, c, "never-ready-silent")
 		if r := readyCondition(n); r.Status != corev1.ConditionUnknown || r.Reason != "NodeStatusNeverUpdated" ||
 			!hasTaint(n, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute) {
 			t.Errorf("never-ready-silent, without a Lease: Ready %+v, taints %v; want Unknown (NodeStatusNeverUpdated) and unreachable",
@@ -246,24 +246,6 @@ func listPods(t *testing.T, c kubernetes.Interface, ns, selector string) []corev
 	return l.Items
 }
 
-func podExists(t *testing.T, c kubernetes.Interface, ns, name string) bool {
-	t.Helper()
-	_, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
-	return err == nil
-}
-
-func getNode(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
-	t.Helper()
-	n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 func readyCondition(n *corev1.Node) corev1.NodeCondition {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
@@ -272,8 +254,6 @@ func readyCondition(n *corev1.Node) corev1.NodeCondition {
 	}
 	return corev1.NodeCondition{}
 }
-
-func readyStatus(n *corev1.Node) corev1.ConditionStatus { return readyCondition(n).Status }
 
 func hasTaint(n *corev1.Node, key string, effect corev1.TaintEffect) bool {
 	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key && t.Effect == effect })
@@ -284,7 +264,7 @@ func hasTaint(n *corev1.Node, key string, effect corev1.TaintEffect) bool {
 func assertHealthy(t *testing.T, c kubernetes.Interface, names ...string) {
 	t.Helper()
 	for _, name := range names {
-		n := getNode(t, c, name)
+		n := GetNode(t, c, name)
 		if r := readyCondition(n); r.Status != corev1.ConditionTrue || len(n.Spec.Taints) > 0 {
 			t.Errorf("%s: Ready %s (%s), taints %v; want Ready and untainted", name, r.Status, r.Reason, n.Spec.Taints)
 		}

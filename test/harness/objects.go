@@ -3,8 +3,10 @@ package harness
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -49,6 +51,47 @@ func CreateNode(t testing.TB, c kubernetes.Interface, n *corev1.Node) *corev1.No
 	})
 }
 
+// GetNode reads a node, failing the test when it cannot.
+func GetNode(t testing.TB, c kubernetes.Interface, name string) *corev1.Node {
+	t.Helper()
+	n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get node %s: %v", name, err)
+	}
+	return n
+}
+
+// NodeReady is the status of a node's Ready condition ("" when it has none).
+func NodeReady(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// UpdateNode changes a node's spec or metadata (a taint, a label, the
+// unschedulable flag, as a person or a controller would), retrying on
+// conflicts.
+func UpdateNode(t testing.TB, c kubernetes.Interface, name string, mutate func(*corev1.Node)) *corev1.Node {
+	t.Helper()
+	var out *corev1.Node
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		mutate(n)
+		out, err = c.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("update node %s: %v", name, err)
+	}
+	return out
+}
+
 // SetNodeStatus changes a node's status through the status subresource,
 // retrying on conflicts.
 func SetNodeStatus(t testing.TB, c kubernetes.Interface, name string, mutate func(*corev1.NodeStatus)) *corev1.Node {
@@ -77,6 +120,26 @@ func CreatePod(t testing.TB, c kubernetes.Interface, p *corev1.Pod) *corev1.Pod 
 		t.Fatalf("create pod %s/%s: %v", p.Namespace, p.Name, err)
 	}
 	return created
+}
+
+// PodExists reports whether a pod of that name is in the API, failing the
+// test on any error other than NotFound.
+func PodExists(t testing.TB, c kubernetes.Interface, namespace, name string) bool {
+	t.Helper()
+	_, err := c.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("get pod %s/%s: %v", namespace, name, err)
+	}
+	return err == nil
+}
+
+// WaitPodGone waits until the API answers NotFound for the pod.
+func WaitPodGone(t testing.TB, c kubernetes.Interface, namespace, name string, timeout time.Duration) {
+	t.Helper()
+	Eventually(t, timeout, namespace+"/"+name+" gone", func() bool {
+		_, err := c.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 }
 
 // SetPodStatus changes a pod's status through the status subresource,

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -109,18 +110,23 @@ func filteredEnv() []string {
 // WaitReady polls /readyz until it answers 200.
 func (p *Process) WaitReady(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	client := &http.Client{Timeout: time.Second}
 	Eventually(t, timeout, p.Name+" /readyz", func() bool {
 		if p.p.exited() {
 			t.Fatalf("%s exited (code %d):\n%s", p.Name, p.p.cmd.ProcessState.ExitCode(), tail(p.LogPath, 40))
 		}
-		resp, err := client.Get(p.HealthURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		return p.Ready()
 	})
+}
+
+// Ready reports whether /readyz answers 200 within a second.
+func (p *Process) Ready() bool {
+	client := &http.Client{Timeout: time.Second}
+	resp, err := client.Get(p.HealthURL + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // Stop sends SIGTERM and returns the exit code (-1 if it did not exit in 15 s).
@@ -138,28 +144,24 @@ func (p *Process) Logs() string {
 	return string(b)
 }
 
-// Metric scrapes /metrics and returns the value of the first sample whose line
-// starts with series (e.g. `opswire_watcher_published_total{kind="pod"}`), or -1.
+// Metric scrapes /metrics and returns the value of the sample named exactly
+// series, labels included (e.g. `opswire_watcher_published_total{kind="pod"}`),
+// or -1 when the process exports no such sample or cannot be scraped: tests
+// poll it across restarts, so an unreachable process reads as "not yet".
 func (p *Process) Metric(series string) float64 {
 	resp, err := http.Get(p.HealthURL + "/metrics")
 	if err != nil {
 		return -1
 	}
 	defer resp.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1
 	}
-	for _, line := range strings.Split(b.String(), "\n") {
-		if strings.HasPrefix(line, series+" ") {
-			v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, series)), 64)
-			if err == nil {
-				return v
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return f
 			}
 		}
 	}
