@@ -23,6 +23,7 @@ import (
 
 	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // memState is a State held in maps (the mirror's role).
@@ -68,15 +69,13 @@ func (s *memState) Nodes() []*events.NodeState {
 
 func waitGone(t *testing.T, c *fake.Clientset, name string, within time.Duration) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if _, err := c.CoreV1().Pods("apps").Get(context.Background(), name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			return time.Now()
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("%s not deleted within %v", name, within)
-	return time.Time{}
+	var gone time.Time
+	testkit.Eventually(t, within, name+" deleted", func() bool {
+		_, err := c.CoreV1().Pods("apps").Get(context.Background(), name, metav1.GetOptions{})
+		gone = time.Now()
+		return apierrors.IsNotFound(err)
+	})
+	return gone
 }
 
 // TestControllerSchedulesStuckPods: a pod that becomes due later is acted on
