@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 )
@@ -58,8 +59,8 @@ func TestRev3Delete409NoMarkThenSomeoneElseRemoves(t *testing.T) {
 	_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: t0}), Facts{Now: t0})
 	*now = t0.Add(2 * time.Second)
 	_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: *now}), Facts{Now: *now})
-	if deletes != 2 || len(in.msgs) != 2 {
-		t.Fatalf("setup: %d DELETEs, %d intents; want 2 and 2", deletes, len(in.msgs))
+	if deletes != 2 || len(in.Msgs) != 2 {
+		t.Fatalf("setup: %d DELETEs, %d intents; want 2 and 2", deletes, len(in.Msgs))
 	}
 	if removalPublished(r, VerbDeleted) {
 		t.Errorf("leader 1 published %v: a removal opswire did not do (its 409 DELETE committed no mark, the retry's re-read showed the pod unmarked, someone else removed it)", opsIDs(r))
@@ -97,8 +98,8 @@ func TestRev3Delete409MarkThenGoneBeforeRetryRead(t *testing.T) {
 	zero := int64(0)
 	state2 := pod(failed("Evicted"), deleting(t0), func(s *events.PodState) { s.DeletionGracePeriodSeconds = &zero })
 	_, _ = r.act.Handle(context.Background(), state2, testPolicy().Decide(state2, Facts{Now: *now}), Facts{Now: *now})
-	if len(in.answers) != 0 {
-		t.Fatalf("setup: %d answer records", len(in.answers))
+	if len(in.Answers) != 0 {
+		t.Fatalf("setup: %d answer records", len(in.Answers))
 	}
 	if !removalPublished(r, VerbDeleted) {
 		t.Errorf("leader 1 published %v: its own removal (the 409 DELETE's mark committed, the pod went within its horizon) is not audited by leader 1", opsIDs(r))
@@ -121,7 +122,7 @@ func TestRev3Delete409MarkThenGoneBeforeRetryRead(t *testing.T) {
 func TestRev3ForgetWhileJournaling(t *testing.T) {
 	r, in, now := answerRig(t, testPolicy(), true, livePod())
 	r.act.doubts.lateUntil("uid-1", t0.Add(time.Minute), t0)
-	r.act.cfg.Intents = &hookedIntents{intentRec: in, onRecord: func() {
+	r.act.cfg.Intents = &hookedIntents{Journal: in, onRecord: func() {
 		_ = r.client.Tracker().Delete(podsGVR, "apps", "web-1") // the earlier write lands
 		r.act.Forget("uid-1")                                   // the mirror sees the pod leave
 	}}
@@ -131,22 +132,22 @@ func TestRev3ForgetWhileJournaling(t *testing.T) {
 	*now = t0.Add(2 * time.Second)
 	state := pod(failed("Evicted"))
 	_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: *now}), Facts{Now: *now})
-	if len(in.msgs) != 1 {
-		t.Fatalf("setup: %d intents", len(in.msgs))
+	if len(in.Msgs) != 1 {
+		t.Fatalf("setup: %d intents", len(in.Msgs))
 	}
-	if !removalPublished(r, VerbDeleted) || len(in.answers) != 0 {
+	if !removalPublished(r, VerbDeleted) || len(in.Answers) != 0 {
 		t.Errorf("leader 1 published %v and stored %d answer records; want its own deleted (404 within the horizon of its earlier write), no record",
-			opsIDs(r), len(in.answers))
+			opsIDs(r), len(in.Answers))
 	}
 }
 
 type hookedIntents struct {
-	*intentRec
+	*actuatetest.Journal
 	onRecord func()
 }
 
 func (h *hookedIntents) Record(ctx context.Context, subj string, ev envelope.Event) bool {
-	ok := h.intentRec.Record(ctx, subj, ev)
+	ok := h.Journal.Record(ctx, subj, ev)
 	if h.onRecord != nil {
 		h.onRecord()
 		h.onRecord = nil
@@ -161,7 +162,7 @@ func (h *hookedIntents) Record(ctx context.Context, subj string, ev envelope.Eve
 // by a new leader, yet its write may still commit after the new leader's
 // recovery: never audited, not counted. The span must cover the horizon.
 func TestRev3HorizonWithinRecoverySpan(t *testing.T) {
-	act := NewActuator(nil, &recPub{}, record.NewFakeRecorder(1), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+	act := NewActuator(nil, &actuatetest.Publisher{}, record.NewFakeRecorder(1), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute), ServerRequestTimeout: 10 * time.Minute,
 	})
 	span := act.Recovery().ReadSpan(time.Minute)
@@ -208,22 +209,22 @@ func TestRev3LatestAttemptsWaitAfter409ThenRefused(t *testing.T) {
 			_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: t0}), Facts{Now: t0})
 			*now = t0.Add(tc.retry(r.act))
 			_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: *now}), Facts{Now: *now})
-			if deletes != 2 || len(in.msgs) != 2 {
-				t.Fatalf("setup: %d DELETEs, %d intents; want 2, 2", deletes, len(in.msgs))
+			if deletes != 2 || len(in.Msgs) != 2 {
+				t.Fatalf("setup: %d DELETEs, %d intents; want 2, 2", deletes, len(in.Msgs))
 			}
 			var stored []actuate.StoredIntent
-			for _, m := range append(append(in.msgs[:0:0], in.msgs...), in.answers...) {
+			for _, m := range append(append(in.Msgs[:0:0], in.Msgs...), in.Answers...) {
 				stored = append(stored, actuate.StoredIntent{Intent: decodeIntent(t, m)})
 			}
 			latest := actuate.LatestAttempts(stored)[0].Intent
 			*now = now.Add(5 * time.Second) // leader 1's term ends; leader 2
-			act2 := NewActuator(r.client, &recPub{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+			act2 := NewActuator(r.client, &actuatetest.Publisher{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 				Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 				Now: func() time.Time { return *now }, WindowNow: func() time.Time { return *now },
 			})
 			if ok, err := act2.Happened(context.Background(), latest); ok || err != nil {
 				t.Fatalf("leader 2's Happened(latest attempt, answered %q; %d answer records) = %v, %v; want false at once (the 409 committed nothing: the pod is unmarked; attempt 2 answered 403)",
-					latest.Answered, len(in.answers), ok, err)
+					latest.Answered, len(in.Answers), ok, err)
 			}
 		})
 	}

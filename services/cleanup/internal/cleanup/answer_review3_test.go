@@ -54,7 +54,7 @@ func earlyConflicts() []struct {
 
 func countPublished(r *actuatorRig, verb string) int {
 	n := 0
-	for _, m := range r.pub.all() {
+	for _, m := range r.pub.All() {
 		if strings.Contains(m.Subject, ".cleanup."+verb+".") {
 			n++
 		}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/events"
 )
 
@@ -37,18 +38,18 @@ import (
 // removal journaled in in: the latest attempt's intent as the recovery
 // folds the intents and answer records (actuate.LatestAttempts), checked by
 // a fresh actuator's Happened.
-func nextLeaderHappened(t *testing.T, r *actuatorRig, in *intentRec, now *time.Time) bool {
+func nextLeaderHappened(t *testing.T, r *actuatorRig, in *actuatetest.Journal, now *time.Time) bool {
 	t.Helper()
-	if len(in.msgs) == 0 {
+	if len(in.Msgs) == 0 {
 		t.Fatal("no intent journaled")
 	}
 	var stored []actuate.StoredIntent
-	for _, m := range append(append([]*nats.Msg{}, in.msgs...), in.answers...) {
+	for _, m := range append(append([]*nats.Msg{}, in.Msgs...), in.Answers...) {
 		stored = append(stored, actuate.StoredIntent{Intent: decodeIntent(t, m)})
 	}
 	latest := actuate.LatestAttempts(stored)[0].Intent
 	*now = now.Add(5 * time.Second)
-	act2 := NewActuator(r.client, &recPub{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+	act2 := NewActuator(r.client, &actuatetest.Publisher{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 		Now: func() time.Time { return *now }, WindowNow: func() time.Time { return *now },
 	})
@@ -61,7 +62,7 @@ func nextLeaderHappened(t *testing.T, r *actuatorRig, in *intentRec, now *time.T
 
 // removalPublished reports whether leader 1 published the removal (verb).
 func removalPublished(r *actuatorRig, verb string) bool {
-	for _, m := range r.pub.all() {
+	for _, m := range r.pub.All() {
 		if strings.Contains(m.Subject, ".cleanup."+verb+".") {
 			return true
 		}
@@ -70,18 +71,18 @@ func removalPublished(r *actuatorRig, verb string) bool {
 }
 
 // mustAudit fails unless leader 1 or the next leader audits the removal.
-func mustAudit(t *testing.T, r *actuatorRig, in *intentRec, now *time.Time, verb string) {
+func mustAudit(t *testing.T, r *actuatorRig, in *actuatetest.Journal, now *time.Time, verb string) {
 	t.Helper()
 	if removalPublished(r, verb) {
 		return
 	}
 	var why []string
-	for _, m := range in.answers {
+	for _, m := range in.Answers {
 		why = append(why, decodeIntent(t, m).Answered)
 	}
 	if !nextLeaderHappened(t, r, in, now) {
 		t.Fatalf("this removal is opswire's, yet leader 1 published no %s and the next leader's recovery takes it for not happened "+
-			"(%d intents, answer records %q): never audited, not counted", verb, len(in.msgs), why)
+			"(%d intents, answer records %q): never audited, not counted", verb, len(in.Msgs), why)
 	}
 }
 
@@ -145,12 +146,12 @@ func TestReviewCommittedFinalizerPatchThenRetryGone(t *testing.T) {
 	*now = t0.Add(2 * time.Second) // the retry
 	state2 := pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) { s.DeletionGracePeriodSeconds = &grace })
 	_, _ = r.act.Handle(context.Background(), state2, p.Decide(state2, Facts{Now: *now}), Facts{Now: *now})
-	if deletes != 2 || len(in.msgs) != 2 {
-		t.Fatalf("setup: %d DELETEs, %d intents; want 2 and 2", deletes, len(in.msgs))
+	if deletes != 2 || len(in.Msgs) != 2 {
+		t.Fatalf("setup: %d DELETEs, %d intents; want 2 and 2", deletes, len(in.Msgs))
 	}
-	if !removalPublished(r, VerbForceDeleted) || len(in.answers) != 0 {
+	if !removalPublished(r, VerbForceDeleted) || len(in.Answers) != 0 {
 		t.Errorf("leader 1 published %v and stored %d answer records; want its own forcedeleted (the retry's 404 within the horizon of its committed patch), no record",
-			opsIDs(r), len(in.answers))
+			opsIDs(r), len(in.Answers))
 	}
 	mustAudit(t, r, in, now, VerbForceDeleted)
 }
@@ -183,16 +184,16 @@ func TestReviewDelete409ThenRetryGone(t *testing.T) {
 	})
 	state := pod(failed("Evicted"))
 	d := testPolicy().Decide(state, Facts{Now: t0})
-	if out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); err != nil || !out.Retry || len(r.pub.all()) != 0 {
+	if out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); err != nil || !out.Retry || len(r.pub.All()) != 0 {
 		t.Fatalf("the 409: %+v, %v, OPS %v; want in doubt: looked at again, nothing published", out, err, opsIDs(r))
 	}
 	*now = t0.Add(2 * time.Second)
 	zero := int64(0)
 	state2 := pod(failed("Evicted"), deleting(t0), func(s *events.PodState) { s.DeletionGracePeriodSeconds = &zero })
 	_, _ = r.act.Handle(context.Background(), state2, testPolicy().Decide(state2, Facts{Now: *now}), Facts{Now: *now})
-	if !removalPublished(r, VerbDeleted) || len(in.answers) != 0 || deletes != 2 || r.act.cfg.Limiter.Len(*now) != 1 {
+	if !removalPublished(r, VerbDeleted) || len(in.Answers) != 0 || deletes != 2 || r.act.cfg.Limiter.Len(*now) != 1 {
 		t.Errorf("leader 1 published %v, stored %d answer records, sent %d DELETEs, holds %d slots; want its own deleted, no record, two DELETEs, one slot",
-			opsIDs(r), len(in.answers), deletes, r.act.cfg.Limiter.Len(*now))
+			opsIDs(r), len(in.Answers), deletes, r.act.cfg.Limiter.Len(*now))
 	}
 	mustAudit(t, r, in, now, VerbDeleted)
 }

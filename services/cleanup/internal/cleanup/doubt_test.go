@@ -65,7 +65,7 @@ var lostAnswers = map[string]error{
 // opsIDs lists the Nats-Msg-Ids published.
 func opsIDs(r *actuatorRig) []string {
 	var ids []string
-	for _, m := range r.pub.all() {
+	for _, m := range r.pub.All() {
 		ids = append(ids, m.Header.Get(nats.MsgIdHdr))
 	}
 	return ids
@@ -91,7 +91,7 @@ func TestActuatorDeleteAnswerLost(t *testing.T) {
 			state := pod(failed("Evicted"))
 			d := testPolicy().Decide(state, Facts{Now: t0})
 			out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
-			if err != nil || out.RequeueAfter <= 0 || len(r.pub.all()) != 0 || len(r.eventsSeen()) != 0 || w.Len(t0) != 1 {
+			if err != nil || out.RequeueAfter <= 0 || len(r.pub.All()) != 0 || len(r.eventsSeen()) != 0 || w.Len(t0) != 1 {
 				t.Fatalf("first visit: %+v %v, OPS %v, window %d; want a visit again, nothing published, the slot kept",
 					out, err, opsIDs(r), w.Len(t0))
 			}
@@ -108,7 +108,7 @@ func TestActuatorDeleteAnswerLost(t *testing.T) {
 				t.Fatalf("%d DELETEs, want 1", n)
 			}
 			r.act.Handle(context.Background(), state, d, Facts{Now: t0}) // settled: nothing more
-			if len(r.pub.all()) != 1 {
+			if len(r.pub.All()) != 1 {
 				t.Fatalf("a third visit published again: %v", opsIDs(r))
 			}
 		})

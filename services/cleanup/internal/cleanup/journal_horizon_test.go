@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 )
 
 // TestIntentEventInDoubtAcrossTermEnd is TestDeleteInDoubtAcrossTermEnd
@@ -33,7 +34,7 @@ func TestIntentEventInDoubtAcrossTermEnd(t *testing.T) {
 	now := t0
 	r.act.cfg.WindowNow = func() time.Time { return now }
 	r.act.cfg.Now = func() time.Time { return now }
-	r.act.cfg.Intents = &intentRec{stored: false} // NATS is away
+	r.act.cfg.Intents = actuatetest.NewJournal(false) // NATS is away
 	// The API server sets an Event's creationTimestamp (the fake does not).
 	r.client.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		a.(k8stesting.CreateAction).GetObject().(*corev1.Event).CreationTimestamp = metav1.NewTime(now)
@@ -49,7 +50,7 @@ func TestIntentEventInDoubtAcrossTermEnd(t *testing.T) {
 	}
 	// Leader 1's term ends. Leader 2, 20 s after the write.
 	now = t0.Add(20 * time.Second)
-	act2 := NewActuator(r.client, &recPub{}, record.NewFakeRecorder(100), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+	act2 := NewActuator(r.client, &actuatetest.Publisher{}, record.NewFakeRecorder(100), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 		Now: func() time.Time { return now }, WindowNow: func() time.Time { return now },
 	})

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 )
@@ -134,7 +135,7 @@ func TestActuatorDeleteInDoubtUntilHorizon(t *testing.T) {
 			out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
 			visits := 1
 			for now.Before(horizon) {
-				if err != nil || again(out) <= 0 || len(r.pub.all()) != 0 || w.Len(now) != 1 || r.countDeletes() != 1 {
+				if err != nil || again(out) <= 0 || len(r.pub.All()) != 0 || w.Len(now) != 1 || r.countDeletes() != 1 {
 					t.Fatalf("visit %d at +%s: %+v %v, OPS %v, window %d, %d DELETEs; want in doubt: a visit again, nothing published, the slot kept, 1 DELETE",
 						visits, now.Sub(t0), out, err, opsIDs(r), w.Len(now), r.countDeletes())
 				}
@@ -172,7 +173,7 @@ func TestActuatorForceDeleteMarkedInDoubt(t *testing.T) {
 	d := testPolicy().Decide(state, Facts{Now: t0})
 	for i := 0; i < 2; i++ {
 		out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
-		if err != nil || again(out) <= 0 || len(r.pub.all()) != 0 {
+		if err != nil || again(out) <= 0 || len(r.pub.All()) != 0 {
 			t.Fatalf("visit %d: %+v %v, OPS %v; want in doubt", i+1, out, err, opsIDs(r))
 		}
 	}
@@ -198,7 +199,7 @@ func TestControllerSettlesDeletionRequestedInDoubt(t *testing.T) {
 	state := &memState{pods: map[string]*events.PodState{"apps/web-1": mirrored}, nodes: map[string]*events.NodeState{}}
 	ctl := NewController(testPolicy(), r.act, r.metrics, time.Hour, 1, func() time.Time { return t0 }, zerolog.Nop())
 	ctl.countNodes(state)
-	if out, err := ctl.sync(context.Background(), state, "apps/web-1"); err != nil || again(out) <= 0 || len(r.pub.all()) != 0 {
+	if out, err := ctl.sync(context.Background(), state, "apps/web-1"); err != nil || again(out) <= 0 || len(r.pub.All()) != 0 {
 		t.Fatalf("first visit: %+v %v, OPS %v; want in doubt", out, err, opsIDs(r))
 	}
 	terminating := pod(failed("Evicted"), func(p *events.PodState) {
@@ -232,22 +233,22 @@ func TestDeleteInDoubtAcrossTermEnd(t *testing.T) {
 	now := t0
 	r.act.cfg.WindowNow = func() time.Time { return now }
 	r.act.cfg.Now = func() time.Time { return now }
-	in := &intentRec{stored: true}
+	in := actuatetest.NewJournal(true)
 	r.act.cfg.Intents = in
 	loseFirstDelete(r, nil)
 	state := pod(failed("Evicted"))
 	d := testPolicy().Decide(state, Facts{Now: t0})
 	out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
-	if err != nil || len(opsIDs(r)) != 0 || len(in.msgs) != 1 {
-		t.Fatalf("leader 1: %+v %v, OPS %v, %d intents; want the DELETE in doubt", out, err, opsIDs(r), len(in.msgs))
+	if err != nil || len(opsIDs(r)) != 0 || len(in.Msgs) != 1 {
+		t.Fatalf("leader 1: %+v %v, OPS %v, %d intents; want the DELETE in doubt", out, err, opsIDs(r), len(in.Msgs))
 	}
 	var intent events.Intent
-	if _, err := envelope.Decode(in.msgs[0].Header, in.msgs[0].Data, events.TypeIntent, &intent); err != nil {
+	if _, err := envelope.Decode(in.Msgs[0].Header, in.Msgs[0].Data, events.TypeIntent, &intent); err != nil {
 		t.Fatal(err)
 	}
 	// Leader 1's term ends. Leader 2, 20 s after the write.
 	now = t0.Add(20 * time.Second)
-	pub2 := &recPub{}
+	pub2 := &actuatetest.Publisher{}
 	act2 := NewActuator(r.client, pub2, record.NewFakeRecorder(100), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 		Now: func() time.Time { return now }, WindowNow: func() time.Time { return now },
@@ -286,12 +287,12 @@ func TestDeleteInDoubtAcrossTermEnd(t *testing.T) {
 	t.Logf("leader 2's visit: %+v %v", out, err)
 	act2.Forget("uid-1") // the mirror saw the pod leave
 	var ids []string
-	for _, m := range append(r.pub.all(), pub2.all()...) {
+	for _, m := range append(r.pub.All(), pub2.All()...) {
 		ids = append(ids, m.Subject+" "+m.Header.Get(nats.MsgIdHdr))
 	}
 	t.Logf("OPS %v; DELETEs sent %d", ids, r.countDeletes())
 	deleted := 0
-	for _, m := range append(r.pub.all(), pub2.all()...) {
+	for _, m := range append(r.pub.All(), pub2.All()...) {
 		if m.Header.Get(nats.MsgIdHdr) == "cleanup/uid-1/deleted" {
 			deleted++
 		}

@@ -60,7 +60,7 @@ func TestActuatorLateCommitAfterSettlingRead(t *testing.T) {
 	sa, sb := mirrorOf(apiNode("a"), 100), mirrorOf(b, 100)
 	out, err := h.act.Apply(context.Background(), sa, false, Evaluate(p, sa, false))
 	t.Logf("a: %+v %v", out, err)
-	if got := h.pub.decisions(t); err != nil || out.RequeueAfter <= 0 || len(got) != 0 {
+	if got := decisions(t, h.pub); err != nil || out.RequeueAfter <= 0 || len(got) != 0 {
 		t.Errorf("a: %+v %v, published %+v; want it in doubt (a settling read later, nothing published)", out, err, got)
 	}
 	for range 2 { // the first settles a's, the second finds the window full
@@ -113,7 +113,7 @@ func TestActuatorUnchangedNodeSettledAfterHorizon(t *testing.T) {
 	}
 	out := apply(sa)
 	reads := 0
-	for len(h.pub.decisions(t)) == 0 {
+	for len(decisions(t, h.pub)) == 0 {
 		if out.RequeueAfter <= 0 || h.act.cfg.Now().Add(out.RequeueAfter).After(sent.Add(horizon)) {
 			t.Fatalf("in doubt at %s after the write: %+v, want a settling read later, not past the horizon %s",
 				h.act.cfg.Now().Sub(sent), out, horizon)
