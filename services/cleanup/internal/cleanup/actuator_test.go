@@ -562,8 +562,8 @@ func TestActuatorReleasesSlotWhenNothingDeleted(t *testing.T) {
 // write's answer, not from when its slot was taken. The first removal's
 // intent times out (OPS down, 1 s on the window clock) between its slot and
 // its DELETE; the second removal, 1 per 3 s, still reaches the API 3 s after
-// the first DELETE, not 3 s after the first slot (2 s after the DELETE, as
-// a review found when the slot was stamped when taken). The action time a
+// the first DELETE, not 3 s after the first slot (which would be 2 s after
+// the DELETE). The action time a
 // new leader seeds it at is the DELETE's answer on the outcome Event, and
 // the journal Event's writing (after the intent's timeout) on the
 // CleanupIntent Event.
@@ -1053,9 +1053,8 @@ func webhookOutcome(t *testing.T, r *actuatorRig, w *actuate.Window, action stri
 
 // TestActuatorFinalizersPutBackStuckPod: when a mutating webhook re-adds a
 // finalizer on the PATCH that cleared them, the pod stays (Terminating).
-// Before, the actuator published forcedeleted (OPS and a CleanupForceDeleted
-// Event) and kept the slot, on every visit (found by review). Now it is
-// reported failed once and nothing is counted. Both shapes: grace 30 (PATCH,
+// It is reported failed once and nothing is counted, not published
+// forcedeleted with its slot kept on every visit. Both shapes: grace 30 (PATCH,
 // then a DELETE that would only mark it) and grace 0 (the PATCH would have
 // removed it: deletedByUpdate).
 func TestActuatorFinalizersPutBackStuckPod(t *testing.T) {

@@ -26,11 +26,10 @@ import (
 // answer that it did not happen (409: the pod changed since the re-read;
 // 403: an admission webhook denied it; 429: turned away), and its term ends
 // before the retry. Its intent has no outcome. Happened cannot tell such a
-// write from one whose answer was lost, so leader 2 waited the whole
-// late-commit horizon (about 90 s: recovery retried, nothing acted on) for a
-// write that was answered; a pod a webhook keeps refusing is retried from a
-// fresh backoff each term, so every takeover paid it (found by review). Now
-// leader 1 stores the attempt's answer record (actuate.NewAnswer), the
+// write from one whose answer was lost, so without more leader 2 would wait
+// the whole late-commit horizon (about 90 s) for a write that was answered,
+// on every takeover while a webhook keeps refusing the pod. So leader 1
+// stores the attempt's answer record (actuate.NewAnswer), the
 // recovery hands Happened the intent marked answered, and the same pod is
 // "did not happen" at once. Without the record (not stored) it still waits.
 func TestRecoveryAfterAnsweredRefusal(t *testing.T) {
@@ -48,9 +47,9 @@ func TestRecoveryAfterAnsweredRefusal(t *testing.T) {
 		{"403 denied by admission", apierrors.NewForbidden(gr, "web-1", errors.New("admission webhook denied the request")), false, false, "refused", false, false},
 		{"429 throttled", apierrors.NewTooManyRequests("slow down", 1), false, false, "throttled", false, false},
 		{"403, its answer record not stored", apierrors.NewForbidden(gr, "web-1", errors.New("denied")), false, false, "refused", true, false},
-		// The pod is gone for leader 2 too: without the record its absence
-		// read as this removal, published deleted for a pod opswire did not
-		// remove (found by review).
+		// The pod is gone for leader 2 too: the record keeps its absence
+		// from being read as this removal (a deleted for a pod opswire did
+		// not remove).
 		{"404: someone else removed the pod", apierrors.NewNotFound(gr, "web-1"), false, false, "gone", false, true},
 	}
 	for _, tc := range tests {
@@ -181,10 +180,9 @@ func decodeIntent(t *testing.T, m *nats.Msg) events.Intent {
 
 // TestAnswerRecordNotWhileAForgottenWriteMayLand: answerIntent's
 // doubts.certain must not say "nothing can land" for a pod whose earlier
-// write in doubt the memory could not keep. Found by review: with the
-// memory of writes in doubt full, a lost answer was reported failed and
-// retried untracked, and nothing remembered that the write may still land;
-// the retry's 429 then stored an answer record, and a new leader took the
+// write in doubt the memory could not keep. With the memory of writes in
+// doubt full, a lost answer is reported failed and retried untracked; were
+// the retry's 429 to store an answer record, a new leader would take the
 // same pod for "did not happen" at once (the record closes the latest
 // attempt) while the first DELETE could still commit: unaudited and not
 // counted. Likewise a settled write whose entry the full memory of late

@@ -72,11 +72,9 @@ func opsIDs(r *actuatorRig) []string {
 }
 
 // TestActuatorDeleteAnswerLost: the API server carries out the DELETE but
-// its answer is lost. Before, that was taken for a refusal: failed
-// (critical) and a CleanupFailed Event published, the slot given back, and
-// the retry's GET found the pod gone and stopped there: the removal was
-// never audited nor counted (found by review). Now the write is in doubt
-// (nothing published, slot kept) and the next visit settles it: the pod is
+// its answer is lost. A lost answer is no refusal: taken for one, the
+// retry's GET would find the pod gone and the removal would be neither
+// audited nor counted. The write is in doubt (nothing published, slot kept) and the next visit settles it: the pod is
 // gone, so its deleted audit is published once.
 func TestActuatorDeleteAnswerLost(t *testing.T) {
 	for name, answer := range lostAnswers {

@@ -81,8 +81,8 @@ func newAPIRig(t *testing.T, evs ...*corev1.Event) (*apiRig, *Actuator, *Metrics
 
 // TestLiveActionsRealClientNames: a forged intent Event on a pod name
 // client-go refuses in a URL (x/y, a%b, ., ..) is refused by the recovery
-// (before the fix the re-read failed client-side on every attempt, so one
-// such Event held a new leader's recovery back for ever); a valid one
+// (its re-read would fail client-side on every attempt and hold a new
+// leader's recovery back for ever); a valid one
 // (p, gone) is read, its pod re-read once.
 func TestLiveActionsRealClientNames(t *testing.T) {
 	var evs []*corev1.Event

@@ -21,13 +21,10 @@ import (
 // during a NATS outage: leader 1's intent is journaled as a CleanupIntent
 // Event (OPS did not store it), its DELETE is answered 504 and has not
 // landed yet, and its term ends. Leader 2 starts 20 s after the write and
-// reads its recovery's Live actions. f540516 made the OPS intent's check
-// wait for the late-commit horizon, but LiveActions asked Happened with an
-// intent rebuilt without a time, so the same pod was taken for "not
-// happened" at once: Pending, the recovery completed, the commit landed at
-// 30 s, leader 2's next visit found the pod gone (404) and nothing ever
-// published the removal leader 1 did (found by review). Now the recovery
-// retries (as SeedAndRecover does, 5 s apart) until the pod is gone: the
+// reads its recovery's Live actions. LiveActions asks Happened with the
+// intent's time, so the unchanged pod within the late-commit horizon is no
+// proof of "not happened" (taken for one, the commit landing at 30 s would
+// leave the removal leader 1 did unpublished). The recovery retries (as SeedAndRecover does, 5 s apart) until the pod is gone: the
 // removal happened, and its outcome is rebuilt and published.
 func TestIntentEventInDoubtAcrossTermEnd(t *testing.T) {
 	r := newRig(t, testPolicy(), false, actuate.NewWindow(10, time.Minute), livePod())

@@ -255,7 +255,7 @@ func reforge(t *testing.T, ev *corev1.Event, edit func(in *events.Intent, d *eve
 }
 
 // TestLiveActionsForged: removal Events are not authenticated. Each forged
-// form the review found is refused (counted as forged or invalid, nothing
+// form below is refused (counted as forged or invalid, nothing
 // counted or published): an intent naming another namespace's pod, an
 // attacker-chosen outcome id, subject (cleanup's own intent subject among
 // them) or type, a decision naming another pod, an Event whose namespace is

@@ -67,11 +67,9 @@ func markDeleted(t *testing.T, r *actuatorRig, grace int64) {
 
 // TestActuatorDeleteCommitsAfterSettlingRead: the DELETE's answer is lost
 // (the API server's 504: its handler goes on) and its commit lands just
-// after the next visit's settling read. Before, the read's "same pod" was
-// taken for "did not happen": failed published, slot given back, and the
-// retry's DELETE answered 404 (the first one landed) and published nothing:
-// a removal by this leader audited failed, never deleted, and not counted
-// (found by review). Now the unchanged pod keeps it in doubt (no retry of
+// after the next visit's settling read. The read's "same pod" is no proof
+// of "did not happen" (taken for one, the removal would be audited failed,
+// never deleted, and not counted): the unchanged pod keeps it in doubt (no retry of
 // the write), and the next read finds the pod gone: deleted, once.
 func TestActuatorDeleteCommitsAfterSettlingRead(t *testing.T) {
 	w := actuate.NewWindow(10, time.Minute)
@@ -187,8 +185,8 @@ func TestActuatorForceDeleteMarkedInDoubt(t *testing.T) {
 // TestControllerSettlesDeletionRequestedInDoubt: a deletion requested
 // (finalizers keep the pod) whose answer was lost leaves the pod
 // Terminating, so its mirrored decision is Wait (terminatingTimeout), which
-// never reaches Handle: before, the write stayed in doubt until the pod
-// left (found by review). The controller settles it first: the pod marked
+// never reaches Handle, which would leave the write in doubt until the pod
+// left. The controller settles it first: the pod marked
 // for deletion by the write is its outcome, published once.
 func TestControllerSettlesDeletionRequestedInDoubt(t *testing.T) {
 	w := actuate.NewWindow(10, time.Minute)
@@ -217,13 +215,13 @@ func TestControllerSettlesDeletionRequestedInDoubt(t *testing.T) {
 }
 
 // TestDeleteInDoubtAcrossTermEnd: leader 1's DELETE is
-// answered 504 and its commit has not landed yet; leader 1 holds it in doubt
-// (3466ea7), then its term ends. Leader 2 starts 20 s after the write, inside
+// answered 504 and its commit has not landed yet; leader 1 holds it in
+// doubt, then its term ends. Leader 2 starts 20 s after the write, inside
 // the late-commit horizon. Its recovery asks Happened about the open intent:
-// the same pod, unchanged, which 3466ea7 says is no proof within the horizon,
-// yet Happened answers a final false and the recovery completes. The commit
-// lands at 30 s; leader 2's next visit finds the pod gone (404 on its
-// re-read), and nothing ever publishes the removal leader 1 did.
+// the same pod, unchanged, is no proof within the horizon, so Happened must
+// not answer a final false: were the recovery to complete, the commit
+// landing at 30 s would leave the removal leader 1 did unpublished (leader
+// 2's next visit finds the pod gone, 404 on its re-read).
 //
 // Recovery is simulated as SeedAndRecover does it: Happened until it answers
 // without an error (5 s between attempts); true publishes the intent's

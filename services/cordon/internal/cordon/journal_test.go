@@ -371,9 +371,9 @@ func TestActuatorLiveReleases(t *testing.T) {
 // term ends (the usual cause: the same API/etcd trouble stops its lease
 // renewals). Leader 2 starts 20 s after the write, well inside the late-commit
 // horizon. Its recovery asks Happened about the open intent: the node is
-// unchanged, which within the horizon is no proof (the point of c90270b),
-// yet Happened answers a final false, the recovery completes and leader 2
-// acts. Then the late commit lands at 30 s.
+// unchanged, which within the horizon is no proof, so Happened must not
+// answer a final false (the recovery would complete and leader 2 act before
+// the late commit lands at 30 s).
 //
 // Recovery is simulated as SeedAndRecover does it: Happened until it answers
 // without an error (an error retries the whole recovery, 5 s later here);
@@ -509,8 +509,8 @@ func TestActuatorRecovery(t *testing.T) {
 // TestAnsweredPatchIsNotWaitedFor: a patch answered with a refusal (403) or
 // a 429 cannot commit later, so the actuator stores its intent's answer
 // record (actuate.NewAnswer) and a new leader's Happened takes the unchanged
-// node for "did not happen" at once; without the record (f540516's rule) it
-// waited the whole late-commit horizon, 85 s, idle (found by review). A
+// node for "did not happen" at once; without the record it would wait the
+// whole late-commit horizon, 85 s, idle. A
 // write in doubt (504) and an intent OPS did not store get no record: the
 // next leader waits for those, as it must.
 func TestAnsweredPatchIsNotWaitedFor(t *testing.T) {

@@ -188,11 +188,10 @@ func TestActuatorLostUncordonThenCordonedBySomeoneElse(t *testing.T) {
 // 1 write per minute. a's cordon is answered 504 at t0 and its commit lands
 // at t0+61 s (inside the late-commit horizon, 85 s: the server's handler runs
 // for up to 60 s after it received the request). The slot of the write in
-// doubt was settled at the lost answer (t0), so it had left the window when
-// b's next attempt settled a's write as applied at t0+62 s, and b was
-// cordoned at once: two cordons one second apart under max 1 per minute
-// (found by review). The slot is now held with the doubt and settled at the
-// read that decides it.
+// doubt is held with the doubt and settled at the read that decides it
+// (t0+62 s, b's next attempt): settled at the lost answer (t0), it would
+// have left the window and b would be cordoned at once, two cordons one
+// second apart under max 1 per minute.
 //
 // Want: a write shown applied later than its answer counts in the window from
 // when it was seen applied (the latest it can have happened), so b waits.

@@ -19,16 +19,15 @@ import (
 	"github.com/opswire/opswire/shared/events"
 )
 
-// TestRev3LatestAttemptsAfterSettledDoubt (found by review of 935106e):
-// attempt 1's patch loses its answer (503); leader 1 settles it "not
-// applied" at its horizon (the node unchanged: it can no longer commit).
-// Attempt 2, on the same node version (same outcome id), is refused (403)
-// and stores its answer record. actuate.LatestAttempts trusts attempt 2's
-// answer only when every attempt of the id has one, so without a record for
-// the settled attempt 1 a new leader sat idle for up to a whole horizon
-// (85 s by default). Now settling "not applied" stores attempt 1's record,
-// and the new leader decides at once.
-func TestRev3LatestAttemptsAfterSettledDoubt(t *testing.T) {
+// TestASettledDoubtStoresItsAnswerSoTheNextLeaderDecidesAtOnce: attempt 1's
+// patch loses its answer (503); leader 1 settles it "not applied" at its
+// horizon (the node unchanged: it can no longer commit). Attempt 2, on the
+// same node version (same outcome id), is refused (403) and stores its
+// answer record. actuate.LatestAttempts trusts attempt 2's answer only when
+// every attempt of the id has one, so settling "not applied" stores attempt
+// 1's record too, and a new leader decides at once instead of waiting out a
+// whole horizon (85 s by default).
+func TestASettledDoubtStoresItsAnswerSoTheNextLeaderDecidesAtOnce(t *testing.T) {
 	n := apiNode("a")
 	p := seedPolicy("cordon")
 	h := newHarness(t, p, false, Fleet{Managed: 10}, append([]runtime.Object{n}, pods("a", 100)...)...)
