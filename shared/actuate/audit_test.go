@@ -20,6 +20,7 @@ import (
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/testkit"
 	"github.com/opswire/opswire/shared/testport"
 )
 
@@ -78,17 +79,6 @@ func event(t *testing.T, id string) envelope.Event {
 	return ev
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestAuditorKeepsRetryingInOrder: while the stream is unreachable Publish
 // returns at once, the backlog grows and is exported; when it is back every
 // message is stored once, in order, each retry with the message's own id.
@@ -104,7 +94,7 @@ func TestAuditorKeepsRetryingInOrder(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("100 Publish calls took %v during an outage; they must not wait for the stream", d)
 	}
-	eventually(t, 5*time.Second, "several failed attempts", func() bool { attempts, _ := p.snapshot(); return len(attempts) >= 3 })
+	testkit.Eventually(t, 5*time.Second, "several failed attempts", func() bool { attempts, _ := p.snapshot(); return len(attempts) >= 3 })
 	if got := a.Backlog(); got != 100 {
 		t.Fatalf("backlog %d, want 100", got)
 	}
@@ -121,7 +111,7 @@ func TestAuditorKeepsRetryingInOrder(t *testing.T) {
 		t.Fatalf("stored %v, retries %v", stored, testutil.ToFloat64(m.AuditRetries))
 	}
 	p.set(func(p *flakyPublisher) { p.down = false })
-	eventually(t, 10*time.Second, "the backlog stored", func() bool { return a.Backlog() == 0 })
+	testkit.Eventually(t, 10*time.Second, "the backlog stored", func() bool { return a.Backlog() == 0 })
 	_, stored = p.snapshot()
 	if len(stored) != 100 {
 		t.Fatalf("%d stored, want 100", len(stored))
@@ -145,10 +135,10 @@ func TestAuditorPermanentError(t *testing.T) {
 	a := NewAuditor(p, time.Second, m, zerolog.Nop())
 	defer a.Close(time.Second)
 	a.Publish("ops.t.test.x", event(t, "big"))
-	eventually(t, 5*time.Second, "the message dropped", func() bool { return testutil.ToFloat64(m.AuditDropped) == 1 })
+	testkit.Eventually(t, 5*time.Second, "the message dropped", func() bool { return testutil.ToFloat64(m.AuditDropped) == 1 })
 	p.set(func(p *flakyPublisher) { p.err = nil })
 	a.Publish("ops.t.test.x", event(t, "next"))
-	eventually(t, 5*time.Second, "the next stored", func() bool { _, s := p.snapshot(); return len(s) == 1 && s[0] == "next" })
+	testkit.Eventually(t, 5*time.Second, "the next stored", func() bool { _, s := p.snapshot(); return len(s) == 1 && s[0] == "next" })
 }
 
 // TestAuditorClose: Close flushes what it can within the grace period and
@@ -158,7 +148,7 @@ func TestAuditorClose(t *testing.T) {
 	m := NewMetrics(nil)
 	a := NewAuditor(p, time.Second, m, zerolog.Nop())
 	a.Publish("ops.t.test.x", event(t, "one"))
-	eventually(t, 5*time.Second, "stored", func() bool { return a.Backlog() == 0 })
+	testkit.Eventually(t, 5*time.Second, "stored", func() bool { return a.Backlog() == 0 })
 	p.set(func(p *flakyPublisher) { p.down = true })
 	a.Publish("ops.t.test.x", event(t, "two"))
 	a.Publish("ops.t.test.x", event(t, "three"))
@@ -207,13 +197,13 @@ func TestAuditorNATSOutage(t *testing.T) {
 	a := NewAuditor(js, 200*time.Millisecond, m, zerolog.Nop())
 	defer a.Close(time.Second)
 	a.Publish("ops.t.cordon.cordoned.before", event(t, "before"))
-	eventually(t, 5*time.Second, "first stored", func() bool { return a.Backlog() == 0 })
+	testkit.Eventually(t, 5*time.Second, "first stored", func() bool { return a.Backlog() == 0 })
 
 	s.Shutdown()
 	s.WaitForShutdown()
 	a.Publish("ops.t.cordon.cordoned.during-1", event(t, "during-1"))
 	a.Publish("ops.t.cordon.cordoned.during-2", event(t, "during-2"))
-	eventually(t, 5*time.Second, "failed attempts", func() bool { return testutil.ToFloat64(m.AuditRetries) >= 3 })
+	testkit.Eventually(t, 5*time.Second, "failed attempts", func() bool { return testutil.ToFloat64(m.AuditRetries) >= 3 })
 	// Longer than half the duplicate window (the old limit after which an
 	// audit was abandoned): nothing is given up.
 	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
@@ -222,7 +212,7 @@ func TestAuditorNATSOutage(t *testing.T) {
 		}
 	}
 	natstest.StartWithOptions(t, &server.Options{Port: port, StoreDir: dir})
-	eventually(t, 20*time.Second, "the backlog stored after the outage", func() bool { return a.Backlog() == 0 })
+	testkit.Eventually(t, 20*time.Second, "the backlog stored after the outage", func() bool { return a.Backlog() == 0 })
 	st, err := js.Stream(ctx, "OPS")
 	if err != nil {
 		t.Fatal(err)

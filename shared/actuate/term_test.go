@@ -18,6 +18,7 @@ import (
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/server"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // fakeElector leads terms one after another; the test ends each term
@@ -235,7 +236,7 @@ func TestTermsLead(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- terms.Lead(context.Background(), el, ready, cfg, actor.start) }()
 
-	eventually(t, 10*time.Second, "the first term", func() bool { return actor.started() == 1 })
+	testkit.Eventually(t, 10*time.Second, "the first term", func() bool { return actor.started() == 1 })
 	m1, w1 := actor.term(0)
 	if err := ready.check(t, "kube-state"); err == nil || err.Error() != "not loaded" {
 		t.Fatalf("leader with its mirror not loaded: readiness %v, want %q", err, "not loaded")
@@ -244,7 +245,7 @@ func TestTermsLead(t *testing.T) {
 		t.Fatalf("before the mirror is loaded: %v, want nothing", got)
 	}
 	m1.sync()
-	eventually(t, 10*time.Second, "the first controller", func() bool { return slices.Contains(actor.steps.get(), "run") })
+	testkit.Eventually(t, 10*time.Second, "the first controller", func() bool { return slices.Contains(actor.steps.get(), "run") })
 	if got, want := actor.steps.get(), []string{"synced", "recover", "run"}; !slices.Equal(got, want) {
 		t.Fatalf("steps %v, want %v", got, want)
 	}
@@ -265,8 +266,8 @@ func TestTermsLead(t *testing.T) {
 	actor.runErr = boom // the second term's controller fails
 	actor.mu.Unlock()
 	(<-el.ends)()
-	eventually(t, 10*time.Second, "the first term's mirror to stop", m1.isStopped)
-	eventually(t, 10*time.Second, "the second term", func() bool { return actor.started() == 2 })
+	testkit.Eventually(t, 10*time.Second, "the first term's mirror to stop", m1.isStopped)
+	testkit.Eventually(t, 10*time.Second, "the second term", func() bool { return actor.started() == 2 })
 	m2, w2 := actor.term(1)
 	if w2 == w1 {
 		t.Fatal("the second term reuses the first term's window")
@@ -309,10 +310,10 @@ func TestTermsLeadDryRun(t *testing.T) {
 	go func() {
 		done <- terms.Lead(ctx, el, &fakeReadiness{}, TermConfig{MaxActions: 10, Per: time.Minute, DryRun: true}, actor.start)
 	}()
-	eventually(t, 10*time.Second, "the term", func() bool { return actor.started() == 1 })
+	testkit.Eventually(t, 10*time.Second, "the term", func() bool { return actor.started() == 1 })
 	m, _ := actor.term(0)
 	m.sync()
-	eventually(t, 10*time.Second, "the controller", func() bool { return slices.Contains(actor.steps.get(), "run") })
+	testkit.Eventually(t, 10*time.Second, "the controller", func() bool { return slices.Contains(actor.steps.get(), "run") })
 	if got, want := actor.steps.get(), []string{"synced", "run"}; !slices.Equal(got, want) {
 		t.Fatalf("steps %v, want %v", got, want)
 	}

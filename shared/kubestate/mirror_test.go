@@ -20,6 +20,7 @@ import (
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 func publish(t *testing.T, js jetstream.JetStream, subj, id, typ string, v any) {
@@ -30,17 +31,6 @@ func publish(t *testing.T, js jetstream.JetStream, subj, id, typ string, v any) 
 	}
 	if _, err := natsx.PublishEvent(context.Background(), js, subj, ev, time.Second); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -96,7 +86,7 @@ func TestMirrorLoadsStateAndFollowsChanges(t *testing.T) {
 	}
 	// A tombstone removes the pod and tells the handler.
 	publish(t, js, subject.Pod("c", "ns", "p1"), "pod/u1/delete/3", events.TypePod, events.PodState{Op: events.OpDelete, UID: "u1", Namespace: "ns", Name: "p1"})
-	eventually(t, "tombstone", func() bool { _, ok := m.Pod("ns", "p1"); return !ok })
+	testkit.Eventually(t, 10*time.Second, "tombstone", func() bool { _, ok := m.Pod("ns", "p1"); return !ok })
 	if got := testutil.ToFloat64(m.malformed); got != 1 {
 		t.Fatalf("malformed counter = %v, want 1", got)
 	}
@@ -216,7 +206,7 @@ func TestMirrorReplacesAConsumerNATSCannotRecreate(t *testing.T) {
 	}
 	publish(t, js, subject.Pod("c", "ns", "p1"), "pod/u1/2", events.TypePod, events.PodState{UID: "u1", Namespace: "ns", Name: "p1", Phase: "Succeeded"})
 	publish(t, js, subject.Pod("c", "ns", "p2"), "pod/u2/1", events.TypePod, events.PodState{UID: "u2", Namespace: "ns", Name: "p2", Phase: "Running"})
-	eventually(t, "the changes after the lost consumer", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the changes after the lost consumer", func() bool {
 		p1, _ := m.Pod("ns", "p1")
 		_, ok := m.Pod("ns", "p2")
 		return ok && p1.Phase == "Succeeded"

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opswire/opswire/shared/testkit"
 	"github.com/rs/zerolog"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,17 +22,6 @@ func cfg(id string) Config {
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestOneLeaderAndReleaseOnShutdown(t *testing.T) {
 	client := fake.NewClientset()
 	a, b := New(client, cfg("a"), zerolog.Nop()), New(client, cfg("b"), zerolog.Nop())
@@ -41,7 +31,7 @@ func TestOneLeaderAndReleaseOnShutdown(t *testing.T) {
 	doneA, doneB := make(chan error, 1), make(chan error, 1)
 	work := func(ctx context.Context) error { <-ctx.Done(); return nil }
 	go func() { doneA <- a.Run(ctxA, work) }()
-	waitFor(t, "a to lead", a.IsLeader)
+	testkit.Eventually(t, 10*time.Second, "a to lead", a.IsLeader)
 	go func() { doneB <- b.Run(ctxB, work) }()
 	time.Sleep(300 * time.Millisecond) // b retries a few times
 	if b.IsLeader() {
@@ -55,7 +45,7 @@ func TestOneLeaderAndReleaseOnShutdown(t *testing.T) {
 	if a.IsLeader() {
 		t.Fatal("a still leads after shutdown")
 	}
-	waitFor(t, "b to take over", b.IsLeader)
+	testkit.Eventually(t, 10*time.Second, "b to take over", b.IsLeader)
 	// Release on shutdown: b must not wait for the 3 s lease to expire.
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("takeover took %v, want well under the lease duration", took)
@@ -144,11 +134,11 @@ func TestLostLeaseStopsWorkAndCampaignsAgain(t *testing.T) {
 	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx, ts.work("a", 300*time.Millisecond)) }()
-	waitFor(t, "a to lead", a.IsLeader)
+	testkit.Eventually(t, 10*time.Second, "a to lead", a.IsLeader)
 
 	down.Store(true)
 	cut := time.Now()
-	waitFor(t, "a's work to be stopped", func() bool { l, _ := ts.get(); return !l[0].end.IsZero() })
+	testkit.Eventually(t, 10*time.Second, "a's work to be stopped", func() bool { l, _ := ts.get(); return !l[0].end.IsZero() })
 	first, _ := ts.get()
 	// Stopped within renewDeadline (2 s) of the last renewal, plus the 300 ms
 	// the work takes to return and slack for a loaded machine.
@@ -168,7 +158,7 @@ func TestLostLeaseStopsWorkAndCampaignsAgain(t *testing.T) {
 		t.Fatal("a claims to lead while it cannot renew")
 	}
 	down.Store(false)
-	waitFor(t, "a to lead again", func() bool { return a.IsLeader() && a.Terms() == 2 })
+	testkit.Eventually(t, 10*time.Second, "a to lead again", func() bool { return a.IsLeader() && a.Terms() == 2 })
 	l, overlap := ts.get()
 	if overlap || !l[1].start.After(l[0].end) {
 		t.Fatalf("the second term's work started before the first one's returned: %+v", l)
@@ -192,14 +182,14 @@ func TestStandbyTakesOverFromCutOffLeader(t *testing.T) {
 	defer stop()
 	doneA, doneB := make(chan error, 1), make(chan error, 1)
 	go func() { doneA <- a.Run(ctx, ts.work("a", 0)) }()
-	waitFor(t, "a to lead", a.IsLeader)
+	testkit.Eventually(t, 10*time.Second, "a to lead", a.IsLeader)
 	go func() { doneB <- b.Run(ctx, ts.work("b", 0)) }()
 	time.Sleep(300 * time.Millisecond)
 	if b.IsLeader() {
 		t.Fatal("two leaders")
 	}
 	down.Store(true)
-	waitFor(t, "b to take over", b.IsLeader)
+	testkit.Eventually(t, 10*time.Second, "b to take over", b.IsLeader)
 	l, overlap := ts.get()
 	if overlap || len(l) != 2 || l[1].id != "b" || !l[1].start.After(l[0].end) {
 		t.Fatalf("b's work started before a's returned: %+v", l)
@@ -224,7 +214,7 @@ func TestShutdownReleasesOnlyAfterWorkReturned(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx, ts.work("a", 500*time.Millisecond)) }()
-	waitFor(t, "a to lead", a.IsLeader)
+	testkit.Eventually(t, 10*time.Second, "a to lead", a.IsLeader)
 	stop()
 	time.Sleep(200 * time.Millisecond) // the work is still returning
 	if h := holder(t, client); h != "a" {

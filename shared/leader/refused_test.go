@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opswire/opswire/shared/testkit"
 	"github.com/rs/zerolog"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,19 +54,19 @@ func TestRefusedLeaseIsReportedUntilGranted(t *testing.T) {
 
 			if !tc.refused {
 				// Several retries pass; none is taken for a refusal.
-				waitFor(t, "retries", func() bool { return len(client.Actions()) >= 3 })
+				testkit.Eventually(t, 10*time.Second, "retries", func() bool { return len(client.Actions()) >= 3 })
 				if err := e.Refused(); err != nil || told.Load() != 0 {
 					t.Fatalf("Refused() = %v after %d notices; want nil", err, told.Load())
 				}
 				return
 			}
-			waitFor(t, "the refusal", func() bool { return e.Refused() != nil })
-			waitFor(t, "retries", func() bool { return len(client.Actions()) >= 5 })
+			testkit.Eventually(t, 10*time.Second, "the refusal", func() bool { return e.Refused() != nil })
+			testkit.Eventually(t, 10*time.Second, "retries", func() bool { return len(client.Actions()) >= 5 })
 			if n := told.Load(); n != 1 {
 				t.Fatalf("OnRefused called %d times over several refused retries; want once", n)
 			}
 			deny.Store(false)
-			waitFor(t, "leading once granted", e.IsLeader)
+			testkit.Eventually(t, 10*time.Second, "leading once granted", e.IsLeader)
 			if err := e.Refused(); err != nil {
 				t.Fatalf("Refused() = %v after the Lease was taken", err)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/natstest"
+	"github.com/opswire/opswire/shared/testkit"
 	"github.com/opswire/opswire/shared/testport"
 )
 
@@ -36,13 +37,9 @@ func TestFleetHubSourcesEdges(t *testing.T) {
 		LeafNode: server.LeafNodeOpts{Remotes: []*server.RemoteLeafOpts{{URLs: []*url.URL{u}, DenyImports: []string{"ops.>"}}}}})
 	edgeB := natstest.StartWithOptions(t, &server.Options{JetStreamDomain: "b",
 		LeafNode: server.LeafNodeOpts{Remotes: []*server.RemoteLeafOpts{{URLs: []*url.URL{u}, DenyImports: []string{"ops.>"}}}}})
-	deadline := time.Now().Add(10 * time.Second)
-	for edge.NumLeafNodes() == 0 || edgeB.NumLeafNodes() == 0 || hub.NumLeafNodes() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the edges did not connect to the hub as leaf nodes in 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the edges to connect to the hub as leaf nodes", func() bool {
+		return edge.NumLeafNodes() > 0 && edgeB.NumLeafNodes() > 0 && hub.NumLeafNodes() >= 2
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	hubJS, edgeJS, edgeBJS := jsOf(t, hub), jsOf(t, edge), jsOf(t, edgeB)

@@ -3,33 +3,21 @@ package harness
 import (
 	"testing"
 	"time"
+
+	"github.com/opswire/opswire/shared/testkit"
 )
 
-// Eventually polls cond every 20 ms until it is true, failing the test with
-// what after timeout.
+// Eventually polls cond until it is true, failing the test with what after
+// timeout (testkit.Eventually).
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, timeout, what, cond)
 }
 
-// Never checks that cond stays false for the whole duration (polling), failing
-// the test as soon as it becomes true. Use it for "and not before" checks.
+// Never checks that cond stays false for the whole duration, failing the test
+// as soon as it becomes true (testkit.Never). Use it for "and not before"
+// checks.
 func Never(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			t.Fatalf("%s happened, but must not within %v", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Never(t, d, what, cond)
 }

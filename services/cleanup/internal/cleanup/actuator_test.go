@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
@@ -26,35 +24,10 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 )
-
-// recPub records OPS publishes (the real server is exercised by the
-// controller test and end to end).
-type recPub struct {
-	mu   sync.Mutex
-	msgs []*nats.Msg
-}
-
-func (r *recPub) PublishMsg(_ context.Context, m *nats.Msg, _ ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.msgs = append(r.msgs, m)
-	return &jetstream.PubAck{Stream: "OPS", Sequence: uint64(len(r.msgs))}, nil
-}
-
-// Publish records a message the way the audit publisher would send it
-// (actuate.Audit), synchronously.
-func (r *recPub) Publish(subj string, ev envelope.Event) {
-	_, _ = r.PublishMsg(context.Background(), ev.Msg(subj))
-}
-
-func (r *recPub) all() []*nats.Msg {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]*nats.Msg(nil), r.msgs...)
-}
 
 // livePod is the API object matching pod(...) states.
 func livePod(mutate ...func(*corev1.Pod)) *corev1.Pod {
@@ -89,7 +62,7 @@ func liveDS(p *corev1.Pod) {
 
 type actuatorRig struct {
 	client   *fake.Clientset
-	pub      *recPub
+	pub      *actuatetest.Publisher
 	recorder *record.FakeRecorder
 	act      *Actuator
 	metrics  *Metrics
@@ -97,7 +70,7 @@ type actuatorRig struct {
 
 func newRig(t *testing.T, policy Policy, dryRun bool, limiter *actuate.Window, objs ...runtime.Object) *actuatorRig {
 	t.Helper()
-	r := &actuatorRig{client: fake.NewClientset(objs...), pub: &recPub{}, recorder: record.NewFakeRecorder(100), metrics: NewMetrics(nil)}
+	r := &actuatorRig{client: fake.NewClientset(objs...), pub: &actuatetest.Publisher{}, recorder: record.NewFakeRecorder(100), metrics: NewMetrics(nil)}
 	if limiter == nil {
 		limiter = actuate.NewWindow(100, time.Minute)
 	}
@@ -429,7 +402,7 @@ func TestActuator(t *testing.T) {
 			if got := strings.Join(r.writes(), ","); got != strings.Join(tc.writes, ",") {
 				t.Errorf("writes = [%s], want [%s]", got, strings.Join(tc.writes, ","))
 			}
-			if got := strings.Join(opsSummary(t, r.pub.all()), "\n"); got != strings.Join(tc.ops, "\n") {
+			if got := strings.Join(opsSummary(t, r.pub.All()), "\n"); got != strings.Join(tc.ops, "\n") {
 				t.Errorf("OPS =\n%s\nwant\n%s", got, strings.Join(tc.ops, "\n"))
 			}
 			evs := r.eventsSeen()
@@ -533,7 +506,7 @@ func TestActuatorPublishesOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if n := len(r.pub.all()); n != 1 {
+			if n := len(r.pub.All()); n != 1 {
 				t.Fatalf("published %d times, want once", n)
 			}
 			if n := len(r.client.Actions()); n != tc.gets {
@@ -543,7 +516,7 @@ func TestActuatorPublishesOnce(t *testing.T) {
 			if _, err := r.act.Handle(context.Background(), tc.state, testPolicy().Decide(tc.state, Facts{Now: t0}), Facts{Now: t0}); err != nil {
 				t.Fatal(err)
 			}
-			if n := len(r.pub.all()); n != 2 {
+			if n := len(r.pub.All()); n != 2 {
 				t.Fatalf("after Forget published %d times in total, want 2", n)
 			}
 		})
@@ -585,57 +558,22 @@ func TestActuatorReleasesSlotWhenNothingDeleted(t *testing.T) {
 	}
 }
 
-// fakeClock is a window clock a test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// slowIntents is a journal whose first Record takes delay on the clock and
-// then fails (OPS down: the intent timeout), the later ones answer at once.
-type slowIntents struct {
-	clock *fakeClock
-	delay time.Duration
-	calls int
-}
-
-func (s *slowIntents) Record(context.Context, string, envelope.Event) bool {
-	s.calls++
-	if s.calls == 1 {
-		s.clock.Add(s.delay)
-		return false
-	}
-	return true
-}
-
 // TestActuatorWindowCountsTheWrite: a removal counts in the window from its
 // write's answer, not from when its slot was taken. The first removal's
 // intent times out (OPS down, 1 s on the window clock) between its slot and
 // its DELETE; the second removal, 1 per 3 s, still reaches the API 3 s after
-// the first DELETE, not 3 s after the first slot (2 s after the DELETE, as
-// a review found when the slot was stamped when taken). The action time a
+// the first DELETE, not 3 s after the first slot (which would be 2 s after
+// the DELETE). The action time a
 // new leader seeds it at is the DELETE's answer on the outcome Event, and
 // the journal Event's writing (after the intent's timeout) on the
 // CleanupIntent Event.
 func TestActuatorWindowCountsTheWrite(t *testing.T) {
 	const per = 3 * time.Second
-	clock := &fakeClock{now: t0}
+	clock := actuatetest.NewClock(t0)
 	w := actuate.NewWindow(1, per)
 	r := newRig(t, testPolicy(), false, w, livePod(), livePod(func(p *corev1.Pod) { p.Name, p.UID = "web-2", "uid-2" }))
 	r.act.cfg.WindowNow = clock.Now
-	r.act.cfg.Intents = &slowIntents{clock: clock, delay: actuate.DefaultIntentTimeout}
+	r.act.cfg.Intents = &actuatetest.SlowIntents{Clock: clock, Delay: actuate.DefaultIntentTimeout}
 	var deletes []time.Time
 	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		deletes = append(deletes, clock.Now())
@@ -702,41 +640,9 @@ func TestActuatorFinalizerRemovalCountsAgainstCap(t *testing.T) {
 	if outs[0] != (Outcome{}) || outs[1] != (Outcome{}) || outs[2].RequeueAfter != time.Minute {
 		t.Fatalf("outcomes %+v, want the third deferred by the window", outs)
 	}
-	if got := len(r.pub.all()); got != 2 {
+	if got := len(r.pub.All()); got != 2 {
 		t.Fatalf("%d audited, want 2", got)
 	}
-}
-
-// intentRec records intents; stored is what Record answers.
-type intentRec struct {
-	mu      sync.Mutex
-	stored  bool
-	msgs    []*nats.Msg
-	answers []*nats.Msg // answer records (actuate.Answers), apart from the intents
-}
-
-func (r *intentRec) Answer(_ context.Context, isubj string, iev envelope.Event, why string) bool {
-	subj, ev, err := actuate.NewAnswer(isubj, iev, why)
-	if err != nil {
-		panic(err)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.answers = append(r.answers, ev.Msg(subj))
-	return r.stored
-}
-
-func (r *intentRec) Record(_ context.Context, subj string, ev envelope.Event) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.msgs = append(r.msgs, ev.Msg(subj))
-	return r.stored
-}
-
-func (r *intentRec) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.msgs)
 }
 
 // TestActuatorJournalsBeforeTheWrite: the intent is stored before the
@@ -748,11 +654,11 @@ func TestActuatorJournalsBeforeTheWrite(t *testing.T) {
 	for _, stored := range []bool{true, false} {
 		t.Run("stored="+strconv.FormatBool(stored), func(t *testing.T) {
 			r := newRig(t, testPolicy(), false, nil, livePod())
-			in := &intentRec{stored: stored}
+			in := actuatetest.NewJournal(stored)
 			r.act.cfg.Intents = in
 			var atDelete []int
 			r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-				atDelete = append(atDelete, in.count())
+				atDelete = append(atDelete, in.Count())
 				return false, nil, nil
 			})
 			st := pod(failed("Evicted"))
@@ -762,7 +668,7 @@ func TestActuatorJournalsBeforeTheWrite(t *testing.T) {
 			if len(atDelete) != 1 || atDelete[0] != 1 {
 				t.Fatalf("intents stored when the DELETE ran: %v, want [1]", atDelete)
 			}
-			msg := in.msgs[0]
+			msg := in.Msgs[0]
 			var intent events.Intent
 			ev, err := envelope.Decode(msg.Header, msg.Data, events.TypeIntent, &intent)
 			if err != nil {
@@ -773,7 +679,7 @@ func TestActuatorJournalsBeforeTheWrite(t *testing.T) {
 				intent.Namespace != "apps" || intent.Name != "web-1" || intent.Kind != "Pod" || intent.Actor != Service {
 				t.Fatalf("intent %s %s %+v", msg.Subject, ev.ID, intent)
 			}
-			outs := r.pub.all()
+			outs := r.pub.All()
 			if len(outs) != 1 {
 				t.Fatalf("%d outcomes published, want 1", len(outs))
 			}
@@ -789,29 +695,29 @@ func TestActuatorJournalsBeforeTheWrite(t *testing.T) {
 		p := testPolicy()
 		p.RemoveFinalizers = true
 		r := newRig(t, p, false, nil, livePod(liveDeleting, func(p *corev1.Pod) { p.Finalizers = []string{"x/y"} }))
-		in := &intentRec{stored: true}
+		in := actuatetest.NewJournal(true)
 		r.act.cfg.Intents = in
 		var atPatch []int
 		r.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-			atPatch = append(atPatch, in.count())
+			atPatch = append(atPatch, in.Count())
 			return false, nil, nil
 		})
 		st := pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) { s.Finalizers = 1 })
 		if _, err := r.act.Handle(context.Background(), st, p.Decide(st, Facts{Now: t0}), Facts{Now: t0}); err != nil {
 			t.Fatal(err)
 		}
-		if len(atPatch) != 1 || atPatch[0] != 1 || in.count() != 1 {
-			t.Fatalf("intents at the patch %v, total %d; want one, before the patch", atPatch, in.count())
+		if len(atPatch) != 1 || atPatch[0] != 1 || in.Count() != 1 {
+			t.Fatalf("intents at the patch %v, total %d; want one, before the patch", atPatch, in.Count())
 		}
 	})
 	t.Run("skip", func(t *testing.T) {
 		r := newRig(t, testPolicy(), false, nil)
-		in := &intentRec{stored: true}
+		in := actuatetest.NewJournal(true)
 		r.act.cfg.Intents = in
 		st := pod(failed("Evicted"))
 		r.act.Handle(context.Background(), st, Decision{Action: Skip, Reason: "opted-out"}, Facts{Now: t0})
-		if in.count() != 0 {
-			t.Fatalf("%d intents for a skip", in.count())
+		if in.Count() != 0 {
+			t.Fatalf("%d intents for a skip", in.Count())
 		}
 	})
 }
@@ -911,15 +817,15 @@ func TestActuatorDoesNotReReadWhatItSawGo(t *testing.T) {
 				})
 			}
 			handle(t, r, tc.first)
-			published := len(r.pub.all())
+			published := len(r.pub.All())
 			for _, s := range tc.later {
 				handle(t, r, s)
 			}
 			if gets, dels := count(r, "get"), count(r, "delete"); gets != tc.gets || dels != tc.dels {
 				t.Fatalf("%d GETs and %d DELETEs of pods (%v), want %d and %d", gets, dels, r.client.Actions(), tc.gets, tc.dels)
 			}
-			if tc.gets == 1 && len(r.pub.all()) != published {
-				t.Fatalf("the later visits published %d messages, want none", len(r.pub.all())-published)
+			if tc.gets == 1 && len(r.pub.All()) != published {
+				t.Fatalf("the later visits published %d messages, want none", len(r.pub.All())-published)
 			}
 		})
 	}
@@ -1051,7 +957,7 @@ func TestActuatorDryRunSkipHasItsOwnID(t *testing.T) {
 		if _, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); err != nil {
 			t.Fatal(err)
 		}
-		msgs := r.pub.all()
+		msgs := r.pub.All()
 		if len(msgs) != 1 {
 			t.Fatalf("dryRun=%v: %d messages", dry, len(msgs))
 		}
@@ -1122,7 +1028,7 @@ func webhookOutcome(t *testing.T, r *actuatorRig, w *actuate.Window, action stri
 		t.Fatalf("setup: the pod should still exist: %v", err)
 	}
 	var removals, failures []string
-	for _, m := range r.pub.all() {
+	for _, m := range r.pub.All() {
 		switch id := m.Header.Get(nats.MsgIdHdr); {
 		case strings.Contains(m.Subject, ".failed."):
 			failures = append(failures, id)
@@ -1147,9 +1053,8 @@ func webhookOutcome(t *testing.T, r *actuatorRig, w *actuate.Window, action stri
 
 // TestActuatorFinalizersPutBackStuckPod: when a mutating webhook re-adds a
 // finalizer on the PATCH that cleared them, the pod stays (Terminating).
-// Before, the actuator published forcedeleted (OPS and a CleanupForceDeleted
-// Event) and kept the slot, on every visit (found by review). Now it is
-// reported failed once and nothing is counted. Both shapes: grace 30 (PATCH,
+// It is reported failed once and nothing is counted, not published
+// forcedeleted with its slot kept on every visit. Both shapes: grace 30 (PATCH,
 // then a DELETE that would only mark it) and grace 0 (the PATCH would have
 // removed it: deletedByUpdate).
 func TestActuatorFinalizersPutBackStuckPod(t *testing.T) {

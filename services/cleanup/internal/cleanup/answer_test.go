@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 )
@@ -25,11 +26,10 @@ import (
 // answer that it did not happen (409: the pod changed since the re-read;
 // 403: an admission webhook denied it; 429: turned away), and its term ends
 // before the retry. Its intent has no outcome. Happened cannot tell such a
-// write from one whose answer was lost, so leader 2 waited the whole
-// late-commit horizon (about 90 s: recovery retried, nothing acted on) for a
-// write that was answered; a pod a webhook keeps refusing is retried from a
-// fresh backoff each term, so every takeover paid it (found by review). Now
-// leader 1 stores the attempt's answer record (actuate.NewAnswer), the
+// write from one whose answer was lost, so without more leader 2 would wait
+// the whole late-commit horizon (about 90 s) for a write that was answered,
+// on every takeover while a webhook keeps refusing the pod. So leader 1
+// stores the attempt's answer record (actuate.NewAnswer), the
 // recovery hands Happened the intent marked answered, and the same pod is
 // "did not happen" at once. Without the record (not stored) it still waits.
 func TestRecoveryAfterAnsweredRefusal(t *testing.T) {
@@ -47,9 +47,9 @@ func TestRecoveryAfterAnsweredRefusal(t *testing.T) {
 		{"403 denied by admission", apierrors.NewForbidden(gr, "web-1", errors.New("admission webhook denied the request")), false, false, "refused", false, false},
 		{"429 throttled", apierrors.NewTooManyRequests("slow down", 1), false, false, "throttled", false, false},
 		{"403, its answer record not stored", apierrors.NewForbidden(gr, "web-1", errors.New("denied")), false, false, "refused", true, false},
-		// The pod is gone for leader 2 too: without the record its absence
-		// read as this removal, published deleted for a pod opswire did not
-		// remove (found by review).
+		// The pod is gone for leader 2 too: the record keeps its absence
+		// from being read as this removal (a deleted for a pod opswire did
+		// not remove).
 		{"404: someone else removed the pod", apierrors.NewNotFound(gr, "web-1"), false, false, "gone", false, true},
 	}
 	for _, tc := range tests {
@@ -65,9 +65,9 @@ func TestRecoveryAfterAnsweredRefusal(t *testing.T) {
 			})
 			d := p.Decide(state, Facts{Now: t0})
 			out, _ := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
-			if out.Retry == tc.gone || len(in.msgs) != 1 || r.act.doubts.waiting("uid-1") != nil || len(in.answers) != 1 {
+			if out.Retry == tc.gone || len(in.Msgs) != 1 || r.act.doubts.waiting("uid-1") != nil || len(in.Answers) != 1 {
 				t.Fatalf("leader 1: %+v, %d intents, %d answer records; want the write answered, retried unless the pod is gone, nothing in doubt, one answer record",
-					out, len(in.msgs), len(in.answers))
+					out, len(in.Msgs), len(in.Answers))
 			}
 			if tc.changed {
 				if err := r.client.Tracker().Update(podsGVR, livePod(func(p *corev1.Pod) { p.ResourceVersion = "8" }), "apps"); err != nil {
@@ -79,18 +79,18 @@ func TestRecoveryAfterAnsweredRefusal(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			intent := decodeIntent(t, in.msgs[0])
-			answered := decodeIntent(t, in.answers[0])
+			intent := decodeIntent(t, in.Msgs[0])
+			answered := decodeIntent(t, in.Answers[0])
 			if answered.Answered != tc.why || !answered.Time.Equal(intent.Time) || answered.Outcome.ID != intent.Outcome.ID ||
-				in.answers[0].Subject != in.msgs[0].Subject || in.answers[0].Header.Get(envelope.HeaderID) != in.msgs[0].Header.Get(envelope.HeaderID)+"/answered" {
+				in.Answers[0].Subject != in.Msgs[0].Subject || in.Answers[0].Header.Get(envelope.HeaderID) != in.Msgs[0].Header.Get(envelope.HeaderID)+"/answered" {
 				t.Fatalf("answer record %+v on %s (id %s); want the intent's attempt, answered %q, on its subject, id <intent>/answered",
-					answered, in.answers[0].Subject, in.answers[0].Header.Get(envelope.HeaderID), tc.why)
+					answered, in.Answers[0].Subject, in.Answers[0].Header.Get(envelope.HeaderID), tc.why)
 			}
 			// Leader 1's term ends before its retry; leader 2, 5 s later,
 			// with the intent as the recovery hands it (merged with its
 			// answer record when that was stored).
 			*now = t0.Add(5 * time.Second)
-			act2 := NewActuator(r.client, &recPub{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+			act2 := NewActuator(r.client, &actuatetest.Publisher{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 				Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 				Now: func() time.Time { return *now }, WindowNow: func() time.Time { return *now },
 			})
@@ -147,8 +147,8 @@ func TestAnswerRecordOnlyWhenNothingCanLand(t *testing.T) {
 			})
 			state := pod(failed("Evicted"))
 			_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: t0}), Facts{Now: t0})
-			if len(in.answers) != tc.want {
-				t.Fatalf("%d answer records, want %d", len(in.answers), tc.want)
+			if len(in.Answers) != tc.want {
+				t.Fatalf("%d answer records, want %d", len(in.Answers), tc.want)
 			}
 		})
 	}
@@ -156,15 +156,15 @@ func TestAnswerRecordOnlyWhenNothingCanLand(t *testing.T) {
 		p := testPolicy()
 		p.RemoveFinalizers = true
 		r := newRig(t, p, false, actuate.NewWindow(10, time.Minute), livePod(liveFailedLeftTerminating))
-		in := &intentRec{stored: true}
+		in := actuatetest.NewJournal(true)
 		r.act.cfg.Intents = in
 		r.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 			return true, livePod(liveFailedLeftTerminating, func(p *corev1.Pod) { p.ResourceVersion = "9" }), nil
 		})
 		state := stateFailedLeftTerminating()
 		_, _ = r.act.Handle(context.Background(), state, p.Decide(state, Facts{Now: t0}), Facts{Now: t0})
-		if len(in.answers) != 1 || decodeIntent(t, in.answers[0]).Answered != "finalizers kept" {
-			t.Fatalf("%d answer records; want one, answered \"finalizers kept\"", len(in.answers))
+		if len(in.Answers) != 1 || decodeIntent(t, in.Answers[0]).Answered != "finalizers kept" {
+			t.Fatalf("%d answer records; want one, answered \"finalizers kept\"", len(in.Answers))
 		}
 	})
 }
@@ -180,10 +180,9 @@ func decodeIntent(t *testing.T, m *nats.Msg) events.Intent {
 
 // TestAnswerRecordNotWhileAForgottenWriteMayLand: answerIntent's
 // doubts.certain must not say "nothing can land" for a pod whose earlier
-// write in doubt the memory could not keep. Found by review: with the
-// memory of writes in doubt full, a lost answer was reported failed and
-// retried untracked, and nothing remembered that the write may still land;
-// the retry's 429 then stored an answer record, and a new leader took the
+// write in doubt the memory could not keep. With the memory of writes in
+// doubt full, a lost answer is reported failed and retried untracked; were
+// the retry's 429 to store an answer record, a new leader would take the
 // same pod for "did not happen" at once (the record closes the latest
 // attempt) while the first DELETE could still commit: unaudited and not
 // counted. Likewise a settled write whose entry the full memory of late
@@ -243,8 +242,8 @@ func TestAnswerRecordNotWhileAForgottenWriteMayLand(t *testing.T) {
 			if want := map[bool]int{true: 2, false: 1}[tc.lost]; deletes != want {
 				t.Fatalf("%d DELETEs, want %d", deletes, want)
 			}
-			if len(in.answers) != 0 {
-				t.Fatalf("%d answer records for %d intents; want none: the earlier DELETE may still commit", len(in.answers), len(in.msgs))
+			if len(in.Answers) != 0 {
+				t.Fatalf("%d answer records for %d intents; want none: the earlier DELETE may still commit", len(in.Answers), len(in.Msgs))
 			}
 		})
 	}
@@ -259,14 +258,14 @@ func fillDoubts(r *actuatorRig) {
 
 // answerRig is a rig whose actuator reads its clocks from now (set it to move
 // them) and stores its intents, and their answer records, in in.
-func answerRig(t *testing.T, p Policy, stored bool, live *corev1.Pod) (r *actuatorRig, in *intentRec, now *time.Time) {
+func answerRig(t *testing.T, p Policy, stored bool, live *corev1.Pod) (r *actuatorRig, in *actuatetest.Journal, now *time.Time) {
 	t.Helper()
 	r = newRig(t, p, false, actuate.NewWindow(10, time.Minute), live)
 	clock := t0
 	now = &clock
 	r.act.cfg.WindowNow = func() time.Time { return *now }
 	r.act.cfg.Now = func() time.Time { return *now }
-	in = &intentRec{stored: stored}
+	in = actuatetest.NewJournal(stored)
 	r.act.cfg.Intents = in
 	return r, in, now
 }

@@ -22,7 +22,9 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // memState is a State held in maps (the mirror's role).
@@ -68,15 +70,13 @@ func (s *memState) Nodes() []*events.NodeState {
 
 func waitGone(t *testing.T, c *fake.Clientset, name string, within time.Duration) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if _, err := c.CoreV1().Pods("apps").Get(context.Background(), name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			return time.Now()
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("%s not deleted within %v", name, within)
-	return time.Time{}
+	var gone time.Time
+	testkit.Eventually(t, within, name+" deleted", func() bool {
+		_, err := c.CoreV1().Pods("apps").Get(context.Background(), name, metav1.GetOptions{})
+		gone = time.Now()
+		return apierrors.IsNotFound(err)
+	})
+	return gone
 }
 
 // TestControllerSchedulesStuckPods: a pod that becomes due later is acted on
@@ -91,7 +91,7 @@ func TestControllerSchedulesStuckPods(t *testing.T) {
 		"apps/web-1": pod(func(p *events.PodState) { p.DeletionTimestamp = &dts; p.CreationTimestamp = start.Add(-time.Hour) }),
 	}}
 	client := fake.NewClientset(live)
-	act := NewActuator(client, &recPub{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.New(zerolog.NewTestWriter(t)), ActuatorConfig{
+	act := NewActuator(client, &actuatetest.Publisher{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.New(zerolog.NewTestWriter(t)), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 	})
 	ctl := NewController(testPolicy(), act, nil, time.Hour, 2, nil, zerolog.New(zerolog.NewTestWriter(t)))
@@ -108,16 +108,16 @@ func TestControllerSchedulesStuckPods(t *testing.T) {
 }
 
 // waitPublished waits until n decisions were published and returns their summaries.
-func waitPublished(t *testing.T, pub *recPub, n int) []string {
+func waitPublished(t *testing.T, pub *actuatetest.Publisher, n int) []string {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
-	for len(pub.all()) < n {
+	for len(pub.All()) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d decisions published, want %d: %v", len(pub.all()), n, opsSummary(t, pub.all()))
+			t.Fatalf("%d decisions published, want %d: %v", len(pub.All()), n, opsSummary(t, pub.All()))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return opsSummary(t, pub.all())
+	return opsSummary(t, pub.All())
 }
 
 // setNode changes a node in the API and in the mirror, and tells the controller.
@@ -154,7 +154,7 @@ func TestControllerPartitionRule(t *testing.T) {
 		state.nodes[n] = &events.NodeState{Name: n, Ready: "True"}
 	}
 	client := fake.NewClientset(live, node)
-	pub := &recPub{}
+	pub := &actuatetest.Publisher{}
 	act := NewActuator(client, pub, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 	})
@@ -208,7 +208,7 @@ func TestControllerBrake(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pub := &recPub{}
+	pub := &actuatetest.Publisher{}
 	m := NewMetrics(nil)
 	act := NewActuator(client, pub, record.NewFakeRecorder(10), m, zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
@@ -284,7 +284,7 @@ func TestControllerOutOfServiceTaintOutranksTheBrake(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pub := &recPub{}
+	pub := &actuatetest.Publisher{}
 	m := NewMetrics(nil)
 	act := NewActuator(client, pub, record.NewFakeRecorder(10), m, zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
@@ -349,7 +349,7 @@ func BenchmarkTick(b *testing.B) {
 		state.pods[p.Namespace+"/"+p.Name] = p
 	}
 	// A FakeRecorder without a channel drops events instead of blocking.
-	act := NewActuator(fake.NewClientset(), &recPub{}, &record.FakeRecorder{}, NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+	act := NewActuator(fake.NewClientset(), &actuatetest.Publisher{}, &record.FakeRecorder{}, NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute), Now: func() time.Time { return t0 }, WindowNow: func() time.Time { return t0 },
 	})
 	ctl := NewController(testPolicy(), act, nil, time.Hour, 1, func() time.Time { return t0 }, zerolog.Nop())
@@ -396,7 +396,7 @@ func TestControllerNotReadyTimeoutRequeues(t *testing.T) {
 		state.nodes[n] = &events.NodeState{Name: n, Ready: "True"}
 	}
 	client := fake.NewClientset(live, node)
-	pub := &recPub{}
+	pub := &actuatetest.Publisher{}
 	act := NewActuator(client, pub, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: policy, Limiter: actuate.NewWindow(10, time.Minute),
 	})
@@ -434,7 +434,7 @@ func TestControllerNodeDeletionReleases(t *testing.T) {
 		state.nodes[n] = &events.NodeState{Name: n, Ready: "True"}
 	}
 	client := fake.NewClientset(live, node)
-	pub := &recPub{}
+	pub := &actuatetest.Publisher{}
 	act := NewActuator(client, pub, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 	})
@@ -551,7 +551,7 @@ func TestControllerDecidesNothingBeforeTheNodeCount(t *testing.T) {
 	if err != nil || !out.Retry {
 		t.Fatalf("sync before the node count: %+v, %v; want a retry", out, err)
 	}
-	if n := len(r.client.Actions()); n != 0 || len(r.pub.all()) != 0 {
-		t.Fatalf("sync before the node count made %d API calls and published %v", n, opsSummary(t, r.pub.all()))
+	if n := len(r.client.Actions()); n != 0 || len(r.pub.All()) != 0 {
+		t.Fatalf("sync before the node count made %d API calls and published %v", n, opsSummary(t, r.pub.All()))
 	}
 }

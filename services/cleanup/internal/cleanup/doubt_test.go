@@ -31,18 +31,16 @@ var lostAnswers = map[string]error{
 // opsIDs lists the Nats-Msg-Ids published.
 func opsIDs(r *actuatorRig) []string {
 	var ids []string
-	for _, m := range r.pub.all() {
+	for _, m := range r.pub.All() {
 		ids = append(ids, m.Header.Get(nats.MsgIdHdr))
 	}
 	return ids
 }
 
 // TestActuatorDeleteAnswerLost: the API server carries out the DELETE but
-// its answer is lost. Before, that was taken for a refusal: failed
-// (critical) and a CleanupFailed Event published, the slot given back, and
-// the retry's GET found the pod gone and stopped there: the removal was
-// never audited nor counted (found by review). Now the write is in doubt
-// (nothing published, slot kept) and the next visit settles it: the pod is
+// its answer is lost. A lost answer is no refusal: taken for one, the
+// retry's GET would find the pod gone and the removal would be neither
+// audited nor counted. The write is in doubt (nothing published, slot kept) and the next visit settles it: the pod is
 // gone, so its deleted audit is published once.
 func TestActuatorDeleteAnswerLost(t *testing.T) {
 	for name, answer := range lostAnswers {
@@ -57,7 +55,7 @@ func TestActuatorDeleteAnswerLost(t *testing.T) {
 			state := pod(failed("Evicted"))
 			d := testPolicy().Decide(state, Facts{Now: t0})
 			out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
-			if err != nil || out.RequeueAfter <= 0 || len(r.pub.all()) != 0 || len(r.eventsSeen()) != 0 || w.Len(t0) != 1 {
+			if err != nil || out.RequeueAfter <= 0 || len(r.pub.All()) != 0 || len(r.eventsSeen()) != 0 || w.Len(t0) != 1 {
 				t.Fatalf("first visit: %+v %v, OPS %v, window %d; want a visit again, nothing published, the slot kept",
 					out, err, opsIDs(r), w.Len(t0))
 			}
@@ -74,7 +72,7 @@ func TestActuatorDeleteAnswerLost(t *testing.T) {
 				t.Fatalf("%d DELETEs, want 1", n)
 			}
 			r.act.Handle(context.Background(), state, d, Facts{Now: t0}) // settled: nothing more
-			if len(r.pub.all()) != 1 {
+			if len(r.pub.All()) != 1 {
 				t.Fatalf("a third visit published again: %v", opsIDs(r))
 			}
 		})

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/events"
 )
 
@@ -71,7 +72,7 @@ func newAPIRig(t *testing.T, evs ...*corev1.Event) (*apiRig, *Actuator, *Metrics
 		t.Fatal(err)
 	}
 	m := NewMetrics(nil)
-	a := NewActuator(client, &recPub{}, record.NewFakeRecorder(10), m, zerolog.Nop(), ActuatorConfig{
+	a := NewActuator(client, &actuatetest.Publisher{}, record.NewFakeRecorder(10), m, zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(100, time.Minute),
 		Now: func() time.Time { return t0 }, WindowNow: func() time.Time { return t0 }, APITimeout: 5 * time.Second,
 	})
@@ -80,8 +81,8 @@ func newAPIRig(t *testing.T, evs ...*corev1.Event) (*apiRig, *Actuator, *Metrics
 
 // TestLiveActionsRealClientNames: a forged intent Event on a pod name
 // client-go refuses in a URL (x/y, a%b, ., ..) is refused by the recovery
-// (before the fix the re-read failed client-side on every attempt, so one
-// such Event held a new leader's recovery back for ever); a valid one
+// (its re-read would fail client-side on every attempt and hold a new
+// leader's recovery back for ever); a valid one
 // (p, gone) is read, its pod re-read once.
 func TestLiveActionsRealClientNames(t *testing.T) {
 	var evs []*corev1.Event

@@ -14,26 +14,24 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 )
 
 // TestIntentEventInDoubtAcrossTermEnd is TestDeleteInDoubtAcrossTermEnd
 // during a NATS outage: leader 1's intent is journaled as a CleanupIntent
 // Event (OPS did not store it), its DELETE is answered 504 and has not
 // landed yet, and its term ends. Leader 2 starts 20 s after the write and
-// reads its recovery's Live actions. f540516 made the OPS intent's check
-// wait for the late-commit horizon, but LiveActions asked Happened with an
-// intent rebuilt without a time, so the same pod was taken for "not
-// happened" at once: Pending, the recovery completed, the commit landed at
-// 30 s, leader 2's next visit found the pod gone (404) and nothing ever
-// published the removal leader 1 did (found by review). Now the recovery
-// retries (as SeedAndRecover does, 5 s apart) until the pod is gone: the
+// reads its recovery's Live actions. LiveActions asks Happened with the
+// intent's time, so the unchanged pod within the late-commit horizon is no
+// proof of "not happened" (taken for one, the commit landing at 30 s would
+// leave the removal leader 1 did unpublished). The recovery retries (as SeedAndRecover does, 5 s apart) until the pod is gone: the
 // removal happened, and its outcome is rebuilt and published.
 func TestIntentEventInDoubtAcrossTermEnd(t *testing.T) {
 	r := newRig(t, testPolicy(), false, actuate.NewWindow(10, time.Minute), livePod())
 	now := t0
 	r.act.cfg.WindowNow = func() time.Time { return now }
 	r.act.cfg.Now = func() time.Time { return now }
-	r.act.cfg.Intents = &intentRec{stored: false} // NATS is away
+	r.act.cfg.Intents = actuatetest.NewJournal(false) // NATS is away
 	// The API server sets an Event's creationTimestamp (the fake does not).
 	r.client.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		a.(k8stesting.CreateAction).GetObject().(*corev1.Event).CreationTimestamp = metav1.NewTime(now)
@@ -49,7 +47,7 @@ func TestIntentEventInDoubtAcrossTermEnd(t *testing.T) {
 	}
 	// Leader 1's term ends. Leader 2, 20 s after the write.
 	now = t0.Add(20 * time.Second)
-	act2 := NewActuator(r.client, &recPub{}, record.NewFakeRecorder(100), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+	act2 := NewActuator(r.client, &actuatetest.Publisher{}, record.NewFakeRecorder(100), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 		Now: func() time.Time { return now }, WindowNow: func() time.Time { return now },
 	})

@@ -18,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 )
@@ -41,7 +42,7 @@ func (r *actuatorRig) createdEvents() []*corev1.Event {
 func TestActuatorJournalEvent(t *testing.T) {
 	for _, stored := range []bool{false, true} {
 		r := newRig(t, testPolicy(), false, nil, livePod())
-		in := &intentRec{stored: stored}
+		in := actuatetest.NewJournal(stored)
 		r.act.cfg.Intents = in
 		var created, atDelete int // (a reactor cannot read Actions: it runs under the fake's lock)
 		r.client.PrependReactor("create", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -75,8 +76,8 @@ func TestActuatorJournalEvent(t *testing.T) {
 			ev.Source.Component != EventSource || ev.Type != corev1.EventTypeNormal || ev.Count != 1 {
 			t.Fatalf("journal Event %+v", ev)
 		}
-		if ev.Annotations[AnnotationIntent] != string(in.msgs[0].Data) {
-			t.Fatalf("journal Event carries %s, want the intent %s", ev.Annotations[AnnotationIntent], in.msgs[0].Data)
+		if ev.Annotations[AnnotationIntent] != string(in.Msgs[0].Data) {
+			t.Fatalf("journal Event carries %s, want the intent %s", ev.Annotations[AnnotationIntent], in.Msgs[0].Data)
 		}
 		if at, err := time.Parse(time.RFC3339Nano, ev.Annotations[AnnotationActionTime]); err != nil || !at.Equal(t0) {
 			t.Fatalf("action time %q (%v), want the time it was written, %v", ev.Annotations[AnnotationActionTime], err, t0)
@@ -96,7 +97,7 @@ func TestActuatorJournalEvent(t *testing.T) {
 func TestJournalEventOfTheLongestPodName(t *testing.T) {
 	long := strings.Repeat("w", 250) + "-01"
 	r := newRig(t, testPolicy(), false, nil, livePod(func(p *corev1.Pod) { p.Name = long }))
-	r.act.cfg.Intents = &intentRec{stored: false}
+	r.act.cfg.Intents = actuatetest.NewJournal(false)
 	st := pod(failed("Evicted"))
 	st.Name = long
 	if _, err := r.act.Handle(context.Background(), st, testPolicy().Decide(st, Facts{Now: t0}), Facts{Now: t0}); err != nil {
@@ -117,7 +118,7 @@ func TestJournalEventOfTheLongestPodName(t *testing.T) {
 func TestActuatorJournalEventFails(t *testing.T) {
 	w := actuate.NewWindow(1, time.Minute)
 	r := newRig(t, testPolicy(), false, w, livePod())
-	r.act.cfg.Intents = &intentRec{stored: false}
+	r.act.cfg.Intents = actuatetest.NewJournal(false)
 	r.client.PrependReactor("create", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("API down")
 	})
@@ -131,7 +132,7 @@ func TestActuatorJournalEventFails(t *testing.T) {
 			t.Fatal("pod deleted without a journal")
 		}
 	}
-	if n := len(r.pub.all()); n != 0 {
+	if n := len(r.pub.All()); n != 0 {
 		t.Fatalf("%d messages published", n)
 	}
 	if n := w.Len(t0); n != 0 {
@@ -254,7 +255,7 @@ func reforge(t *testing.T, ev *corev1.Event, edit func(in *events.Intent, d *eve
 }
 
 // TestLiveActionsForged: removal Events are not authenticated. Each forged
-// form the review found is refused (counted as forged or invalid, nothing
+// form below is refused (counted as forged or invalid, nothing
 // counted or published): an intent naming another namespace's pod, an
 // attacker-chosen outcome id, subject (cleanup's own intent subject among
 // them) or type, a decision naming another pod, an Event whose namespace is

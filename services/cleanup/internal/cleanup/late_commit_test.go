@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 )
@@ -66,11 +67,9 @@ func markDeleted(t *testing.T, r *actuatorRig, grace int64) {
 
 // TestActuatorDeleteCommitsAfterSettlingRead: the DELETE's answer is lost
 // (the API server's 504: its handler goes on) and its commit lands just
-// after the next visit's settling read. Before, the read's "same pod" was
-// taken for "did not happen": failed published, slot given back, and the
-// retry's DELETE answered 404 (the first one landed) and published nothing:
-// a removal by this leader audited failed, never deleted, and not counted
-// (found by review). Now the unchanged pod keeps it in doubt (no retry of
+// after the next visit's settling read. The read's "same pod" is no proof
+// of "did not happen" (taken for one, the removal would be audited failed,
+// never deleted, and not counted): the unchanged pod keeps it in doubt (no retry of
 // the write), and the next read finds the pod gone: deleted, once.
 func TestActuatorDeleteCommitsAfterSettlingRead(t *testing.T) {
 	w := actuate.NewWindow(10, time.Minute)
@@ -134,7 +133,7 @@ func TestActuatorDeleteInDoubtUntilHorizon(t *testing.T) {
 			out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
 			visits := 1
 			for now.Before(horizon) {
-				if err != nil || again(out) <= 0 || len(r.pub.all()) != 0 || w.Len(now) != 1 || r.countDeletes() != 1 {
+				if err != nil || again(out) <= 0 || len(r.pub.All()) != 0 || w.Len(now) != 1 || r.countDeletes() != 1 {
 					t.Fatalf("visit %d at +%s: %+v %v, OPS %v, window %d, %d DELETEs; want in doubt: a visit again, nothing published, the slot kept, 1 DELETE",
 						visits, now.Sub(t0), out, err, opsIDs(r), w.Len(now), r.countDeletes())
 				}
@@ -172,7 +171,7 @@ func TestActuatorForceDeleteMarkedInDoubt(t *testing.T) {
 	d := testPolicy().Decide(state, Facts{Now: t0})
 	for i := 0; i < 2; i++ {
 		out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
-		if err != nil || again(out) <= 0 || len(r.pub.all()) != 0 {
+		if err != nil || again(out) <= 0 || len(r.pub.All()) != 0 {
 			t.Fatalf("visit %d: %+v %v, OPS %v; want in doubt", i+1, out, err, opsIDs(r))
 		}
 	}
@@ -186,8 +185,8 @@ func TestActuatorForceDeleteMarkedInDoubt(t *testing.T) {
 // TestControllerSettlesDeletionRequestedInDoubt: a deletion requested
 // (finalizers keep the pod) whose answer was lost leaves the pod
 // Terminating, so its mirrored decision is Wait (terminatingTimeout), which
-// never reaches Handle: before, the write stayed in doubt until the pod
-// left (found by review). The controller settles it first: the pod marked
+// never reaches Handle, which would leave the write in doubt until the pod
+// left. The controller settles it first: the pod marked
 // for deletion by the write is its outcome, published once.
 func TestControllerSettlesDeletionRequestedInDoubt(t *testing.T) {
 	w := actuate.NewWindow(10, time.Minute)
@@ -198,7 +197,7 @@ func TestControllerSettlesDeletionRequestedInDoubt(t *testing.T) {
 	state := &memState{pods: map[string]*events.PodState{"apps/web-1": mirrored}, nodes: map[string]*events.NodeState{}}
 	ctl := NewController(testPolicy(), r.act, r.metrics, time.Hour, 1, func() time.Time { return t0 }, zerolog.Nop())
 	ctl.countNodes(state)
-	if out, err := ctl.sync(context.Background(), state, "apps/web-1"); err != nil || again(out) <= 0 || len(r.pub.all()) != 0 {
+	if out, err := ctl.sync(context.Background(), state, "apps/web-1"); err != nil || again(out) <= 0 || len(r.pub.All()) != 0 {
 		t.Fatalf("first visit: %+v %v, OPS %v; want in doubt", out, err, opsIDs(r))
 	}
 	terminating := pod(failed("Evicted"), func(p *events.PodState) {
@@ -216,13 +215,13 @@ func TestControllerSettlesDeletionRequestedInDoubt(t *testing.T) {
 }
 
 // TestDeleteInDoubtAcrossTermEnd: leader 1's DELETE is
-// answered 504 and its commit has not landed yet; leader 1 holds it in doubt
-// (3466ea7), then its term ends. Leader 2 starts 20 s after the write, inside
+// answered 504 and its commit has not landed yet; leader 1 holds it in
+// doubt, then its term ends. Leader 2 starts 20 s after the write, inside
 // the late-commit horizon. Its recovery asks Happened about the open intent:
-// the same pod, unchanged, which 3466ea7 says is no proof within the horizon,
-// yet Happened answers a final false and the recovery completes. The commit
-// lands at 30 s; leader 2's next visit finds the pod gone (404 on its
-// re-read), and nothing ever publishes the removal leader 1 did.
+// the same pod, unchanged, is no proof within the horizon, so Happened must
+// not answer a final false: were the recovery to complete, the commit
+// landing at 30 s would leave the removal leader 1 did unpublished (leader
+// 2's next visit finds the pod gone, 404 on its re-read).
 //
 // Recovery is simulated as SeedAndRecover does it: Happened until it answers
 // without an error (5 s between attempts); true publishes the intent's
@@ -232,22 +231,22 @@ func TestDeleteInDoubtAcrossTermEnd(t *testing.T) {
 	now := t0
 	r.act.cfg.WindowNow = func() time.Time { return now }
 	r.act.cfg.Now = func() time.Time { return now }
-	in := &intentRec{stored: true}
+	in := actuatetest.NewJournal(true)
 	r.act.cfg.Intents = in
 	loseFirstDelete(r, nil)
 	state := pod(failed("Evicted"))
 	d := testPolicy().Decide(state, Facts{Now: t0})
 	out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0})
-	if err != nil || len(opsIDs(r)) != 0 || len(in.msgs) != 1 {
-		t.Fatalf("leader 1: %+v %v, OPS %v, %d intents; want the DELETE in doubt", out, err, opsIDs(r), len(in.msgs))
+	if err != nil || len(opsIDs(r)) != 0 || len(in.Msgs) != 1 {
+		t.Fatalf("leader 1: %+v %v, OPS %v, %d intents; want the DELETE in doubt", out, err, opsIDs(r), len(in.Msgs))
 	}
 	var intent events.Intent
-	if _, err := envelope.Decode(in.msgs[0].Header, in.msgs[0].Data, events.TypeIntent, &intent); err != nil {
+	if _, err := envelope.Decode(in.Msgs[0].Header, in.Msgs[0].Data, events.TypeIntent, &intent); err != nil {
 		t.Fatal(err)
 	}
 	// Leader 1's term ends. Leader 2, 20 s after the write.
 	now = t0.Add(20 * time.Second)
-	pub2 := &recPub{}
+	pub2 := &actuatetest.Publisher{}
 	act2 := NewActuator(r.client, pub2, record.NewFakeRecorder(100), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 		Now: func() time.Time { return now }, WindowNow: func() time.Time { return now },
@@ -286,12 +285,12 @@ func TestDeleteInDoubtAcrossTermEnd(t *testing.T) {
 	t.Logf("leader 2's visit: %+v %v", out, err)
 	act2.Forget("uid-1") // the mirror saw the pod leave
 	var ids []string
-	for _, m := range append(r.pub.all(), pub2.all()...) {
+	for _, m := range append(r.pub.All(), pub2.All()...) {
 		ids = append(ids, m.Subject+" "+m.Header.Get(nats.MsgIdHdr))
 	}
 	t.Logf("OPS %v; DELETEs sent %d", ids, r.countDeletes())
 	deleted := 0
-	for _, m := range append(r.pub.all(), pub2.all()...) {
+	for _, m := range append(r.pub.All(), pub2.All()...) {
 		if m.Header.Get(nats.MsgIdHdr) == "cleanup/uid-1/deleted" {
 			deleted++
 		}

@@ -24,9 +24,9 @@ import (
 // DELETE and answers 500 ServerTimeout with Retry-After (what
 // InterpretDeleteError gives for an unreachable etcd). client-go's rest
 // client would send the DELETE again on a 5xx with Retry-After; the repeat
-// found the pod gone (404, or 429 from priority and fairness), which the
-// actuator took for "already gone" or "not processed": slot given back,
-// nothing published, though the removal was its own (found by review). With
+// would find the pod gone (404, or 429 from priority and fairness), taken
+// for "already gone" or "not processed": slot given back, nothing
+// published, though the removal was its own. With
 // kube.NoWriteRetries (every service's client) the DELETE goes once, and
 // the 500 leaves it in doubt until the pod's next visit finds it gone.
 func TestActuatorDeleteIsNotResentByClientGo(t *testing.T) {

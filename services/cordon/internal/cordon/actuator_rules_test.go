@@ -69,7 +69,7 @@ func TestActuatorCapHoldsAgainstTheAPI(t *testing.T) {
 	if got := h.node(t, "a"); got.Spec.Unschedulable || got.Labels[events.LabelAutoCordon] != "" {
 		t.Fatal("a cordoned beyond the cap")
 	}
-	msgs := h.pub.decisions(t)
+	msgs := decisions(t, h.pub)
 	if len(msgs) != 1 || msgs[0].D.Verb != VerbSkipped || msgs[0].D.Code != CodeCapReached || msgs[0].D.Held != 2 || msgs[0].D.Cap != 2 {
 		t.Fatalf("published %+v", msgs)
 	}
@@ -98,7 +98,7 @@ func TestActuatorLiveReapplyIsCapped(t *testing.T) {
 	if got := h.node(t, "a"); got.Spec.Unschedulable || got.Labels[events.LabelAutoCordon] != "" {
 		t.Fatal("live new cordon not capped")
 	}
-	if msgs := h.pub.decisions(t); len(msgs) != 1 || msgs[0].D.Code != CodeCapReached {
+	if msgs := decisions(t, h.pub); len(msgs) != 1 || msgs[0].D.Code != CodeCapReached {
 		t.Fatalf("published %+v", msgs)
 	}
 }
@@ -153,7 +153,7 @@ func TestActuatorHandsDrainedNodeOver(t *testing.T) {
 			if labelled || annotated {
 				t.Fatalf("mark kept: %v %v", got.Labels, got.Annotations)
 			}
-			msgs := h.pub.decisions(t)
+			msgs := decisions(t, h.pub)
 			if len(msgs) != 1 || msgs[0].D.Verb != tc.wantVerb {
 				t.Fatalf("published %+v, want %s", msgs, tc.wantVerb)
 			}

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
@@ -26,40 +24,16 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 )
 
-// recordingPublisher stores what the actuator publishes.
-type recordingPublisher struct {
-	mu   sync.Mutex
-	msgs []*nats.Msg
-	err  error
-}
-
-func (p *recordingPublisher) PublishMsg(_ context.Context, m *nats.Msg, _ ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.err != nil {
-		return nil, p.err
-	}
-	p.msgs = append(p.msgs, m)
-	return &jetstream.PubAck{Stream: "OPS", Sequence: uint64(len(p.msgs))}, nil
-}
-
-// Publish records a message the way the audit publisher would send it
-// (actuate.Audit), synchronously.
-func (p *recordingPublisher) Publish(subj string, ev envelope.Event) {
-	_, _ = p.PublishMsg(context.Background(), ev.Msg(subj))
-}
-
 // decisions decodes every published message.
-func (p *recordingPublisher) decisions(t *testing.T) []published {
+func decisions(t *testing.T, p *actuatetest.Publisher) []published {
 	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	var out []published
-	for _, m := range p.msgs {
+	for _, m := range p.All() {
 		var d events.CordonDecision
 		ev, err := envelope.Decode(m.Header, m.Data, events.TypeCordon, &d)
 		if err != nil {
@@ -130,7 +104,7 @@ func pods(node string, count int) []runtime.Object {
 
 type harness struct {
 	client *fake.Clientset
-	pub    *recordingPublisher
+	pub    *actuatetest.Publisher
 	rec    *record.FakeRecorder
 	ledger *Ledger
 	m      *Metrics
@@ -139,7 +113,7 @@ type harness struct {
 
 func newHarness(t *testing.T, policy Policy, dryRun bool, fleet Fleet, objs ...runtime.Object) *harness {
 	t.Helper()
-	h := &harness{client: fake.NewClientset(objs...), pub: &recordingPublisher{}, rec: record.NewFakeRecorder(100),
+	h := &harness{client: fake.NewClientset(objs...), pub: &actuatetest.Publisher{}, rec: record.NewFakeRecorder(100),
 		ledger: NewLedger(dryRun), m: NewMetrics(nil)}
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	h.act = NewActuator(h.client, h.pub, h.rec, h.ledger, fixedFleet(fleet), ActuatorConfig{
@@ -239,7 +213,7 @@ func TestActuatorWrites(t *testing.T) {
 				if !strings.Contains(patch, `"resourceVersion":"41"`) || !strings.Contains(patch, `"uid":"uid-a"`) {
 					t.Fatalf("patch lacks its preconditions: %s", patch)
 				}
-				msgs := h.pub.decisions(t)
+				msgs := decisions(t, h.pub)
 				if len(msgs) != 1 {
 					t.Fatalf("published %d messages, want 1", len(msgs))
 				}
@@ -307,7 +281,7 @@ func TestActuatorReverification(t *testing.T) {
 				if w := h.writes(); len(w) != 0 {
 					t.Fatalf("wrote %v", w)
 				}
-				if n := len(h.pub.decisions(t)); n != 0 {
+				if n := len(decisions(t, h.pub)); n != 0 {
 					t.Fatalf("published %d messages", n)
 				}
 				if got := testutil.ToFloat64(h.m.Stale); got != tc.wantStale {
@@ -344,7 +318,7 @@ func testActuatorDryRun(t *testing.T, path readPath) {
 	if got := h.node(t, "a"); got.Spec.Unschedulable || got.Labels[events.LabelAutoCordon] != "" {
 		t.Fatal("dry run changed the node")
 	}
-	msgs := h.pub.decisions(t)
+	msgs := decisions(t, h.pub)
 	if len(msgs) != 1 || msgs[0].Subject != "ops.prod.cordon.dryrun.a" || msgs[0].D.Action != "cordon" || !msgs[0].D.DryRun {
 		t.Fatalf("published %+v", msgs)
 	}
@@ -369,7 +343,7 @@ func TestActuatorCapRefusalIsAnnouncedOnce(t *testing.T) {
 	if len(h.client.Actions()) != 0 {
 		t.Fatalf("a refused action touched the API: %v", h.client.Actions())
 	}
-	msgs := h.pub.decisions(t)
+	msgs := decisions(t, h.pub)
 	if len(msgs) != 1 {
 		t.Fatalf("refusal published %d times, want once", len(msgs))
 	}
@@ -388,7 +362,7 @@ func TestActuatorCapRefusalIsAnnouncedOnce(t *testing.T) {
 	if _, err := h.act.Apply(context.Background(), state, false, d); err != nil {
 		t.Fatal(err)
 	}
-	msgs = h.pub.decisions(t)
+	msgs = decisions(t, h.pub)
 	if len(msgs) != 2 || msgs[0].ID == msgs[1].ID {
 		t.Fatalf("second episode: %+v", msgs)
 	}
@@ -419,7 +393,7 @@ func TestActuatorWriteErrors(t *testing.T) {
 						t.Fatalf("Apply = %+v, %v", out, err)
 					}
 				}
-				msgs := h.pub.decisions(t)
+				msgs := decisions(t, h.pub)
 				if len(msgs) != tc.wantPublished {
 					t.Fatalf("published %d, want %d", len(msgs), tc.wantPublished)
 				}
@@ -457,23 +431,6 @@ func TestActuatorRateLimit(t *testing.T) {
 	}
 }
 
-// slowIntents is an actuate.Intents whose first store waits out its bound
-// (NATS slow for a moment), on the actuator's clock.
-type slowIntents struct {
-	clock *time.Time
-	slow  time.Duration
-	n     int
-}
-
-func (s *slowIntents) Record(context.Context, string, envelope.Event) bool {
-	s.n++
-	if s.n == 1 {
-		*s.clock = s.clock.Add(s.slow)
-		return false
-	}
-	return true
-}
-
 // TestActuatorRateWindowCountsTheWrites: maxActionsPerMinute 1, and the
 // first cordon's intent takes its 1 s bound (NATS slow), so its patch reaches
 // the API 1 s after its slot was taken. A second cordon one window after the
@@ -483,19 +440,19 @@ func TestActuatorRateWindowCountsTheWrites(t *testing.T) {
 	a, b := apiNode("a"), apiNode("b")
 	objs := append([]runtime.Object{a, b}, append(pods("a", 100), pods("b", 100)...)...)
 	h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, objs...)
-	clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	h.act.cfg.Now = func() time.Time { return clock }
+	clock := actuatetest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	h.act.cfg.Now = clock.Now
 	h.act.cfg.Limiter = actuate.NewWindow(1, time.Minute)
-	h.act.cfg.Intents = &slowIntents{clock: &clock, slow: time.Second}
+	h.act.cfg.Intents = &actuatetest.SlowIntents{Clock: clock, Delay: time.Second}
 	var patchedAt []time.Time
 	h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		patchedAt = append(patchedAt, clock)
+		patchedAt = append(patchedAt, clock.Now())
 		return false, nil, nil
 	})
-	start := clock
+	start := clock.Now()
 	for i, n := range []*corev1.Node{a, b} {
 		if i == 1 {
-			clock = start.Add(time.Minute) // the first reservation has left the window
+			clock.Set(start.Add(time.Minute)) // the first reservation has left the window
 		}
 		s := mirrorOf(n, 100)
 		out, err := h.act.Apply(context.Background(), s, false, Evaluate(seedPolicy("cordon"), s, false))
@@ -612,7 +569,7 @@ func TestActuatorDryRunRefusalIdIsItsOwn(t *testing.T) {
 		if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err != nil {
 			t.Fatal(err)
 		}
-		msgs := h.pub.decisions(t)
+		msgs := decisions(t, h.pub)
 		if len(msgs) != 1 || msgs[0].D.Verb != VerbSkipped || msgs[0].Subject != "ops.prod.cordon.skipped.a" || msgs[0].ID != want[dry] {
 			t.Fatalf("dryRun=%v: published %+v, want one skipped with id %s", dry, msgs, want[dry])
 		}

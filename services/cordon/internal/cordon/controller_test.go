@@ -24,6 +24,7 @@ import (
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // TestControllerCapsABurst runs the mirror, controller and actuator on a real
@@ -202,11 +203,7 @@ func TestControllerTermEndsWithAWriteInDoubt(t *testing.T) {
 	defer endTerm()
 	done := make(chan error, 1)
 	go func() { done <- ctrl.Run(ctx) }()
-	for deadline := time.Now().Add(10 * time.Second); how(h, doubtUnanswered) < 1; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("a's cordon not in doubt after 10s")
-		}
-	}
+	testkit.Eventually(t, 10*time.Second, "a's cordon in doubt", func() bool { return how(h, doubtUnanswered) >= 1 })
 	endTerm()
 	select {
 	case err := <-done:

@@ -71,7 +71,7 @@ func clock(h *harness) func(time.Duration) {
 func verbs(t *testing.T, h *harness) (map[string]int, map[string]int) {
 	t.Helper()
 	out, evs := map[string]int{}, map[string]int{}
-	for _, m := range h.pub.decisions(t) {
+	for _, m := range decisions(t, h.pub) {
 		out[m.D.Verb]++
 	}
 	for {
@@ -130,7 +130,7 @@ func TestActuatorLostPatchAnswerIsAudited(t *testing.T) {
 				if !tc.applied && tc.failedGets == 0 && first.RequeueAfter <= 0 {
 					t.Fatalf("first Apply: %+v, want a settling read later (the node is unchanged)", first)
 				}
-				if got := h.pub.decisions(t); (tc.failedGets > 0 || !tc.applied) && len(got) != 0 {
+				if got := decisions(t, h.pub); (tc.failedGets > 0 || !tc.applied) && len(got) != 0 {
 					t.Fatalf("published %+v while the write is in doubt, want nothing yet", got)
 				}
 				if !tc.applied {
@@ -159,7 +159,7 @@ func TestActuatorLostPatchAnswerIsAudited(t *testing.T) {
 				if got := win.Len(h.act.cfg.Now()); got != wantSlots {
 					t.Errorf("rate window holds %d actions, want %d", got, wantSlots)
 				}
-				for _, m := range h.pub.decisions(t) {
+				for _, m := range decisions(t, h.pub) {
 					if m.D.Verb == VerbCordoned && m.ID != "cordon/uid-a/cordoned/41" {
 						t.Errorf("cordoned id %s, want the one built before the patch", m.ID)
 					}
@@ -188,7 +188,7 @@ func TestActuatorNoWriteWhileInDoubt(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := map[string]int{}
-	for _, m := range h.pub.decisions(t) {
+	for _, m := range decisions(t, h.pub) {
 		got[m.D.Verb+"/"+m.D.Node]++
 	}
 	if len(got) != 2 || got["cordoned/a"] != 1 || got["cordoned/b"] != 1 || len(h.writes()) != 2 {
@@ -220,14 +220,14 @@ func TestActuatorThrottledPatchIsRetriedQuietly(t *testing.T) {
 	if h.act.doubt != nil {
 		t.Fatal("a throttled patch was held in doubt")
 	}
-	if got := h.pub.decisions(t); len(got) != 0 {
+	if got := decisions(t, h.pub); len(got) != 0 {
 		t.Fatalf("published %v for a patch that wrote nothing, want nothing", got)
 	}
 	if _, err := h.act.Apply(context.Background(), s, false, Evaluate(p, s, false)); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]int{}
-	for _, m := range h.pub.decisions(t) {
+	for _, m := range decisions(t, h.pub) {
 		got[m.D.Verb]++
 	}
 	if got[VerbCordoned] != 1 || len(got) != 1 {

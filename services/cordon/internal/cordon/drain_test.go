@@ -163,7 +163,7 @@ func TestActuatorHandsPacedDrainOver(t *testing.T) {
 			if _, err := h.act.Apply(context.Background(), state, true, d); err != nil {
 				t.Fatal(err)
 			}
-			msgs := h.pub.decisions(t)
+			msgs := decisions(t, h.pub)
 			if len(msgs) != 1 || msgs[0].D.Verb != tc.wantVerb {
 				t.Fatalf("published %+v, want %s", msgs, tc.wantVerb)
 			}
@@ -211,7 +211,7 @@ func TestActuatorDryRunSeesPacedDrain(t *testing.T) {
 			state = mirrorOf(n, 90)
 			state.Departed, state.DepartedEvicted = 50, 5+tc.evicted
 			apply(state)
-			msgs := h.pub.decisions(t)
+			msgs := decisions(t, h.pub)
 			if len(msgs) != 2 || msgs[0].D.Action != string(ActionCordon) || msgs[1].D.Action != string(tc.want) || !msgs[1].D.DryRun {
 				t.Fatalf("dry run published %+v, want a cordon then a %s", msgs, tc.want)
 			}

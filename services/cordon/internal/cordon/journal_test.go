@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,56 +19,10 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 )
-
-// intentRec is an actuate.Intents that records the intents.
-type intentRec struct {
-	mu     sync.Mutex
-	stored bool
-	msgs   []*nats.Msg
-}
-
-func (r *intentRec) Record(_ context.Context, subj string, ev envelope.Event) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.msgs = append(r.msgs, ev.Msg(subj))
-	return r.stored
-}
-
-// answerRec is an intentRec that also records answer records (actuate.Answers).
-type answerRec struct {
-	intentRec
-	answers []*nats.Msg
-}
-
-func (r *answerRec) Answer(_ context.Context, isubj string, iev envelope.Event, why string) bool {
-	subj, ev, err := actuate.NewAnswer(isubj, iev, why)
-	if err != nil {
-		panic(err)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.answers = append(r.answers, ev.Msg(subj))
-	return r.stored
-}
-
-func (r *intentRec) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.msgs)
-}
-
-func (r *intentRec) intent(t *testing.T, i int) (*nats.Msg, envelope.Event, events.Intent) {
-	t.Helper()
-	var in events.Intent
-	ev, err := envelope.Decode(r.msgs[i].Header, r.msgs[i].Data, events.TypeIntent, &in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r.msgs[i], ev, in
-}
 
 // TestActuatorJournalsBeforeThePatch: for a cordon, an uncordon and a
 // handover, the intent is stored before the node patch, names the node, its
@@ -96,11 +48,11 @@ func TestActuatorJournalsBeforeThePatch(t *testing.T) {
 				objs := append([]runtime.Object{tc.node}, pods(tc.node.Name, tc.livePods)...)
 				objs = append(objs, evictingPods(tc.node.Name, tc.evicting)...)
 				h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, objs...)
-				in := &intentRec{stored: stored}
+				in := &actuatetest.Intents{Stored: stored}
 				h.act.cfg.Intents = in
 				var atPatch []int
 				h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-					atPatch = append(atPatch, in.count())
+					atPatch = append(atPatch, in.Count())
 					return false, nil, nil
 				})
 				state := mirrorOf(tc.node, tc.livePods+tc.evicting)
@@ -113,15 +65,13 @@ func TestActuatorJournalsBeforeThePatch(t *testing.T) {
 				if len(atPatch) != 1 || atPatch[0] != 1 {
 					t.Fatalf("intents stored when the patch ran: %v, want [1]", atPatch)
 				}
-				msg, ev, intent := in.intent(t, 0)
+				msg, ev, intent := in.Intent(t, 0)
 				if msg.Subject != "ops.prod.cordon.intent.a" || ev.ID != actuate.IntentID("cordon/uid-a/"+tc.verb+"/41", intent.Time) ||
 					msg.Header.Get(envelope.HeaderMsgID) != ev.ID || intent.UID != "uid-a" || intent.Action != tc.verb ||
 					intent.Name != "a" || intent.Namespace != "" || intent.Kind != "Node" || intent.Actor != Service {
 					t.Fatalf("intent %s %s %+v", msg.Subject, ev.ID, intent)
 				}
-				h.pub.mu.Lock()
-				outs := h.pub.msgs
-				h.pub.mu.Unlock()
+				outs := h.pub.All()
 				if len(outs) != 1 {
 					t.Fatalf("%d outcomes published, want 1", len(outs))
 				}
@@ -147,7 +97,7 @@ func TestActuatorJournalsBeforeThePatch(t *testing.T) {
 	}
 	t.Run("not patched yet", func(t *testing.T) {
 		h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, append([]runtime.Object{apiNode("a")}, pods("a", 100)...)...)
-		in := &intentRec{stored: true}
+		in := &actuatetest.Intents{Stored: true}
 		h.act.cfg.Intents = in
 		h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 			return true, nil, errors.New("API down")
@@ -157,7 +107,7 @@ func TestActuatorJournalsBeforeThePatch(t *testing.T) {
 		if out, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err != nil || out.RequeueAfter <= 0 {
 			t.Fatalf("%+v, %v; want the write in doubt", out, err)
 		}
-		_, _, intent := in.intent(t, 0)
+		_, _, intent := in.Intent(t, 0)
 		// Within the late-commit horizon an unchanged node is no proof:
 		// the recovery retries (an error, not ErrUnverifiable).
 		advance := clock(h)
@@ -177,14 +127,14 @@ func TestActuatorJournalsBeforeThePatch(t *testing.T) {
 				fleet = Fleet{Managed: 10}
 			}
 			h := newHarness(t, seedPolicy("cordon"), dry, fleet, objs...)
-			in := &intentRec{stored: true}
+			in := &actuatetest.Intents{Stored: true}
 			h.act.cfg.Intents = in
 			state := mirrorOf(apiNode("a"), 100)
 			if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err != nil {
 				t.Fatal(err)
 			}
-			if in.count() != 0 || len(h.pub.decisions(t)) != 1 {
-				t.Fatalf("dryRun=%v: %d intents, %d messages; want 0 intents, 1 message", dry, in.count(), len(h.pub.decisions(t)))
+			if in.Count() != 0 || len(decisions(t, h.pub)) != 1 {
+				t.Fatalf("dryRun=%v: %d intents, %d messages; want 0 intents, 1 message", dry, in.Count(), len(decisions(t, h.pub)))
 			}
 		}
 	})
@@ -206,7 +156,7 @@ func TestActuatorRetriedCordonIntentIsRecoverable(t *testing.T) {
 	h := newHarness(t, p, false, Fleet{Managed: 10}, append([]runtime.Object{n}, pods("a", 100)...)...)
 	clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	h.act.cfg.Now = func() time.Time { return clock }
-	in := &intentRec{stored: true}
+	in := &actuatetest.Intents{Stored: true}
 	h.act.cfg.Intents = in
 	fail := true
 	h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -224,11 +174,11 @@ func TestActuatorRetriedCordonIntentIsRecoverable(t *testing.T) {
 	if _, err := h.act.Apply(context.Background(), state, false, Evaluate(p, state, false)); err != nil {
 		t.Fatal(err)
 	}
-	if in.count() != 2 {
-		t.Fatalf("%d intents, want 2", in.count())
+	if in.Count() != 2 {
+		t.Fatalf("%d intents, want 2", in.Count())
 	}
-	_, _, first := in.intent(t, 0)
-	_, _, retry := in.intent(t, 1)
+	_, _, first := in.Intent(t, 0)
+	_, _, retry := in.Intent(t, 1)
 	if !retry.Time.After(first.Time) || retry.Outcome.ID != first.Outcome.ID {
 		t.Fatalf("the retry's intent (%v, %s) is not a later attempt at the first's (%v, %s): not the case under test",
 			retry.Time, retry.Outcome.ID, first.Time, first.Outcome.ID)
@@ -344,13 +294,11 @@ func TestActuatorLiveActions(t *testing.T) {
 	if _, err := h.act.Apply(context.Background(), state, false, Evaluate(seedPolicy("cordon"), state, false)); err != nil {
 		t.Fatal(err)
 	}
-	outs := h.pub.decisions(t)
+	outs := decisions(t, h.pub)
 	if len(outs) != 1 {
 		t.Fatalf("%d outcomes published, want 1", len(outs))
 	}
-	h.pub.mu.Lock()
-	orig := h.pub.msgs[0]
-	h.pub.mu.Unlock()
+	orig := h.pub.All()[0]
 	now := h.act.cfg.Now()
 	live, err := h.act.LiveActions(context.Background(), now.Add(-time.Minute))
 	if err != nil {
@@ -423,9 +371,9 @@ func TestActuatorLiveReleases(t *testing.T) {
 // term ends (the usual cause: the same API/etcd trouble stops its lease
 // renewals). Leader 2 starts 20 s after the write, well inside the late-commit
 // horizon. Its recovery asks Happened about the open intent: the node is
-// unchanged, which within the horizon is no proof (the point of c90270b),
-// yet Happened answers a final false, the recovery completes and leader 2
-// acts. Then the late commit lands at 30 s.
+// unchanged, which within the horizon is no proof, so Happened must not
+// answer a final false (the recovery would complete and leader 2 act before
+// the late commit lands at 30 s).
 //
 // Recovery is simulated as SeedAndRecover does it: Happened until it answers
 // without an error (an error retries the whole recovery, 5 s later here);
@@ -451,7 +399,7 @@ func TestInDoubtAcrossTermEnd(t *testing.T) {
 		mirror = append(mirror, mirrorOf(apiNode(n), count))
 	}
 	h := newHarness(t, p, false, Fleet{Managed: 10}, objs...)
-	in := &intentRec{stored: true}
+	in := &actuatetest.Intents{Stored: true}
 	h.act.cfg.Intents = in
 	advance := clock(h)
 	t0 := h.act.cfg.Now()
@@ -482,15 +430,15 @@ func TestInDoubtAcrossTermEnd(t *testing.T) {
 	// Leader 1.
 	sa := mirror[0]
 	out, err := h.act.Apply(context.Background(), sa, false, Evaluate(p, sa, false))
-	if err != nil || out.RequeueAfter <= 0 || len(h.pub.decisions(t)) != 0 || in.count() != 1 {
-		t.Fatalf("leader 1: %+v %v, %d published, %d intents; want a's cordon in doubt", out, err, len(h.pub.decisions(t)), in.count())
+	if err != nil || out.RequeueAfter <= 0 || len(decisions(t, h.pub)) != 0 || in.Count() != 1 {
+		t.Fatalf("leader 1: %+v %v, %d published, %d intents; want a's cordon in doubt", out, err, len(decisions(t, h.pub)), in.Count())
 	}
-	_, _, intent := in.intent(t, 0)
+	_, _, intent := in.Intent(t, 0)
 	// Leader 1's term ends; its actuator (and its doubt) is dropped.
 
 	// Leader 2, 20 s after the write.
 	advance(20 * time.Second)
-	pub2, ledger2 := &recordingPublisher{}, NewLedger(false)
+	pub2, ledger2 := &actuatetest.Publisher{}, NewLedger(false)
 	act2 := NewActuator(h.client, pub2, record.NewFakeRecorder(100), ledger2, NewFleets(mirror, ledger2, p, h.client, 0),
 		ActuatorConfig{Cluster: "prod", Policy: p, Identity: "replica-b", Now: h.act.cfg.Now}, h.m, zerolog.Nop())
 	for attempt := 1; ; attempt++ {
@@ -526,7 +474,7 @@ func TestInDoubtAcrossTermEnd(t *testing.T) {
 		}
 	}
 	auditedA := 0
-	for _, m := range append(h.pub.decisions(t), pub2.decisions(t)...) {
+	for _, m := range append(decisions(t, h.pub), decisions(t, pub2)...) {
 		t.Logf("published %s %s", m.Subject, m.ID)
 		if m.D.Node == "a" && m.D.Verb == VerbCordoned {
 			auditedA++
@@ -561,8 +509,8 @@ func TestActuatorRecovery(t *testing.T) {
 // TestAnsweredPatchIsNotWaitedFor: a patch answered with a refusal (403) or
 // a 429 cannot commit later, so the actuator stores its intent's answer
 // record (actuate.NewAnswer) and a new leader's Happened takes the unchanged
-// node for "did not happen" at once; without the record (f540516's rule) it
-// waited the whole late-commit horizon, 85 s, idle (found by review). A
+// node for "did not happen" at once; without the record it would wait the
+// whole late-commit horizon, 85 s, idle. A
 // write in doubt (504) and an intent OPS did not store get no record: the
 // next leader waits for those, as it must.
 func TestAnsweredPatchIsNotWaitedFor(t *testing.T) {
@@ -585,7 +533,7 @@ func TestAnsweredPatchIsNotWaitedFor(t *testing.T) {
 			p := withPolicy(EffectCordon, func(*Policy) {})
 			objs := append(pods("a", 100), apiNode("a"))
 			h := newHarness(t, p, false, Fleet{Managed: 10}, objs...)
-			in := &answerRec{intentRec: intentRec{stored: tc.stored}}
+			in := actuatetest.NewJournal(tc.stored)
 			h.act.cfg.Intents = in
 			advance := clock(h)
 			h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -593,23 +541,23 @@ func TestAnsweredPatchIsNotWaitedFor(t *testing.T) {
 			})
 			sa := mirrorOf(apiNode("a"), 100)
 			_, _ = h.act.Apply(context.Background(), sa, false, Evaluate(p, sa, false))
-			if in.count() != 1 || len(in.answers) != tc.answers {
-				t.Fatalf("%d intents, %d answer records; want 1, %d", in.count(), len(in.answers), tc.answers)
+			if in.Count() != 1 || len(in.Answers) != tc.answers {
+				t.Fatalf("%d intents, %d answer records; want 1, %d", in.Count(), len(in.Answers), tc.answers)
 			}
 			if tc.answers == 0 {
 				return
 			}
 			var answered events.Intent
-			if _, err := envelope.Decode(in.answers[0].Header, in.answers[0].Data, events.TypeIntent, &answered); err != nil {
+			if _, err := envelope.Decode(in.Answers[0].Header, in.Answers[0].Data, events.TypeIntent, &answered); err != nil {
 				t.Fatal(err)
 			}
-			_, _, intent := in.intent(t, 0)
-			if answered.Answered != tc.why || !answered.Time.Equal(intent.Time) || in.answers[0].Subject != in.msgs[0].Subject {
-				t.Fatalf("answer record %+v on %s; want the intent's attempt answered %q on its subject", answered, in.answers[0].Subject, tc.why)
+			_, _, intent := in.Intent(t, 0)
+			if answered.Answered != tc.why || !answered.Time.Equal(intent.Time) || in.Answers[0].Subject != in.Msgs[0].Subject {
+				t.Fatalf("answer record %+v on %s; want the intent's attempt answered %q on its subject", answered, in.Answers[0].Subject, tc.why)
 			}
 			// A new leader, 20 s later: the unchanged node, within the horizon.
 			advance(20 * time.Second)
-			pub2, ledger2 := &recordingPublisher{}, NewLedger(false)
+			pub2, ledger2 := &actuatetest.Publisher{}, NewLedger(false)
 			act2 := NewActuator(h.client, pub2, record.NewFakeRecorder(10), ledger2, NewFleets(staticNodes{sa}, ledger2, p, h.client, 0),
 				ActuatorConfig{Cluster: "prod", Policy: p, Identity: "replica-b", Now: h.act.cfg.Now}, NewMetrics(nil), zerolog.Nop())
 			if ok, err := act2.Happened(context.Background(), answered); ok || err != nil {
@@ -650,7 +598,7 @@ func TestHorizonFollowsServerRequestTimeout(t *testing.T) {
 			}
 			clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 			h.act.cfg.Now = func() time.Time { return clock }
-			in := &intentRec{stored: true}
+			in := &actuatetest.Intents{Stored: true}
 			h.act.cfg.Intents = in
 			patches := 0
 			h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -668,7 +616,7 @@ func TestHorizonFollowsServerRequestTimeout(t *testing.T) {
 			if patches != tc.wantPatches {
 				t.Fatalf("%d patches at the default horizon, want %d", patches, tc.wantPatches)
 			}
-			_, _, first := in.intent(t, 0)
+			_, _, first := in.Intent(t, 0)
 			_, err := h.act.Happened(context.Background(), first)
 			if decided := !errors.Is(err, actuate.ErrNotYetDecided); decided != tc.wantDecided {
 				t.Fatalf("a new leader's Happened at the default horizon: %v; want decided = %v", err, tc.wantDecided)

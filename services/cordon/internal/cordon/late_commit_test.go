@@ -60,7 +60,7 @@ func TestActuatorLateCommitAfterSettlingRead(t *testing.T) {
 	sa, sb := mirrorOf(apiNode("a"), 100), mirrorOf(b, 100)
 	out, err := h.act.Apply(context.Background(), sa, false, Evaluate(p, sa, false))
 	t.Logf("a: %+v %v", out, err)
-	if got := h.pub.decisions(t); err != nil || out.RequeueAfter <= 0 || len(got) != 0 {
+	if got := decisions(t, h.pub); err != nil || out.RequeueAfter <= 0 || len(got) != 0 {
 		t.Errorf("a: %+v %v, published %+v; want it in doubt (a settling read later, nothing published)", out, err, got)
 	}
 	for range 2 { // the first settles a's, the second finds the window full
@@ -113,7 +113,7 @@ func TestActuatorUnchangedNodeSettledAfterHorizon(t *testing.T) {
 	}
 	out := apply(sa)
 	reads := 0
-	for len(h.pub.decisions(t)) == 0 {
+	for len(decisions(t, h.pub)) == 0 {
 		if out.RequeueAfter <= 0 || h.act.cfg.Now().Add(out.RequeueAfter).After(sent.Add(horizon)) {
 			t.Fatalf("in doubt at %s after the write: %+v, want a settling read later, not past the horizon %s",
 				h.act.cfg.Now().Sub(sent), out, horizon)
@@ -188,11 +188,10 @@ func TestActuatorLostUncordonThenCordonedBySomeoneElse(t *testing.T) {
 // 1 write per minute. a's cordon is answered 504 at t0 and its commit lands
 // at t0+61 s (inside the late-commit horizon, 85 s: the server's handler runs
 // for up to 60 s after it received the request). The slot of the write in
-// doubt was settled at the lost answer (t0), so it had left the window when
-// b's next attempt settled a's write as applied at t0+62 s, and b was
-// cordoned at once: two cordons one second apart under max 1 per minute
-// (found by review). The slot is now held with the doubt and settled at the
-// read that decides it.
+// doubt is held with the doubt and settled at the read that decides it
+// (t0+62 s, b's next attempt): settled at the lost answer (t0), it would
+// have left the window and b would be cordoned at once, two cordons one
+// second apart under max 1 per minute.
 //
 // Want: a write shown applied later than its answer counts in the window from
 // when it was seen applied (the latest it can have happened), so b waits.

@@ -100,7 +100,7 @@ func TestActuatorReapplyPutsBackWhatTheMarkLists(t *testing.T) {
 	if !ok || !slices.Equal(m.Effects, []string{EffectCordon}) {
 		t.Fatalf("mark %+v, want the cordon alone", m)
 	}
-	msgs := h.pub.decisions(t)
+	msgs := decisions(t, h.pub)
 	if len(msgs) != 1 || msgs[0].D.Verb != VerbCordoned || msgs[0].D.Mode != EffectCordon {
 		t.Fatalf("published %+v, want one cordoned naming the cordon", msgs)
 	}
@@ -129,7 +129,7 @@ func TestActuatorNoWriteToHeldNodesAfterAModeSwitch(t *testing.T) {
 	if w := h.writes(); len(w) != 0 {
 		t.Fatalf("wrote %v", w)
 	}
-	if msgs := h.pub.decisions(t); len(msgs) != 0 {
+	if msgs := decisions(t, h.pub); len(msgs) != 0 {
 		t.Fatalf("published %+v", msgs)
 	}
 }
@@ -163,7 +163,7 @@ func TestHandoverIsNotAnnouncedAsARefusal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	msgs := h.pub.decisions(t)
+	msgs := decisions(t, h.pub)
 	if len(msgs) != 1 || msgs[0].D.Verb != VerbHandedOver {
 		t.Fatalf("published %+v, want the handover alone", msgs)
 	}
@@ -241,7 +241,7 @@ func TestDoNotCordonOnAHeldNodeIsAnnouncedOnce(t *testing.T) {
 	if a := h.client.Actions(); len(a) != 0 {
 		t.Fatalf("touched the API: %v", a)
 	}
-	msgs := h.pub.decisions(t)
+	msgs := decisions(t, h.pub)
 	if len(msgs) != 1 {
 		t.Fatalf("published %d messages, want 1: %+v", len(msgs), msgs)
 	}
@@ -260,7 +260,7 @@ func TestDoNotCordonOnAHeldNodeIsAnnouncedOnce(t *testing.T) {
 	if _, err := h.act.Apply(context.Background(), state, true, d); err != nil {
 		t.Fatal(err)
 	}
-	if msgs := h.pub.decisions(t); len(msgs) != 2 || msgs[0].ID == msgs[1].ID {
+	if msgs := decisions(t, h.pub); len(msgs) != 2 || msgs[0].ID == msgs[1].ID {
 		t.Fatalf("second episode: %+v", msgs)
 	}
 }

@@ -332,7 +332,7 @@ func TestActuatorRecountReadsWhatTheDecisionNeeds(t *testing.T) {
 				t.Fatalf("pages read (true: metadata) %v, want %v", got, tc.wantPages)
 			}
 			var verbs []string
-			for _, m := range h.pub.decisions(t) {
+			for _, m := range decisions(t, h.pub) {
 				verbs = append(verbs, m.D.Verb)
 			}
 			switch {

@@ -25,9 +25,9 @@ import (
 // cordon's PATCH and answers 500 ServerTimeout with Retry-After (what
 // InterpretUpdateError gives for an unreachable etcd). client-go's rest
 // client would send the PATCH again on a 5xx with Retry-After, and the
-// repeat's resourceVersion precondition no longer holds: 409, which the
-// actuator took for "changed before the write" (slot given back, nothing
-// published) although the cordon was its own (found by review). With
+// repeat's resourceVersion precondition would no longer hold: a 409, taken
+// for "changed before the write" (slot given back, nothing published)
+// although the cordon was its own. With
 // kube.NoWriteRetries (every service's client) the PATCH goes once, and the
 // 500 leaves the write in doubt until a read of the node settles it.
 func TestActuatorPatchIsNotResentByClientGo(t *testing.T) {

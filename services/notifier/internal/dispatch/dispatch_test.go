@@ -17,6 +17,7 @@ import (
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // TestAckOnlyWhenEveryReceiverSettled: a message routed to several
@@ -49,7 +50,7 @@ func TestAckOnlyWhenEveryReceiverSettled(t *testing.T) {
 				webhookReceiver(t, "fast", fast.URL+"/fast"), webhookReceiver(t, "slow", slow.URL+"/slow")}, nil)
 			p := e.publishCleanup(1, events.SeverityWarning)
 
-			eventually(t, 5*time.Second, "the fast receiver delivered", func() bool { return len(e.outcomesOf("fast", dispatch.OutcomeDelivered)) == 1 })
+			testkit.Eventually(t, 5*time.Second, "the fast receiver delivered", func() bool { return len(e.outcomesOf("fast", dispatch.OutcomeDelivered)) == 1 })
 			// The slow receiver has the card (twice, when it is retrying), not settled.
 			for i := 0; i < 1+btoi(tc.failing); i++ {
 				select {
@@ -151,7 +152,7 @@ func TestMalformedCountedAndTerminated(t *testing.T) {
 			sentinel := e.publishCleanup(2, events.SeverityInfo)
 			ci := e.waitSettled("both messages settled")
 
-			eventually(t, 5*time.Second, "the termination advisory", func() bool { return terminated.Load() == 1 })
+			testkit.Eventually(t, 5*time.Second, "the termination advisory", func() bool { return terminated.Load() == 1 })
 			if v := value(eng.metrics.Messages.WithLabelValues("", "malformed")); v != 1 {
 				t.Errorf("malformed count %v, want 1", v)
 			}
@@ -260,13 +261,13 @@ func TestRedeliveredAlreadyDeliveredIsSkipped(t *testing.T) {
 				t.Fatalf("first deliveries %d, %d deliveries in all; want 1 and 2", firstDeliveries.Load(), ci.Delivered.Consumer)
 			}
 			for _, recv := range tc.wantSent {
-				eventually(t, 5*time.Second, recv+" delivered", func() bool { return len(e.outcomesOf(recv, dispatch.OutcomeDelivered)) == 1 })
+				testkit.Eventually(t, 5*time.Second, recv+" delivered", func() bool { return len(e.outcomesOf(recv, dispatch.OutcomeDelivered)) == 1 })
 				if _, ids := hooks[recv].got(); ids[p.id] != 1 {
 					t.Errorf("%s accepted %v, want %s once", recv, ids, p.id)
 				}
 			}
 			for _, recv := range tc.wantSkip {
-				eventually(t, 5*time.Second, recv+" dropped outcome", func() bool { return len(e.outcomesOf(recv, dispatch.OutcomeDropped)) >= 1 })
+				testkit.Eventually(t, 5*time.Second, recv+" dropped outcome", func() bool { return len(e.outcomesOf(recv, dispatch.OutcomeDropped)) >= 1 })
 				if n, _ := hooks[recv].got(); n != 0 {
 					t.Errorf("%s got %d requests for an event it already had", recv, n)
 				}
@@ -325,7 +326,7 @@ func TestLostAckIsNotSentTwice(t *testing.T) {
 			for i := 0; i < 5; i++ {
 				ps = append(ps, e.publishCleanup(i, events.SeverityInfo))
 			}
-			eventually(t, 10*time.Second, "5 redeliveries skipped as duplicates", func() bool {
+			testkit.Eventually(t, 10*time.Second, "5 redeliveries skipped as duplicates", func() bool {
 				return value(eng.metrics.Messages.WithLabelValues("", "duplicate")) == 5
 			})
 			ci := e.waitSettled("every message acked")
@@ -340,7 +341,7 @@ func TestLostAckIsNotSentTwice(t *testing.T) {
 			}
 			// The outcomes travel on core NATS to the test's subscriber: the
 			// last may still be on its way when the metric counts it.
-			eventually(t, 5*time.Second, "5 dropped outcomes", func() bool { return len(e.eventIDs("hook", dispatch.OutcomeDropped)) >= 5 })
+			testkit.Eventually(t, 5*time.Second, "5 dropped outcomes", func() bool { return len(e.eventIDs("hook", dispatch.OutcomeDropped)) >= 5 })
 			if got := e.eventIDs("hook", dispatch.OutcomeDropped); len(got) != 5 {
 				t.Errorf("dropped outcomes for %v, want all 5 events", got)
 			}
@@ -421,7 +422,7 @@ func TestPermanentFailureDeadLetters(t *testing.T) {
 			for i := 0; i < 3; i++ {
 				ps = append(ps, e.publishCleanup(i, events.SeverityCritical))
 			}
-			eventually(t, 10*time.Second, "3 redeliveries skipped", func() bool {
+			testkit.Eventually(t, 10*time.Second, "3 redeliveries skipped", func() bool {
 				return value(eng.metrics.Messages.WithLabelValues("", "duplicate")) == 3
 			})
 			e.waitSettled("every message acked")
@@ -545,7 +546,7 @@ func TestShutdownNaksHeldMessages(t *testing.T) {
 	slowGroup.GroupWait = config.D(time.Hour)
 	eng := e.start([]config.Route{slowGroup}, []dispatch.Receiver{webhookReceiver(t, "hook", h.URL)}, nil)
 	p := e.publishCleanup(1, events.SeverityInfo)
-	eventually(t, 5*time.Second, "the message held in its group", func() bool { return value(eng.metrics.Pending) == 1 })
+	testkit.Eventually(t, 5*time.Second, "the message held in its group", func() bool { return value(eng.metrics.Pending) == 1 })
 	eng.stop()
 
 	m, err := e.cons.Next(jetstream.FetchMaxWait(5 * time.Second))

@@ -29,6 +29,7 @@ import (
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // cluster is the cluster name in subjects and delivered-id keys.
@@ -332,7 +333,7 @@ func (e *env) info() *jetstream.ConsumerInfo {
 func (e *env) waitSettled(what string) *jetstream.ConsumerInfo {
 	e.t.Helper()
 	var ci *jetstream.ConsumerInfo
-	eventually(e.t, 10*time.Second, what, func() bool {
+	testkit.Eventually(e.t, 10*time.Second, what, func() bool {
 		ci = e.info()
 		si, err := e.js.Stream(context.Background(), subject.OpsStream)
 		if err != nil {
@@ -364,18 +365,6 @@ func (e *env) eventIDs(receiver, outcome string) map[string]int {
 		}
 	}
 	return ids
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func value(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }

@@ -21,6 +21,7 @@ import (
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // TestDeadLetterWriteFailureDoesNotAck: with the DLQ stream gone, a
@@ -42,7 +43,7 @@ func TestDeadLetterWriteFailureDoesNotAck(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		ps = append(ps, e.publishCleanup(i, events.SeverityWarning))
 	}
-	eventually(t, 20*time.Second, "two rounds of failed dead-letter writes", func() bool {
+	testkit.Eventually(t, 20*time.Second, "two rounds of failed dead-letter writes", func() bool {
 		return value(eng.metrics.DeadLetterErrors.WithLabelValues("bot")) >= 2 && srv.Count(feishutest.CodeSignMismatch) >= 2
 	})
 	ci := e.info()
@@ -98,7 +99,7 @@ func TestRecordsCheckedOnFirstDelivery(t *testing.T) {
 	}
 	eng := e.start([]config.Route{fastRoute("ops", "hook")}, []dispatch.Receiver{webhookReceiver(t, "hook", h.URL)}, watch)
 	e.waitSettled("both messages acked")
-	eventually(t, 5*time.Second, "the fresh event delivered", func() bool { return len(e.outcomesOf("hook", dispatch.OutcomeDelivered)) == 1 })
+	testkit.Eventually(t, 5*time.Second, "the fresh event delivered", func() bool { return len(e.outcomesOf("hook", dispatch.OutcomeDelivered)) == 1 })
 	if _, ids := h.got(); ids[p.id] != 0 || ids[fresh.id] != 1 {
 		t.Errorf("receiver got %v; want only %s", ids, fresh.id)
 	}
@@ -194,7 +195,7 @@ func TestDownReceiverDoesNotStallOthers(t *testing.T) {
 	for i := 0; i < 30; i++ {
 		e.publishCleanup(i, events.SeverityInfo)
 	}
-	eventually(t, 20*time.Second, "all 30 events at the healthy receiver", func() bool {
+	testkit.Eventually(t, 20*time.Second, "all 30 events at the healthy receiver", func() bool {
 		_, ids := healthy.got()
 		return len(ids) == 30
 	})
@@ -230,7 +231,7 @@ func TestGiveUpAfterCountsFromTheFirstAttempt(t *testing.T) {
 	r.Limiter.Seed([]ratelimit.Sent{{At: time.Now()}})
 	eng := e.start([]config.Route{fastRoute("ops", "down")}, []dispatch.Receiver{r}, nil)
 	e.publishCleanup(1, events.SeverityInfo)
-	eventually(t, 20*time.Second, "the card given up", func() bool { return len(e.outcomesOf("down", dispatch.OutcomeFailed)) == 1 })
+	testkit.Eventually(t, 20*time.Second, "the card given up", func() bool { return len(e.outcomesOf("down", dispatch.OutcomeFailed)) == 1 })
 	if got := attempts.Load(); got < 2 {
 		t.Errorf("%d attempts; want at least 2 (giveUpAfter must count from the first attempt, not the dequeue)", got)
 	}
@@ -240,7 +241,7 @@ func TestGiveUpAfterCountsFromTheFirstAttempt(t *testing.T) {
 // waitSettledWithin is waitSettled with a longer deadline.
 func (e *env) waitSettledWithin(d time.Duration, what string) {
 	e.t.Helper()
-	eventually(e.t, d, what, func() bool {
+	testkit.Eventually(e.t, d, what, func() bool {
 		ci := e.info()
 		si, err := e.js.Stream(context.Background(), subject.OpsStream)
 		if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // fleetStream stands for a hub's fleet-wide stream: it sources each
@@ -127,7 +128,7 @@ func TestFleetCardsPerCluster(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, 10*time.Second, "every message acked", func() bool {
+	testkit.Eventually(t, 10*time.Second, "every message acked", func() bool {
 		ci, err := cons.Info(ctx)
 		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0 && ci.AckFloor.Stream == 6
 	})
@@ -306,11 +307,11 @@ func TestFleetForeignSourceTerminated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "both messages settled", func() bool {
+	testkit.Eventually(t, 10*time.Second, "both messages settled", func() bool {
 		ci, err := cons.Info(ctx)
 		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0 && ci.AckFloor.Stream == 2
 	})
-	eventually(t, 10*time.Second, "b's card", func() bool { return len(srv.Cards("tok")) >= 1 })
+	testkit.Eventually(t, 10*time.Second, "b's card", func() bool { return len(srv.Cards("tok")) >= 1 })
 	if got := value(metrics.Messages.WithLabelValues("fleet", "foreign_source")); got != 1 {
 		t.Errorf("foreign_source = %v, want 1", got)
 	}
@@ -321,7 +322,7 @@ func TestFleetForeignSourceTerminated(t *testing.T) {
 		}
 		t.Fatalf("%d cards, want one with b's real pod only", len(cards))
 	}
-	eventually(t, 10*time.Second, "b's outcome", func() bool { mu.Lock(); defer mu.Unlock(); return len(outcomes) >= 1 })
+	testkit.Eventually(t, 10*time.Second, "b's outcome", func() bool { mu.Lock(); defer mu.Unlock(); return len(outcomes) >= 1 })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(outcomes) != 1 || outcomes[0].Cluster != "b" || outcomes[0].Events != 1 {

@@ -12,6 +12,7 @@ import (
 	"github.com/opswire/opswire/services/notifier/internal/dispatch"
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // slowRecords is the real record store with every read taking 20 ms, the
@@ -77,7 +78,7 @@ func TestLookupsBatchedInArrivalOrder(t *testing.T) {
 	route := config.Route{Name: "ops", Receivers: []string{"hook"}, GroupWait: config.D(100 * time.Millisecond), GroupInterval: config.D(time.Second)}
 	eng := e.start([]config.Route{route}, []dispatch.Receiver{webhookReceiver(t, "hook", h.URL)}, nil)
 
-	eventually(t, 10*time.Second, "every message but the first looked up while the first's read is held", func() bool {
+	testkit.Eventually(t, 10*time.Second, "every message but the first looked up while the first's read is held", func() bool {
 		keys, _, _ := slow.keysRead()
 		return keys == burst
 	})
@@ -131,7 +132,7 @@ func TestRedeliveryDuringLookupTakesOverTheHeldMessage(t *testing.T) {
 	h := newHook(t)
 	eng := e.start([]config.Route{fastRoute("ops", "hook")}, []dispatch.Receiver{webhookReceiver(t, "hook", h.URL)}, twice)
 	p := e.publishCleanup(1, events.SeverityInfo)
-	eventually(t, 10*time.Second, "progress acks to the redelivery while the lookup stalls", func() bool {
+	testkit.Eventually(t, 10*time.Second, "progress acks to the redelivery while the lookup stalls", func() bool {
 		return again.progress.Load() > 0
 	})
 	if keys, reads, _ := slow.keysRead(); keys != 1 || reads != 1 {

@@ -10,6 +10,7 @@ import (
 	"github.com/opswire/opswire/services/notifier/internal/dispatch"
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // TestMaxDeliverGiveUpIsReported: a message parked in the DLQ on its
@@ -34,7 +35,7 @@ func TestMaxDeliverGiveUpIsReported(t *testing.T) {
 	eng := e.start([]config.Route{fastRoute("ops", "hook")}, []dispatch.Receiver{webhookReceiver(t, "hook", h.URL)}, crashes)
 	p := e.publishCleanup(1, events.SeverityInfo)
 	e.waitSettled("the message acked on its last delivery")
-	eventually(t, 5*time.Second, "a failed outcome", func() bool { return len(e.outcomesOf("hook", dispatch.OutcomeFailed)) > 0 })
+	testkit.Eventually(t, 5*time.Second, "a failed outcome", func() bool { return len(e.outcomesOf("hook", dispatch.OutcomeFailed)) > 0 })
 	if got := e.eventIDs("hook", dispatch.OutcomeFailed); len(got) != 1 || got[p.id] != 1 {
 		t.Errorf("failed outcomes %v, want one for %s", got, p.id)
 	}
@@ -139,7 +140,7 @@ func TestMaxDeliverGiveUpDoesNotReportADeliveredPairFailed(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 5*time.Second, "outcomes of both routes", func() bool {
+	testkit.Eventually(t, 5*time.Second, "outcomes of both routes", func() bool {
 		return len(ofRoute(dispatch.OutcomeFailed, "b")) > 0 &&
 			len(ofRoute(dispatch.OutcomeFailed, "a"))+len(ofRoute(dispatch.OutcomeDropped, "a")) > 0
 	})

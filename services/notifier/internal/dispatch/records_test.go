@@ -13,6 +13,7 @@ import (
 
 	"github.com/opswire/opswire/services/notifier/internal/dispatch"
 	"github.com/opswire/opswire/shared/natstest"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // TestStatesBatched: the batched read (several requests of StatesBatch keys)
@@ -199,13 +200,7 @@ func TestStatesWithoutBatchPermission(t *testing.T) {
 	if took := retried(); took >= time.Second {
 		t.Fatalf("a read right after the refused batch took %v: batched again", took)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for retried() < time.Second {
-		if time.Now().After(deadline) {
-			t.Fatal("batched reads never tried again after BatchRetry")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "batched reads tried again after BatchRetry", func() bool { return retried() >= time.Second })
 }
 
 // TestMarkEachReportsStoredRecords: MarkEach reports every key once, in

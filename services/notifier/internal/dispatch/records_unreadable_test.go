@@ -12,6 +12,7 @@ import (
 	"github.com/opswire/opswire/services/notifier/internal/dispatch"
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // unreadableRecords is the real record store whose reads fail while down
@@ -85,7 +86,7 @@ func TestRedeliveryHeldWhileRecordsUnreadable(t *testing.T) {
 			}
 			eng := e.start([]config.Route{fastRoute("ops", "hook")}, []dispatch.Receiver{webhookReceiver(t, "hook", h.URL)}, crashFirst)
 
-			eventually(t, 5*time.Second, "the redelivery held, sent or given up on", func() bool {
+			testkit.Eventually(t, 5*time.Second, "the redelivery held, sent or given up on", func() bool {
 				n, _ := h.got()
 				return n > 0 || value(eng.metrics.Messages.WithLabelValues("", "records_unavailable")) >= 1 ||
 					len(e.outcomesOf("hook", dispatch.OutcomeFailed)) > 0

@@ -18,6 +18,7 @@ import (
 	"github.com/opswire/opswire/services/notifier/internal/webhook"
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // TestReplayDeliversDeadLettersOnce: dead letters of a wrong secret stay in
@@ -75,7 +76,7 @@ func TestReplayDeliversDeadLettersOnce(t *testing.T) {
 	if got := len(srv.Cards("tok-replay")); got != 1 {
 		t.Errorf("%d cards after a second replay, want still 1", got)
 	}
-	eventually(t, 5*time.Second, "the replayed outcome", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the replayed outcome", func() bool {
 		for _, o := range e.outcomesOf("bot", dispatch.OutcomeDelivered) {
 			if o.Reason == "replayed" && o.Events == 4 {
 				return true

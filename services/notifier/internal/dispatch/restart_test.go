@@ -17,6 +17,7 @@ import (
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 	"github.com/opswire/opswire/shared/testport"
 )
 
@@ -81,7 +82,7 @@ func TestHeldMessageRedeliveredAfterNATSRestartSentOnce(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		ps = append(ps, e.publishCleanup(i, events.SeverityInfo))
 	}
-	eventually(t, 10*time.Second, "the three messages held in one card's retry loop", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the three messages held in one card's retry loop", func() bool {
 		return value(eng.metrics.Pending) == 3 && len(h.arrived) > 0
 	})
 	if ci := e.info(); ci.NumRedelivered != 0 {
@@ -95,8 +96,8 @@ func TestHeldMessageRedeliveredAfterNATSRestartSentOnce(t *testing.T) {
 	s1.WaitForShutdown()
 	time.Sleep(2 * n.AckWait.Duration)
 	natstest.StartWithOptions(t, &server.Options{StoreDir: dir, Port: port})
-	eventually(t, 10*time.Second, "reconnected", nc.IsConnected)
-	eventually(t, 15*time.Second, "the held messages redelivered", func() bool { return redeliveries.Load() >= 3 })
+	testkit.Eventually(t, 10*time.Second, "reconnected", nc.IsConnected)
+	testkit.Eventually(t, 15*time.Second, "the held messages redelivered", func() bool { return redeliveries.Load() >= 3 })
 	if v := value(eng.metrics.Pending); v != 3 {
 		t.Errorf("%v messages pending after the redeliveries, want 3 (each held once)", v)
 	}
@@ -104,7 +105,7 @@ func TestHeldMessageRedeliveredAfterNATSRestartSentOnce(t *testing.T) {
 	e.waitSettled("every message acked")
 	// Every delivery taken has been counted and every pending settled: a
 	// second card, if any, has reached the hook.
-	eventually(t, 10*time.Second, "every delivery accounted for and settled", func() bool {
+	testkit.Eventually(t, 10*time.Second, "every delivery accounted for and settled", func() bool {
 		var results float64
 		for _, r := range []string{"routed", "redelivered", "duplicate", "unrouted"} {
 			results += value(eng.metrics.Messages.WithLabelValues("", r))

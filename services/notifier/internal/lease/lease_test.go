@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/opswire/opswire/shared/natstest"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // TestOneActiveAndHandover: of two replicas only one leads; a clean stop
@@ -47,7 +48,7 @@ func TestOneActiveAndHandover(t *testing.T) {
 	ctxA, stopA := context.WithCancel(context.Background())
 	doneA := make(chan struct{})
 	go func() { defer close(doneA); _ = mk("a").Run(ctxA, lead("a", 300*time.Millisecond)) }()
-	waitFor(t, 5*time.Second, "a leads", func() bool { return leading.Load() == 1 })
+	testkit.Eventually(t, 5*time.Second, "a leads", func() bool { return leading.Load() == 1 })
 	ctxB, stopB := context.WithCancel(context.Background())
 	defer stopB()
 	doneB := make(chan struct{})
@@ -61,7 +62,7 @@ func TestOneActiveAndHandover(t *testing.T) {
 	stopped := time.Now()
 	stopA()
 	<-doneA
-	waitFor(t, 2*time.Second, "b leads after a's clean stop", func() bool {
+	testkit.Eventually(t, 2*time.Second, "b leads after a's clean stop", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(leaders) == 2 && leaders[1] == "b"
@@ -89,24 +90,13 @@ func TestOneActiveAndHandover(t *testing.T) {
 	ctxC, stopC := context.WithCancel(context.Background())
 	defer stopC()
 	go func() { _ = mk("c").Run(ctxC, lead("c", 0)) }()
-	waitFor(t, 5*time.Second, "c leads after the crashed holder's lease expired", func() bool {
+	testkit.Eventually(t, 5*time.Second, "c leads after the crashed holder's lease expired", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(leaders) == 3 && leaders[2] == "c"
 	})
 	if d := time.Since(crashed); d < 1500*time.Millisecond {
 		t.Errorf("c took over after %v, before the lease could expire", d)
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -153,7 +143,7 @@ func TestLateRenewalKeepsTheLease(t *testing.T) {
 			return nil
 		})
 	}()
-	waitFor(t, 5*time.Second, "renewals after the late one", func() bool { return late.updates.Load() >= 8 })
+	testkit.Eventually(t, 5*time.Second, "renewals after the late one", func() bool { return late.updates.Load() >= 8 })
 	select {
 	case <-lost:
 		t.Fatal("the holder stopped leading after its own late renewal")

@@ -23,6 +23,7 @@ import (
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // TestRunWaitsForReplayOnShutdown: the service stops (SIGTERM) while a
@@ -84,7 +85,7 @@ notifier:
 				return Run(rctx, rt)
 			})
 	}()
-	eventually(t, 10*time.Second, "the notifier running", func() bool { return strings.Contains(stderr.String(), "notifier running") })
+	testkit.Eventually(t, 10*time.Second, "the notifier running", func() bool { return strings.Contains(stderr.String(), "notifier running") })
 
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
@@ -114,7 +115,7 @@ notifier:
 		}
 		return info.State.Msgs
 	}
-	eventually(t, 10*time.Second, "the dead letter", func() bool { return deadLetters() == 1 })
+	testkit.Eventually(t, 10*time.Second, "the dead letter", func() bool { return deadLetters() == 1 })
 	accept.Store(true) // the cause is fixed
 
 	answer := make(chan *nats.Msg, 1)

@@ -26,6 +26,7 @@ import (
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // syncBuffer is the service's stderr (its logs), written from goroutines.
@@ -132,7 +133,7 @@ notifier:
 		t.Fatal(err)
 	}
 	var cons jetstream.Consumer
-	eventually(t, 10*time.Second, "the durable consumer", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the durable consumer", func() bool {
 		cons, err = js.Consumer(context.Background(), subject.OpsStream, "opswire-notifier-unit-test-audit")
 		return err == nil
 	})
@@ -154,12 +155,12 @@ notifier:
 		t.Fatal(err)
 	}
 
-	eventually(t, 10*time.Second, "the card and the webhook post", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the card and the webhook post", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(bot.Cards("unit-bot-token-31ae")) == 1 && len(posts) == 1
 	})
-	eventually(t, 10*time.Second, "the message acked", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the message acked", func() bool {
 		ci, err := cons.Info(context.Background())
 		return err == nil && ci.NumAckPending == 0 && ci.AckFloor.Stream == 1
 	})
@@ -221,16 +222,5 @@ notifier:
 	}
 	if !strings.Contains(logs, "notifier running") {
 		t.Errorf("logs lack the start line:\n%s", logs)
-	}
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

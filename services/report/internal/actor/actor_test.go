@@ -26,6 +26,7 @@ import (
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 const cluster = "unit"
@@ -140,17 +141,6 @@ func (l *opsLog) alerts(t *testing.T) []events.ImageAlert {
 	return out
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // lead starts one leader term of a fresh actor; the returned stop ends it.
 func (e *env) lead(cfg *config.Config) (a *Actor, reg *prometheus.Registry, stop func()) {
 	e.t.Helper()
@@ -175,7 +165,7 @@ func (e *env) lead(cfg *config.Config) (a *Actor, reg *prometheus.Registry, stop
 		}
 	}
 	e.t.Cleanup(stop)
-	eventually(e.t, 10*time.Second, "leader ready", func() bool { return a.serving.Load() && a.Ready() == nil })
+	testkit.Eventually(e.t, 10*time.Second, "leader ready", func() bool { return a.serving.Load() && a.Ready() == nil })
 	return a, reg, stop
 }
 
@@ -192,7 +182,7 @@ func testConfig(t *testing.T, yaml string) *config.Config {
 func (e *env) request() RunReply {
 	e.t.Helper()
 	var reply RunReply
-	eventually(e.t, 10*time.Second, "an answer to the report request", func() bool {
+	testkit.Eventually(e.t, 10*time.Second, "an answer to the report request", func() bool {
 		m, err := e.nc.Request(subject.Ctl(e.cluster, Service, "run"), nil, 5*time.Second)
 		if err != nil {
 			return false // no responder yet
@@ -218,7 +208,7 @@ func TestReportsOnScheduleAndOnRequest(t *testing.T) {
 		t.Fatalf("reply %+v", reply)
 	}
 	var onDemand, scheduled []events.RestartReport
-	eventually(t, 10*time.Second, "the requested report and two scheduled ones in OPS", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the requested report and two scheduled ones in OPS", func() bool {
 		onDemand, scheduled = nil, nil
 		for _, r := range ops.reports(t) {
 			if r.OnDemand {
@@ -256,7 +246,7 @@ func TestIncreaseModeSurvivesARestart(t *testing.T) {
 	ops := e.collect("ops.*.report.restarts")
 	cfg := testConfig(t, "sendReport:\n  total: 10\n  schedule: \"@every 1s\"\n  mode: increase\nimageAlert:\n  enable: false\n")
 	_, _, stop := e.lead(cfg)
-	eventually(t, 10*time.Second, "a first report with the count since pod start", func() bool {
+	testkit.Eventually(t, 10*time.Second, "a first report with the count since pod start", func() bool {
 		for _, r := range ops.reports(t) {
 			if len(r.Rows) == 1 && r.Rows[0].Restarts == 150 && r.Since == nil {
 				return true
@@ -264,7 +254,7 @@ func TestIncreaseModeSurvivesARestart(t *testing.T) {
 		}
 		return false
 	})
-	eventually(t, 10*time.Second, "a report after the baseline (nothing gained)", func() bool {
+	testkit.Eventually(t, 10*time.Second, "a report after the baseline (nothing gained)", func() bool {
 		rs := ops.reports(t)
 		return len(rs) >= 2 && rs[len(rs)-1].Since != nil && len(rs[len(rs)-1].Rows) == 0
 	})
@@ -273,7 +263,7 @@ func TestIncreaseModeSurvivesARestart(t *testing.T) {
 	e.pod("shop", "crashy", 170)
 
 	e.lead(cfg) // a new process: only the KV bucket remembers
-	eventually(t, 10*time.Second, "a report of the increase after the restart", func() bool {
+	testkit.Eventually(t, 10*time.Second, "a report of the increase after the restart", func() bool {
 		for _, r := range ops.reports(t)[seen:] {
 			if len(r.Rows) == 1 {
 				return true
@@ -312,7 +302,7 @@ func TestCatchUpSendsTheMissedTickOnce(t *testing.T) {
 	_, _, stop = e.lead(cfg)
 	missed := a.sched.Next(prevTick)
 	e.request()
-	eventually(t, 10*time.Second, "the missed tick's report", func() bool { return len(scheduledOnly(ops.reports(t))) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the missed tick's report", func() bool { return len(scheduledOnly(ops.reports(t))) == 1 })
 	if r := scheduledOnly(ops.reports(t))[0]; r.ID != ScheduledID(cluster, missed) {
 		t.Fatalf("caught-up report %s, want %s", r.ID, ScheduledID(cluster, missed))
 	}
@@ -395,7 +385,7 @@ func TestImageAlertsAndTheirMemory(t *testing.T) {
 	e.node("node.a", 500)
 	_, _, stop := e.lead(cfg)
 	e.node("node.a", 1200) // crosses maxBytes
-	eventually(t, 10*time.Second, "the first alert", func() bool { return len(ops.alerts(t)) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the first alert", func() bool { return len(ops.alerts(t)) == 1 })
 	first := ops.alerts(t)[0]
 	if first.Reason != "maxBytes" || first.ImageBytes != 1200 || !first.ImagesTruncated || first.Node != "node.a" {
 		t.Fatalf("alert %+v", first)
@@ -405,7 +395,7 @@ func TestImageAlertsAndTheirMemory(t *testing.T) {
 	// and growth within the cooldown is held back until the cooldown ends.
 	_, _, _ = e.lead(cfg)
 	e.node("node.a", 1400)
-	eventually(t, 10*time.Second, "the growth alert once the cooldown is over", func() bool { return len(ops.alerts(t)) == 2 })
+	testkit.Eventually(t, 10*time.Second, "the growth alert once the cooldown is over", func() bool { return len(ops.alerts(t)) == 2 })
 	second := ops.alerts(t)[1]
 	if second.Reason != "growth" || second.PreviousBytes != 1200 || second.ImageBytes != 1400 {
 		t.Fatalf("second alert %+v", second)
@@ -462,7 +452,7 @@ func TestClustersOnOneNATSStoreTheirOwnReportOfATick(t *testing.T) {
 	}
 	// tick → cluster (the subject's) → Nats-Msg-Id it was stored under
 	ticks := map[time.Time]map[string]string{}
-	eventually(t, 10*time.Second, "two ticks reported by both clusters", func() bool {
+	testkit.Eventually(t, 10*time.Second, "two ticks reported by both clusters", func() bool {
 		ops.mu.Lock()
 		defer ops.mu.Unlock()
 		clear(ticks)
@@ -557,7 +547,7 @@ func TestCaughtUpTickIsNotStoredTwiceWhenTheReadBackFails(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	// Serving comes after the catch-up's publish was answered, and OPS
 	// stores a message before it acks it: counting now sees any second copy.
-	eventually(t, 20*time.Second, "the new leader's catch-up done", func() bool { return a.serving.Load() })
+	testkit.Eventually(t, 20*time.Second, "the new leader's catch-up done", func() bool { return a.serving.Load() })
 	if got := testutil.ToFloat64(a.m.reports.WithLabelValues(triggerSchedule, "duplicate")); got != 1 {
 		t.Errorf("reports{schedule,duplicate} = %v, want 1", got)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/opswire/opswire/services/report/internal/images"
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // TestRequestsAreBounded: on-demand reports are rate-limited per leader, and
@@ -28,7 +29,7 @@ func TestRequestsAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 5*time.Second, "the publishes counted as noreply", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the publishes counted as noreply", func() bool {
 		return testutil.ToFloat64(a.m.requests.WithLabelValues("noreply")) == 5
 	})
 	for i := 0; i < 2; i++ {
@@ -47,7 +48,7 @@ func TestRequestsAreBounded(t *testing.T) {
 	if v := testutil.ToFloat64(a.m.reports.WithLabelValues(triggerRequest, "sent")); v != 2 {
 		t.Fatalf("%v on-demand reports sent, want 2 (5 publishes without reply and 1 limited request run nothing)", v)
 	}
-	eventually(t, 5*time.Second, "two reports", func() bool { return len(ops.reports(t)) == 2 })
+	testkit.Eventually(t, 5*time.Second, "two reports", func() bool { return len(ops.reports(t)) == 2 })
 }
 
 // TestImageMemoryByNodeUID: a node re-created under the same name does not
@@ -58,9 +59,9 @@ func TestImageMemoryByNodeUID(t *testing.T) {
 	cfg := testConfig(t, "sendReport:\n  enable: false\nimageAlert:\n  maxBytes: 1000\n  maxPercent: 0\n  cooldown: 1h\n")
 	_, _, stop := e.lead(cfg)
 	e.nodeUID("n1", "uid-old", 1200)
-	eventually(t, 10*time.Second, "the first alert", func() bool { return len(ops.alerts(t)) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the first alert", func() bool { return len(ops.alerts(t)) == 1 })
 	st := kvStore(t, e)
-	eventually(t, 5*time.Second, "the memory stored under the UID", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the memory stored under the UID", func() bool {
 		m, err := st.LoadImageMemory(e.ctx)
 		return err == nil && m["uid-old"].Active && m["uid-old"].Node == "n1"
 	})
@@ -68,11 +69,11 @@ func TestImageMemoryByNodeUID(t *testing.T) {
 	// Deleted and re-created with the same name and a new UID, within the
 	// cooldown: a new node alerts on its own first crossing.
 	e.nodeUID("n1", "uid-new", 1300)
-	eventually(t, 10*time.Second, "the re-created node's alert", func() bool { return len(ops.alerts(t)) == 2 })
+	testkit.Eventually(t, 10*time.Second, "the re-created node's alert", func() bool { return len(ops.alerts(t)) == 2 })
 	if a := ops.alerts(t)[1]; a.NodeUID != "uid-new" || a.Reason != images.ReasonMaxBytes {
 		t.Fatalf("second alert %+v, want maxBytes for uid-new", a)
 	}
-	eventually(t, 5*time.Second, "only the new UID remembered", func() bool {
+	testkit.Eventually(t, 5*time.Second, "only the new UID remembered", func() bool {
 		m, err := st.LoadImageMemory(e.ctx)
 		_, old := m["uid-old"]
 		return err == nil && !old && m["uid-new"].Active
@@ -80,7 +81,7 @@ func TestImageMemoryByNodeUID(t *testing.T) {
 
 	// The tombstone drops the memory while the leader runs.
 	e.publish(subject.Node(cluster, "n1"), events.TypeNode, events.NodeState{Op: events.OpDelete, UID: "uid-new", Name: "n1"})
-	eventually(t, 5*time.Second, "the memory dropped on the tombstone", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the memory dropped on the tombstone", func() bool {
 		m, err := st.LoadImageMemory(e.ctx)
 		return err == nil && len(m) == 0
 	})
@@ -162,7 +163,7 @@ func TestReportBudget(t *testing.T) {
 	if r := e.request(); !strings.Contains(r.Error, "report budget used up") {
 		t.Fatalf("request to the new leader: %+v, want refused by the budget", r)
 	}
-	eventually(t, 10*time.Second, "the caught-up scheduled report", func() bool { return len(scheduledOnly(ops.reports(t))) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the caught-up scheduled report", func() bool { return len(scheduledOnly(ops.reports(t))) == 1 })
 	sched := scheduledOnly(ops.reports(t))[0]
 	if sched.Offenders != 150 || len(sched.Rows) >= 150 || len(sched.Rows)+sched.Truncated != 150 {
 		t.Fatalf("scheduled report: %d offenders, %d rows, %d truncated; want the rows cut to the budget", sched.Offenders, len(sched.Rows), sched.Truncated)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // TestReportsUnderAnyClusterName: cluster.name accepts any NATS subject
@@ -33,7 +34,7 @@ func TestReportsUnderAnyClusterName(t *testing.T) {
 				t.Fatalf("reply on ctl.%s.report.run: %+v", name, reply)
 			}
 			e.node("node.a", 1200)
-			eventually(t, 10*time.Second, "the requested report, two scheduled ones and the image alert", func() bool {
+			testkit.Eventually(t, 10*time.Second, "the requested report, two scheduled ones and the image alert", func() bool {
 				return len(ops.reports(t)) >= 3 && len(ops.alerts(t)) == 1
 			})
 			ops.mu.Lock()

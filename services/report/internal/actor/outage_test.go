@@ -17,6 +17,7 @@ import (
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/testkit"
 	"github.com/opswire/opswire/shared/testport"
 )
 
@@ -98,11 +99,11 @@ func TestReportTickAcrossNATSOutage(t *testing.T) {
 		})
 	}
 	t.Cleanup(stop)
-	eventually(t, 10*time.Second, "leader ready", func() bool { return a.serving.Load() && a.Ready() == nil })
+	testkit.Eventually(t, 10*time.Second, "leader ready", func() bool { return a.serving.Load() && a.Ready() == nil })
 
 	srv.Shutdown()
 	srv.WaitForShutdown()
-	eventually(t, 5*time.Second, "the client to see NATS down", func() bool { return !nc.IsConnected() })
+	testkit.Eventually(t, 5*time.Second, "the client to see NATS down", func() bool { return !nc.IsConnected() })
 	clock.release() // the tick fires now, with NATS down
 	sent := func() float64 { return testutil.ToFloat64(a.m.reports.WithLabelValues(triggerSchedule, "sent")) }
 	missed := func() float64 { return testutil.ToFloat64(a.m.missed) }
@@ -119,7 +120,7 @@ func TestReportTickAcrossNATSOutage(t *testing.T) {
 
 	natstest.StartWithOptions(t, &server.Options{Port: port, StoreDir: dir})
 	defer stop() // before the server's cleanup shuts it down
-	eventually(t, 30*time.Second, "the tick's report stored once NATS is back", func() bool { return sent() >= 1 })
+	testkit.Eventually(t, 30*time.Second, "the tick's report stored once NATS is back", func() bool { return sent() >= 1 })
 	// Once sent, the tick is recorded; let any second store of it show.
 	time.Sleep(500 * time.Millisecond)
 	if n := sent(); n != 1 {
@@ -138,7 +139,7 @@ func TestReportTickAcrossNATSOutage(t *testing.T) {
 	}
 	// The stored report is that tick's.
 	ops := e.collect("ops.*.report.restarts")
-	eventually(t, 10*time.Second, "the report in OPS", func() bool { return len(ops.reports(t)) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the report in OPS", func() bool { return len(ops.reports(t)) == 1 })
 	if r := ops.reports(t)[0]; r.ID != ScheduledID(cluster, clock.tick) || r.OnDemand {
 		t.Fatalf("report %s (on demand %v), want %s", r.ID, r.OnDemand, ScheduledID(cluster, clock.tick))
 	}
@@ -183,7 +184,7 @@ func TestTickAfterARetriedTickIsNotLostSilently(t *testing.T) {
 	var once sync.Once
 	stop := func() { once.Do(func() { stopLead(); <-done }) }
 	t.Cleanup(stop)
-	eventually(t, 10*time.Second, "leader ready", func() bool { return a.serving.Load() && a.Ready() == nil })
+	testkit.Eventually(t, 10*time.Second, "leader ready", func() bool { return a.serving.Load() && a.Ready() == nil })
 
 	// T: a tick at least 2 s away, the one before it stored (still in
 	// flight when NATS goes down, it would be given up at T and counted).
@@ -191,7 +192,7 @@ func TestTickAfterARetriedTickIsNotLostSilently(t *testing.T) {
 	var T time.Time
 	// The first tick after the leader serves is one its schedule runs.
 	for handled := a.sched.Next(time.Now()); ; handled = T {
-		eventually(t, time.Until(handled)+10*time.Second, "the tick before T stored", func() bool { return lastTick() >= float64(handled.Unix()) })
+		testkit.Eventually(t, time.Until(handled)+10*time.Second, "the tick before T stored", func() bool { return lastTick() >= float64(handled.Unix()) })
 		if T = a.sched.Next(handled); time.Until(T) >= 2*time.Second {
 			break
 		}
@@ -202,7 +203,7 @@ func TestTickAfterARetriedTickIsNotLostSilently(t *testing.T) {
 	srv.Shutdown()
 	srv.WaitForShutdown()
 	missed := func() float64 { return testutil.ToFloat64(a.m.missed) }
-	eventually(t, time.Until(T2)+10*time.Second, "T given up at its deadline", func() bool { return missed() >= 1 })
+	testkit.Eventually(t, time.Until(T2)+10*time.Second, "T given up at its deadline", func() bool { return missed() >= 1 })
 	natstest.StartWithOptions(t, &server.Options{Port: port, StoreDir: dir})
 	defer stop() // before the server's cleanup shuts it down
 
@@ -215,7 +216,7 @@ func TestTickAfterARetriedTickIsNotLostSilently(t *testing.T) {
 		}
 		return false
 	}
-	eventually(t, time.Until(T3)+10*time.Second, "T2's and T3's reports in OPS", func() bool { return stored(T2) && stored(T3) })
+	testkit.Eventually(t, time.Until(T3)+10*time.Second, "T2's and T3's reports in OPS", func() bool { return stored(T2) && stored(T3) })
 	if n := missed(); n != 1 || stored(T) {
 		t.Fatalf("ticks T=%s T2=%s T3=%s: stored T=%v, ticks_missed_total=%v; want T missed (counted once), T2 and T3 stored",
 			T.Format("15:04:05"), T2.Format("15:04:05"), T3.Format("15:04:05"), stored(T), n)
@@ -272,7 +273,7 @@ func TestTickBetweenScheduleStartAndCatchUpRunsOnce(t *testing.T) {
 	stop := leadUntilServing(t, e, a)
 	defer stop()
 	// Ticks run in order: once the one after is recorded, tick's runs are done.
-	eventually(t, 20*time.Second, "the tick after recorded", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the tick after recorded", func() bool {
 		return testutil.ToFloat64(a.m.lastTick) >= float64(next.Unix())
 	})
 	sent := testutil.ToFloat64(a.m.reports.WithLabelValues(triggerSchedule, "sent"))

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opswire/opswire/shared/testkit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
@@ -108,13 +109,13 @@ func TestWeeklyTickAfterTheWallClockJumps(t *testing.T) {
 			}
 			stop := leadUntilServing(t, e, a)
 			defer stop()
-			eventually(t, 10*time.Second, "the scheduler waiting", func() bool { return clock.waiting() > 0 })
+			testkit.Eventually(t, 10*time.Second, "the scheduler waiting", func() bool { return clock.waiting() > 0 })
 			clock.run(tc.before)
-			eventually(t, 10*time.Second, "the scheduler waiting again", func() bool { return clock.waiting() > 0 })
+			testkit.Eventually(t, 10*time.Second, "the scheduler waiting again", func() bool { return clock.waiting() > 0 })
 			clock.jump(tick.Add(tc.after).Sub(clock.Now()))
 			clock.run(time.Minute)
 
-			eventually(t, 10*time.Second, "the tick's report in OPS", func() bool { return len(ops.reports(t)) == 1 })
+			testkit.Eventually(t, 10*time.Second, "the tick's report in OPS", func() bool { return len(ops.reports(t)) == 1 })
 			if r := ops.reports(t)[0]; r.ID != ScheduledID(cluster, tick) || r.OnDemand {
 				t.Fatalf("report %s (on demand %v), want the tick's %s", r.ID, r.OnDemand, ScheduledID(cluster, tick))
 			}

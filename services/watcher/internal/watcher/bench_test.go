@@ -30,6 +30,7 @@ import (
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // BenchmarkWatcherThroughput150k measures, against a real embedded
@@ -77,7 +78,7 @@ func BenchmarkWatcherThroughput150k(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	go func() { _ = w.Run(ctx, nil) }()
-	waitFor(b, 5*time.Minute, "initial publication", func() bool {
+	testkit.Eventually(b, 5*time.Minute, "initial publication", func() bool {
 		return published("pod") == scalePods && published("node") == scaleNodes
 	})
 	b.ReportMetric(float64(scalePods+scaleNodes)/time.Since(start).Seconds(), "initial-msgs/s")
@@ -94,7 +95,7 @@ func BenchmarkWatcherThroughput150k(b *testing.B) {
 			}))
 		}
 	}()
-	waitFor(b, 5*time.Minute, "updates stored", func() bool { return published("pod")-before == scalePods })
+	testkit.Eventually(b, 5*time.Minute, "updates stored", func() bool { return published("pod")-before == scalePods })
 	updateRate := float64(scalePods) / time.Since(start).Seconds()
 	b.ReportMetric(updateRate, "updates/s")
 
@@ -114,7 +115,7 @@ func BenchmarkWatcherThroughput150k(b *testing.B) {
 			}))
 		}
 	}()
-	waitFor(b, 5*time.Minute, "heartbeats processed", func() bool {
+	testkit.Eventually(b, 5*time.Minute, "heartbeats processed", func() bool {
 		return published("pod")-beforePub+unchanged()-beforeSkip == scalePods
 	})
 	b.ReportMetric(float64(scalePods)/time.Since(start).Seconds(), "heartbeats/s")
@@ -176,7 +177,7 @@ func BenchmarkWatcherHeap150k(b *testing.B) {
 		b.Fatal("caches did not sync")
 	}
 	go func() { _ = w.Run(ctx, nil) }()
-	waitFor(b, 5*time.Minute, "everything recorded", func() bool {
+	testkit.Eventually(b, 5*time.Minute, "everything recorded", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return w.published.len() == scalePods+scaleNodes
@@ -253,15 +254,4 @@ func heapAlloc() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
-}
-
-func waitFor(b *testing.B, timeout time.Duration, what string, cond func() bool) {
-	b.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 	"github.com/opswire/opswire/shared/testport"
 )
 
@@ -144,7 +145,7 @@ func BenchmarkWatcherChurn150k(b *testing.B) {
 	}
 	published := func() float64 { return testutil.ToFloat64(w.m.published.WithLabelValues("pod", "upsert")) }
 	go func() { _ = w.Run(ctx, nil) }()
-	waitFor(b, 10*time.Minute, "initial publication", func() bool {
+	testkit.Eventually(b, 10*time.Minute, "initial publication", func() bool {
 		return published() == scalePods && testutil.ToFloat64(w.m.published.WithLabelValues("node", "upsert")) == scaleNodes
 	})
 
@@ -284,7 +285,7 @@ func BenchmarkWatcherChurn150k(b *testing.B) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	sending := time.Since(start)
-	waitFor(b, 30*time.Second, "every update stored", func() bool { return stored.Load() >= int64(total) })
+	testkit.Eventually(b, 30*time.Second, "every update stored", func() bool { return stored.Load() >= int64(total) })
 	b.StopTimer()
 	usage := readChurnUsage().since(usageStart)
 	stopCPUProfile()
@@ -427,7 +428,7 @@ func startNATSProcess(b *testing.B) string {
 	}
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
-	waitFor(b, 30*time.Second, "nats-server up", func() bool {
+	testkit.Eventually(b, 30*time.Second, "nats-server up", func() bool {
 		nc, err := nats.Connect(url)
 		if err != nil {
 			return false

@@ -17,6 +17,7 @@ import (
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // fakeClock is the delete notes' clock, moved by the test.
@@ -52,12 +53,9 @@ func deleteAll(t *testing.T, w *Watcher, src *source, total float64, pods ...*co
 		gone.ResourceVersion = src.nextRV()
 		src.podW.Delete(gone)
 	}
-	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(w.m.received.WithLabelValues("pod", "delete")) < total; {
-		if time.Now().After(deadline) {
-			t.Fatal("the informer did not deliver the deletes")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the informer to deliver the deletes", func() bool {
+		return testutil.ToFloat64(w.m.received.WithLabelValues("pod", "delete")) >= total
+	})
 }
 
 // TestStandbyDoesNotKeepADeleteNoteForEveryDeletedPod: a standby replica (no

@@ -12,6 +12,7 @@ import (
 	"github.com/opswire/opswire/services/watcher/internal/compact"
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // cachedPod is a weak pointer to the cached pod of ns/name, the start of its
@@ -30,17 +31,10 @@ func (f *fixture) cachedPod(key string) weak.Pointer[compact.Pod] {
 // after the sync the informer's handlers may still hold it.
 func (f *fixture) collected(what string, p weak.Pointer[compact.Pod]) {
 	f.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.Eventually(f.t, 5*time.Second, what+": the block to be freed", func() bool {
 		runtime.GC()
-		if p.Value() == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("%s: the block is still reachable", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return p.Value() == nil
+	})
 }
 
 // TestRecordsDoNotPinOlderPodBlocks: a record kept across an update that

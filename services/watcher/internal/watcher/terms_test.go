@@ -22,6 +22,7 @@ import (
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 // A replica that lost the lease and won it again runs a second term in the
@@ -202,14 +203,6 @@ func TestOldLeaderBufferedPublishDoesNotResurrectADeletedPod(t *testing.T) {
 		}
 		return s, json.Unmarshal(m.Data, &s) == nil
 	}
-	eventually := func(what string, cond func() bool) {
-		t.Helper()
-		for end := time.Now().Add(15 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(end) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
 	replica := func(src *source, pub AsyncPublisher) *Watcher {
 		pods, nodes := src.informers()
 		w, err := New(pods, nodes, pub, Options{Cluster: "c", Workers: 2, TombstoneTTL: time.Hour}, zerolog.Nop(), prometheus.NewRegistry())
@@ -233,16 +226,16 @@ func TestOldLeaderBufferedPublishDoesNotResurrectADeletedPod(t *testing.T) {
 	actx, endTermA := context.WithCancel(ctx)
 	termA := make(chan error, 1)
 	go func() { termA <- wA.Run(actx, nil) }()
-	eventually("A stores the pod", func() bool { s, ok := last(); return ok && s.Op == events.OpUpsert })
+	testkit.Eventually(t, 15*time.Second, "A stores the pod", func() bool { s, ok := last(); return ok && s.Op == events.OpUpsert })
 
 	// A's network fails. The pod changes (a container restarts): A's publish is buffered, times out.
 	part.set(true)
-	eventually("A to see NATS down", func() bool { return !ncA.IsConnected() })
+	testkit.Eventually(t, 15*time.Second, "A to see NATS down", func() bool { return !ncA.IsConnected() })
 	changed := p.DeepCopy()
 	changed.ResourceVersion = srcA.nextRV()
 	changed.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", RestartCount: 1}}
 	srcA.podW.Modify(changed)
-	eventually("A's publish of the change to fail", func() bool {
+	testkit.Eventually(t, 15*time.Second, "A's publish of the change to fail", func() bool {
 		return testutil.ToFloat64(wA.m.errors.WithLabelValues("pod")) >= 1
 	})
 	endTermA() // renewDeadline passed: A lost the lease
@@ -261,11 +254,11 @@ func TestOldLeaderBufferedPublishDoesNotResurrectADeletedPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _ = wB.Run(ctx, seed) }()
-	eventually("B stores the tombstone", func() bool { s, ok := last(); return ok && s.Op == events.OpDelete })
+	testkit.Eventually(t, 15*time.Second, "B stores the tombstone", func() bool { s, ok := last(); return ok && s.Op == events.OpDelete })
 
 	// A's network comes back (the process stayed up, campaigning again).
 	part.set(false)
-	eventually("A reconnected", ncA.IsConnected)
+	testkit.Eventually(t, 15*time.Second, "A reconnected", ncA.IsConnected)
 	if err := ncA.FlushTimeout(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}

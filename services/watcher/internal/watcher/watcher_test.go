@@ -19,6 +19,7 @@ import (
 	"github.com/opswire/opswire/shared/natstest"
 	"github.com/opswire/opswire/shared/natsx"
 	"github.com/opswire/opswire/shared/subject"
+	"github.com/opswire/opswire/shared/testkit"
 )
 
 type fixture struct {
@@ -79,15 +80,10 @@ func (f *fixture) last(subj string, out any) bool {
 	return json.Unmarshal(m.Data, out) == nil
 }
 
+// eventually waits up to 10 s for cond (testkit.Eventually).
 func (f *fixture) eventually(what string, cond func() bool) {
 	f.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(f.t, 10*time.Second, what, cond)
 }
 
 func (f *fixture) nodePods(name string) int {

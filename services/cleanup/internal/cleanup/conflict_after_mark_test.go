@@ -16,11 +16,10 @@ import (
 	"github.com/opswire/opswire/shared/kube"
 )
 
-// Found by a fourth review, of e72bcbd (86138fe + 436c57e); each test
-// failed there. Fixed by: a 409 in doubt is judged without the late-commit
-// horizon (answered: nothing lands later; the pod at the version sent got
-// nothing), and a 409 after our mark is finished within the same removal by
-// its DELETE sent again at once, not handed back to a re-decision.
+// A 409 in doubt is judged without the late-commit horizon (answered:
+// nothing lands later; the pod at the version sent got nothing), and a 409
+// after our mark is finished within the same removal by its DELETE sent
+// again at once, not handed back to a re-decision.
 
 // secondStep409 is the API server's 409 (apiserver v0.37.2) from a DELETE's
 // second storage step, Storage.Delete, whose resourceVersion precondition
@@ -31,21 +30,16 @@ var secondStep409 = apierrors.NewConflict(podsGR, "web-1", errors.New(
 	"StorageError: invalid object, Code: 4, Key: /registry/pods/apps/web-1, ResourceVersion: 0, "+
 		"AdditionalErrorMsg: Precondition failed: ResourceVersion in precondition: 8, ResourceVersion in object meta: 9"))
 
-// TestRev5ForceDelete409AfterMarkNotResent: a pod stuck Terminating (grace
+// TestAForceDelete409AfterOurMarkIsSentAgain: a pod stuck Terminating (grace
 // 30, its node gone). opswire's force delete (grace 0, rv 7) commits its
 // first step: rest.BeforeDelete cuts the grace to 0 and moves the
-// deletionTimestamp to old-30s, or to now when that is in the past (it is:
-// the pod is stuck). The second step is answered 409 (the pod changed in
-// between). The settling read sees opswire's mark (grace 30 -> 0): resolve
-// drops the doubt, releases the slot and hands the pod back (settled=false)
-// "so the caller sends the DELETE again at once". But the caller's live
-// re-check decides on the live pod, whose deletionTimestamp is now: the
-// stuck-Terminating rule Waits terminatingTimeout (5 min) again, so no
-// DELETE is sent. The pod, marked grace 0 by opswire, stays; when its
-// kubelet comes back (or anything else finishes the deletion opswire
-// began) the pod leaves and leader 1 publishes nothing and counts nothing:
-// the doubt was already dropped, the slot released.
-func TestRev5ForceDelete409AfterMarkNotResent(t *testing.T) {
+// deletionTimestamp to now. The second step is answered 409 (the pod changed
+// in between). The settling read sees opswire's mark and the removal sends
+// the DELETE again within the same removal, rather than handing the pod back
+// to a re-decision whose stuck-Terminating rule would wait terminatingTimeout
+// again on the moved deletionTimestamp. When the pod leaves, leader 1
+// publishes it and counts one slot.
+func TestAForceDelete409AfterOurMarkIsSentAgain(t *testing.T) {
 	if kube.DeleteConflictBeforeStore(secondStep409, "7") {
 		t.Fatal("setup: the second step's 409 is taken for before-store")
 	}
@@ -95,19 +89,14 @@ func TestRev5ForceDelete409AfterMarkNotResent(t *testing.T) {
 	}
 }
 
-// TestRev5Delete409AfterMarkSettledPastHorizon: opswire's DELETE of an
-// Evicted pod commits its mark (grace 0) and its removal step is answered
-// 409 (the second step's text). The first settling read that succeeds comes
-// after the late-commit horizon (the API server in trouble: the settling
-// GETs fail for a while, and the per-pod exponential backoff of Retry
-// grows past 90 s). judge then says "still there, marked for deletion, past
-// the late-commit horizon": notHappened, not markedByIt, so resolve reports
-// a critical failed, and then the caller's DELETE removes the pod and
-// deleted is published too. A 409 is published as a failure (86138fe:
-// "a 409 is never published as failed"), and the removal gets two
-// contradicting outcomes; a 409 was answered, so nothing of it can land
-// later: the horizon is no reason to change the verdict.
-func TestRev5Delete409AfterMarkSettledPastHorizon(t *testing.T) {
+// TestADelete409AfterOurMarkSettledPastTheHorizonIsNoFailure: opswire's
+// DELETE of an Evicted pod commits its mark (grace 0) and its removal step is
+// answered 409. The first settling read that succeeds comes after the
+// late-commit horizon (the settling GETs fail for a while and Retry's backoff
+// grows past 90 s). A 409 was answered, so nothing of it can land later and
+// the horizon is no reason to change the verdict: the removal is finished and
+// published as deleted, never as failed.
+func TestADelete409AfterOurMarkSettledPastTheHorizonIsNoFailure(t *testing.T) {
 	r, _, now := answerRig(t, testPolicy(), true, livePod())
 	deletes := 0
 	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -147,17 +136,15 @@ func TestRev5Delete409AfterMarkSettledPastHorizon(t *testing.T) {
 	}
 }
 
-// TestRev5Delete409UnchangedHeldThenFailed: a DELETE answered 409 with a
-// text kube.DeleteConflictBeforeStore does not know (here a validating
-// admission webhook denying DELETEs with code 409; any 409 text of another
-// API server build) is kept in doubt, "the safe side". But the settling
-// reads find the pod at the very resourceVersion the DELETE was sent with:
-// no mark committed (a mark is a write: it moves the resourceVersion), so
-// nothing of the DELETE was stored, and a 409 was answered, so nothing can
-// land later either. judge still says stillInDoubt (as for a lost answer)
-// for the whole horizon, slot held, nothing re-tried; then "unchanged past
-// the late-commit horizon" publishes a critical failed for a 409.
-func TestRev5Delete409UnchangedHeldThenFailed(t *testing.T) {
+// TestA409LeavingTheResourceVersionUnchangedIsNotHeldInDoubt: a DELETE
+// answered 409 with a text kube.DeleteConflictBeforeStore does not know (here
+// a validating admission webhook denying DELETEs with code 409; any 409 text
+// of another API server build) is kept in doubt. The settling reads find the
+// pod at the very resourceVersion the DELETE was sent with: no mark committed
+// (a mark is a write and moves the resourceVersion), and a 409 was answered,
+// so nothing can land later. The doubt is settled at once, without holding
+// the pod for the horizon or publishing a critical failed.
+func TestA409LeavingTheResourceVersionUnchangedIsNotHeldInDoubt(t *testing.T) {
 	denied := apierrors.NewConflict(podsGR, "web-1", errors.New(`admission webhook "guard.example.com" denied the request: backup in progress`))
 	if kube.DeleteConflictBeforeStore(denied, "7") {
 		t.Fatal("setup: the webhook's 409 is taken for before-store")

@@ -17,38 +17,33 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/events"
 )
 
-// Found by review of b6fd662 (an attempt answered 404 stores its answer
-// record, and Happened takes any answered intent for "did not happen"):
-// each test below is a removal this leader really did (one of its writes of
-// the pod committed, or may have) that nobody audited: leader 1 published
-// nothing, and the next leader's recovery, which checked only the latest
-// attempt of an outcome id merged with that attempt's answer record, took
-// it for "did not happen". Fixed at the cause: a retry's 404 within the
-// horizon of this leader's own earlier write (in doubt, a DELETE's 409, a
-// finalizer patch that went through) is that write's removal, judged at the
-// retry's send time and kept through the mirror's news of the pod leaving;
-// and the recovery takes an attempt for answered only when every attempt of
-// its outcome id is (actuate.LatestAttempts).
+// A retry answered 404 within the horizon of this leader's own earlier
+// write (in doubt, a DELETE's 409 after its mark, a finalizer patch that went
+// through) is that write's removal: published by this leader, judged at the
+// retry's send time and kept through the mirror's news of the pod leaving.
+// A new leader's recovery takes an attempt for answered only when every
+// attempt of its outcome id is (actuate.LatestAttempts).
 
 // nextLeaderHappened is what a new leader's recovery concludes about the
 // removal journaled in in: the latest attempt's intent as the recovery
 // folds the intents and answer records (actuate.LatestAttempts), checked by
 // a fresh actuator's Happened.
-func nextLeaderHappened(t *testing.T, r *actuatorRig, in *intentRec, now *time.Time) bool {
+func nextLeaderHappened(t *testing.T, r *actuatorRig, in *actuatetest.Journal, now *time.Time) bool {
 	t.Helper()
-	if len(in.msgs) == 0 {
+	if len(in.Msgs) == 0 {
 		t.Fatal("no intent journaled")
 	}
 	var stored []actuate.StoredIntent
-	for _, m := range append(append([]*nats.Msg{}, in.msgs...), in.answers...) {
+	for _, m := range append(append([]*nats.Msg{}, in.Msgs...), in.Answers...) {
 		stored = append(stored, actuate.StoredIntent{Intent: decodeIntent(t, m)})
 	}
 	latest := actuate.LatestAttempts(stored)[0].Intent
 	*now = now.Add(5 * time.Second)
-	act2 := NewActuator(r.client, &recPub{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+	act2 := NewActuator(r.client, &actuatetest.Publisher{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 		Now: func() time.Time { return *now }, WindowNow: func() time.Time { return *now },
 	})
@@ -61,7 +56,7 @@ func nextLeaderHappened(t *testing.T, r *actuatorRig, in *intentRec, now *time.T
 
 // removalPublished reports whether leader 1 published the removal (verb).
 func removalPublished(r *actuatorRig, verb string) bool {
-	for _, m := range r.pub.all() {
+	for _, m := range r.pub.All() {
 		if strings.Contains(m.Subject, ".cleanup."+verb+".") {
 			return true
 		}
@@ -70,31 +65,29 @@ func removalPublished(r *actuatorRig, verb string) bool {
 }
 
 // mustAudit fails unless leader 1 or the next leader audits the removal.
-func mustAudit(t *testing.T, r *actuatorRig, in *intentRec, now *time.Time, verb string) {
+func mustAudit(t *testing.T, r *actuatorRig, in *actuatetest.Journal, now *time.Time, verb string) {
 	t.Helper()
 	if removalPublished(r, verb) {
 		return
 	}
 	var why []string
-	for _, m := range in.answers {
+	for _, m := range in.Answers {
 		why = append(why, decodeIntent(t, m).Answered)
 	}
 	if !nextLeaderHappened(t, r, in, now) {
 		t.Fatalf("this removal is opswire's, yet leader 1 published no %s and the next leader's recovery takes it for not happened "+
-			"(%d intents, answer records %q): never audited, not counted", verb, len(in.msgs), why)
+			"(%d intents, answer records %q): never audited, not counted", verb, len(in.Msgs), why)
 	}
 }
 
-// TestReviewCommittedFinalizerPatchThenThrottledDelete: a pod stuck
-// Terminating (grace 30, so the PATCH does not delete it: deletedByUpdate
-// is false) with a finalizer. Leader 1's finalizer PATCH commits (200, no
-// finalizer left); its DELETE is throttled (429): the answer record
-// "throttled" is stored, although a write of the attempt committed. The pod
-// then goes (its kubelet, or the pod GC, finishes the deletion the patch
-// unblocked: what remove itself counts as this removal, "finalizers
-// cleared; gone before the delete"). Leader 2's Happened now ignores the
-// pod's absence for an answered intent: false.
-func TestReviewCommittedFinalizerPatchThenThrottledDelete(t *testing.T) {
+// TestACommittedFinalizerPatchThenAThrottledDeleteIsOurRemoval: a pod stuck
+// Terminating (grace 30, so the PATCH does not delete it) with a finalizer.
+// Leader 1's finalizer PATCH commits; its DELETE is throttled (429) and the
+// answer record "throttled" is stored. The pod then goes (the deletion the
+// patch unblocked finishes). A write of the attempt committed, so the next
+// leader's recovery must take the removal for opswire's: answered intents are
+// not "did not happen" when another write of the attempt committed.
+func TestACommittedFinalizerPatchThenAThrottledDeleteIsOurRemoval(t *testing.T) {
 	p := testPolicy()
 	p.RemoveFinalizers = true
 	r, in, now := answerRig(t, p, true, livePod(liveDeleting, func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} }))
@@ -119,14 +112,14 @@ func TestReviewCommittedFinalizerPatchThenThrottledDelete(t *testing.T) {
 	mustAudit(t, r, in, now, VerbForceDeleted)
 }
 
-// TestReviewCommittedFinalizerPatchThenRetryGone: as above, and leader 1's
-// retry (attempt 2, same outcome id) re-reads the pod still there, and its
-// DELETE is answered 404: the pod went between the re-read and the DELETE
-// (the deletion the first attempt's committed patch unblocked). Nothing of
-// this leader's writes is in doubt, so doubts.certain holds, and attempt 2
-// stores the answer record "gone": the latest attempt, the only one the
-// next leader checks.
-func TestReviewCommittedFinalizerPatchThenRetryGone(t *testing.T) {
+// TestARetryAnsweredGoneAfterOurCommittedFinalizerPatchIsOurRemoval: as
+// TestACommittedFinalizerPatchThenAThrottledDeleteIsOurRemoval, and leader
+// 1's retry (attempt 2, same outcome id) re-reads the pod still there; its
+// DELETE is answered 404 because the deletion the first attempt's patch
+// unblocked finished in between. The 404 falls within the horizon of this
+// leader's committed patch, so leader 1 publishes forcedeleted as its own,
+// stores no answer record, and the next leader agrees.
+func TestARetryAnsweredGoneAfterOurCommittedFinalizerPatchIsOurRemoval(t *testing.T) {
 	p := testPolicy()
 	p.RemoveFinalizers = true
 	r, in, now := answerRig(t, p, true, livePod(liveDeleting, func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} }))
@@ -145,26 +138,23 @@ func TestReviewCommittedFinalizerPatchThenRetryGone(t *testing.T) {
 	*now = t0.Add(2 * time.Second) // the retry
 	state2 := pod(deleting(t0.Add(-6*time.Minute)), func(s *events.PodState) { s.DeletionGracePeriodSeconds = &grace })
 	_, _ = r.act.Handle(context.Background(), state2, p.Decide(state2, Facts{Now: *now}), Facts{Now: *now})
-	if deletes != 2 || len(in.msgs) != 2 {
-		t.Fatalf("setup: %d DELETEs, %d intents; want 2 and 2", deletes, len(in.msgs))
+	if deletes != 2 || len(in.Msgs) != 2 {
+		t.Fatalf("setup: %d DELETEs, %d intents; want 2 and 2", deletes, len(in.Msgs))
 	}
-	if !removalPublished(r, VerbForceDeleted) || len(in.answers) != 0 {
+	if !removalPublished(r, VerbForceDeleted) || len(in.Answers) != 0 {
 		t.Errorf("leader 1 published %v and stored %d answer records; want its own forcedeleted (the retry's 404 within the horizon of its committed patch), no record",
-			opsIDs(r), len(in.answers))
+			opsIDs(r), len(in.Answers))
 	}
 	mustAudit(t, r, in, now, VerbForceDeleted)
 }
 
-// TestReviewDelete409ThenRetryGone: leader 1's DELETE of an Evicted pod
-// commits its first storage step (the deletion mark, grace 0) and is then
-// answered 409 by the second (the pod changed in between). Found by review:
-// the retry's DELETE was answered 404 (the kubelet had finished the
-// deletion ours began) and stored the answer record "gone", so neither
-// leader published the removal. Now the 409 is in doubt; the next visit's
-// settling read sees our mark and sends the DELETE again to finish the
-// removal, and its 404 is this removal: published once, one slot, no
-// answer record.
-func TestReviewDelete409ThenRetryGone(t *testing.T) {
+// TestARetryAnsweredGoneAfterOurMarked409IsOurRemoval: leader 1's DELETE of
+// an Evicted pod commits its deletion mark (grace 0) and is then answered 409
+// by its second storage step. The 409 is in doubt; the next visit's settling
+// read sees our mark and sends the DELETE again, and its 404 (the kubelet
+// finished the deletion ours began) is this removal: published once, one
+// slot, two DELETEs, no answer record.
+func TestARetryAnsweredGoneAfterOurMarked409IsOurRemoval(t *testing.T) {
 	r, in, now := answerRig(t, testPolicy(), true, livePod())
 	gr := schema.GroupResource{Resource: "pods"}
 	deletes := 0
@@ -183,16 +173,16 @@ func TestReviewDelete409ThenRetryGone(t *testing.T) {
 	})
 	state := pod(failed("Evicted"))
 	d := testPolicy().Decide(state, Facts{Now: t0})
-	if out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); err != nil || !out.Retry || len(r.pub.all()) != 0 {
+	if out, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); err != nil || !out.Retry || len(r.pub.All()) != 0 {
 		t.Fatalf("the 409: %+v, %v, OPS %v; want in doubt: looked at again, nothing published", out, err, opsIDs(r))
 	}
 	*now = t0.Add(2 * time.Second)
 	zero := int64(0)
 	state2 := pod(failed("Evicted"), deleting(t0), func(s *events.PodState) { s.DeletionGracePeriodSeconds = &zero })
 	_, _ = r.act.Handle(context.Background(), state2, testPolicy().Decide(state2, Facts{Now: *now}), Facts{Now: *now})
-	if !removalPublished(r, VerbDeleted) || len(in.answers) != 0 || deletes != 2 || r.act.cfg.Limiter.Len(*now) != 1 {
+	if !removalPublished(r, VerbDeleted) || len(in.Answers) != 0 || deletes != 2 || r.act.cfg.Limiter.Len(*now) != 1 {
 		t.Errorf("leader 1 published %v, stored %d answer records, sent %d DELETEs, holds %d slots; want its own deleted, no record, two DELETEs, one slot",
-			opsIDs(r), len(in.answers), deletes, r.act.cfg.Limiter.Len(*now))
+			opsIDs(r), len(in.Answers), deletes, r.act.cfg.Limiter.Len(*now))
 	}
 	mustAudit(t, r, in, now, VerbDeleted)
 }
@@ -203,14 +193,12 @@ type errString string
 
 func (e errString) Error() string { return string(e) }
 
-// TestReviewGoneAnsweredPastTheHorizon: an earlier write of the pod in
-// doubt may land until t0+60s (doubts.lateUntil, as resolve or an
-// untracked lost answer leaves it). The retry's DELETE is sent at t0+55s,
-// within that horizon; the earlier write lands while it is on its way, and
-// its 404 comes at t0+61s. doubts.mayLand and doubts.certain are asked at
-// the answer's time, not the retry's send time: the 404 is taken for
-// someone else's removal, and the answer record "gone" is stored.
-func TestReviewGoneAnsweredPastTheHorizon(t *testing.T) {
+// TestARetryAnsweredGoneIsJudgedAtItsSendTime: an earlier write of the pod in
+// doubt may land until t0+60s. The retry's DELETE is sent at t0+55s, within
+// that horizon; the earlier write lands while it is on its way and the 404
+// comes at t0+61s. The 404 is judged at the retry's send time, so it is
+// opswire's removal, not someone else's.
+func TestARetryAnsweredGoneIsJudgedAtItsSendTime(t *testing.T) {
 	r, in, now := answerRig(t, testPolicy(), true, livePod())
 	r.act.doubts.lateUntil("uid-1", t0.Add(time.Minute), t0)
 	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -224,14 +212,13 @@ func TestReviewGoneAnsweredPastTheHorizon(t *testing.T) {
 	mustAudit(t, r, in, now, VerbDeleted)
 }
 
-// TestReviewGoneWhileTheMirrorSawItLeave: an earlier write of the pod in
-// doubt may land until t0+60s. The retry's DELETE is on its way at t0+2s
-// when the earlier write lands; the mirror sees the pod leave and the
-// controller calls Forget (OnPod, concurrently with the worker), which
-// drops doubts.late for the pod (and marks the in-flight write gone, a mark
-// write's doubts.answered then throws away). The DELETE's 404 then finds
-// nothing that may land (doubts.certain) and stores the answer record.
-func TestReviewGoneWhileTheMirrorSawItLeave(t *testing.T) {
+// TestARetryAnsweredGoneIsOursThoughTheMirrorSawThePodLeave: an earlier write
+// of the pod in doubt may land until t0+60s. The retry's DELETE is on its way
+// at t0+2s when the earlier write lands; the mirror sees the pod leave and
+// the controller calls Forget concurrently with the worker. The DELETE's 404
+// is still this removal: Forget does not drop the horizon of a write on its
+// way.
+func TestARetryAnsweredGoneIsOursThoughTheMirrorSawThePodLeave(t *testing.T) {
 	r, in, now := answerRig(t, testPolicy(), true, livePod())
 	r.act.doubts.lateUntil("uid-1", t0.Add(time.Minute), t0)
 	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {

@@ -15,31 +15,27 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 )
 
-// Found by a second review (of 935106e, 55d3bb8 and 81239a1); each test
-// failed there. Fixed by: a DELETE's 409 in doubt, settled by the next read
-// (our mark: the removal under way; moved on without it: a quiet re-look and
-// the attempt's answer record) instead of a blanket horizon; a write on its
-// way from before its journal (doubts.send); and the recovery reading back at
-// least the late-commit horizon (actuate.Recovery.ReadSpan).
+// A DELETE's 409 is settled by the next read (our mark: the removal under
+// way; moved on without it: a quiet re-look and the attempt's answer record);
+// a write is on its way from before its journal; and the recovery reads back
+// at least the late-commit horizon (actuate.Recovery.ReadSpan).
 
 var podsGR = schema.GroupResource{Resource: "pods"}
 
-// TestRev3Delete409NoMarkThenSomeoneElseRemoves: the 409 rule over-claims
-// even when the retry's own re-read proves the 409 DELETE committed nothing.
-// Leader 1's DELETE of an Evicted pod is answered 409 at its early
-// precondition check (the pod's resourceVersion moved: e.g. the pod GC
-// adding its DisruptionTarget condition before deleting the pod). Nothing of
-// ours is stored. The retry re-reads the pod: still there, NOT marked for
-// deletion (a deletionTimestamp, once set, is never unset: the first DELETE's
-// mark never committed, and a 409 is a final answer, so it never will). The
-// other party then removes the pod, and the retry's DELETE is answered 404.
-// 935106e published "deleted" as opswire's removal (and keeps its rate slot)
-// because doubts.late still holds the 409's horizon.
-func TestRev3Delete409NoMarkThenSomeoneElseRemoves(t *testing.T) {
+// TestAnUnmarked409ThenSomeoneElsesRemovalIsNotClaimed: leader 1's DELETE of
+// an Evicted pod is answered 409 at its early precondition check (the pod's
+// resourceVersion moved, e.g. the pod GC adding its DisruptionTarget
+// condition): nothing of ours is stored. The retry re-reads the pod still
+// there and not marked for deletion (a deletionTimestamp is never unset, and
+// a 409 is a final answer, so the first DELETE never will commit). The other
+// party then removes the pod and the retry's DELETE is answered 404: opswire
+// publishes nothing and holds no slot.
+func TestAnUnmarked409ThenSomeoneElsesRemovalIsNotClaimed(t *testing.T) {
 	r, in, now := answerRig(t, testPolicy(), true, livePod())
 	deletes := 0
 	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -58,8 +54,8 @@ func TestRev3Delete409NoMarkThenSomeoneElseRemoves(t *testing.T) {
 	_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: t0}), Facts{Now: t0})
 	*now = t0.Add(2 * time.Second)
 	_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: *now}), Facts{Now: *now})
-	if deletes != 2 || len(in.msgs) != 2 {
-		t.Fatalf("setup: %d DELETEs, %d intents; want 2 and 2", deletes, len(in.msgs))
+	if deletes != 2 || len(in.Msgs) != 2 {
+		t.Fatalf("setup: %d DELETEs, %d intents; want 2 and 2", deletes, len(in.Msgs))
 	}
 	if removalPublished(r, VerbDeleted) {
 		t.Errorf("leader 1 published %v: a removal opswire did not do (its 409 DELETE committed no mark, the retry's re-read showed the pod unmarked, someone else removed it)", opsIDs(r))
@@ -69,15 +65,12 @@ func TestRev3Delete409NoMarkThenSomeoneElseRemoves(t *testing.T) {
 	}
 }
 
-// TestRev3Delete409MarkThenGoneBeforeRetryRead: the 409 rule covers a retry's
-// DELETE answered 404, not the retry's re-read answered 404. Leader 1's
-// DELETE commits its deletion mark (grace 0) and is answered 409; the pod
-// then goes (the deletion our DELETE began completes) before the retry's
-// GET. The retry's re-read answers 404: leader 1 publishes nothing and gives
-// the removal's slot back (reread nil -> release), although by 935106e's own
-// rule "the pod's going within the horizon of our 409 is our removal". Only a
-// next leader within the recovery span ever publishes it.
-func TestRev3Delete409MarkThenGoneBeforeRetryRead(t *testing.T) {
+// TestAMarked409ThenGoneBeforeTheRetryReadIsOurRemoval: leader 1's DELETE
+// commits its deletion mark (grace 0) and is answered 409; the deletion our
+// DELETE began completes before the retry's GET, which answers 404. The pod's
+// going is our removal: leader 1 publishes it and keeps its slot, rather than
+// leaving it to a next leader within the recovery span.
+func TestAMarked409ThenGoneBeforeTheRetryReadIsOurRemoval(t *testing.T) {
 	r, in, now := answerRig(t, testPolicy(), true, livePod())
 	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		o, _ := r.client.Tracker().Get(podsGVR, "apps", "web-1")
@@ -97,8 +90,8 @@ func TestRev3Delete409MarkThenGoneBeforeRetryRead(t *testing.T) {
 	zero := int64(0)
 	state2 := pod(failed("Evicted"), deleting(t0), func(s *events.PodState) { s.DeletionGracePeriodSeconds = &zero })
 	_, _ = r.act.Handle(context.Background(), state2, testPolicy().Decide(state2, Facts{Now: *now}), Facts{Now: *now})
-	if len(in.answers) != 0 {
-		t.Fatalf("setup: %d answer records", len(in.answers))
+	if len(in.Answers) != 0 {
+		t.Fatalf("setup: %d answer records", len(in.Answers))
 	}
 	if !removalPublished(r, VerbDeleted) {
 		t.Errorf("leader 1 published %v: its own removal (the 409 DELETE's mark committed, the pod went within its horizon) is not audited by leader 1", opsIDs(r))
@@ -108,20 +101,17 @@ func TestRev3Delete409MarkThenGoneBeforeRetryRead(t *testing.T) {
 	}
 }
 
-// TestRev3ForgetWhileJournaling: 935106e's forget keeps doubts.late only
-// while a write is "sending" (doubts.send), which starts after the journal.
-// An earlier write of the pod may land until t0+60s. The retry's re-read
-// still sees the pod; while its intent is being journaled (OPS Record, up to
-// the intent timeout, or the CleanupIntent Event fallback, up to the API
-// timeout) the earlier write lands and the mirror sees the pod leave:
-// Forget drops late (nothing is sending yet). The retry's DELETE is answered
-// 404: certain holds, the answer record "gone" is stored and leader 1
-// publishes nothing and gives the slot back (rev2's finding 5, one step
-// earlier).
-func TestRev3ForgetWhileJournaling(t *testing.T) {
+// TestForgetWhileJournalingKeepsTheEarlierWritesHorizon: an earlier write of
+// the pod may land until t0+60s. The retry's re-read still sees the pod;
+// while its intent is being journaled (up to the intent timeout, or the
+// CleanupIntent Event fallback's API timeout) the earlier write lands and the
+// mirror sees the pod leave. Forget must keep the horizon of a write that is
+// being journaled, not only of one being sent: the retry's 404 is our
+// removal, published by leader 1 with no answer record.
+func TestForgetWhileJournalingKeepsTheEarlierWritesHorizon(t *testing.T) {
 	r, in, now := answerRig(t, testPolicy(), true, livePod())
 	r.act.doubts.lateUntil("uid-1", t0.Add(time.Minute), t0)
-	r.act.cfg.Intents = &hookedIntents{intentRec: in, onRecord: func() {
+	r.act.cfg.Intents = &hookedIntents{Journal: in, onRecord: func() {
 		_ = r.client.Tracker().Delete(podsGVR, "apps", "web-1") // the earlier write lands
 		r.act.Forget("uid-1")                                   // the mirror sees the pod leave
 	}}
@@ -131,22 +121,22 @@ func TestRev3ForgetWhileJournaling(t *testing.T) {
 	*now = t0.Add(2 * time.Second)
 	state := pod(failed("Evicted"))
 	_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: *now}), Facts{Now: *now})
-	if len(in.msgs) != 1 {
-		t.Fatalf("setup: %d intents", len(in.msgs))
+	if len(in.Msgs) != 1 {
+		t.Fatalf("setup: %d intents", len(in.Msgs))
 	}
-	if !removalPublished(r, VerbDeleted) || len(in.answers) != 0 {
+	if !removalPublished(r, VerbDeleted) || len(in.Answers) != 0 {
 		t.Errorf("leader 1 published %v and stored %d answer records; want its own deleted (404 within the horizon of its earlier write), no record",
-			opsIDs(r), len(in.answers))
+			opsIDs(r), len(in.Answers))
 	}
 }
 
 type hookedIntents struct {
-	*intentRec
+	*actuatetest.Journal
 	onRecord func()
 }
 
 func (h *hookedIntents) Record(ctx context.Context, subj string, ev envelope.Event) bool {
-	ok := h.intentRec.Record(ctx, subj, ev)
+	ok := h.Journal.Record(ctx, subj, ev)
 	if h.onRecord != nil {
 		h.onRecord()
 		h.onRecord = nil
@@ -154,14 +144,13 @@ func (h *hookedIntents) Record(ctx context.Context, subj string, ev envelope.Eve
 	return ok
 }
 
-// TestRev3HorizonWithinRecoverySpan: 81239a1 accepts kube.serverRequestTimeout
-// up to 10m, which makes cleanup's late-commit horizon 10s+10m+20s, longer
-// than the recovery's span (Recovery.Span unset: DefaultRecoverySpan, 10m,
-// or the rate window if longer). An intent older than the span is not read
-// by a new leader, yet its write may still commit after the new leader's
-// recovery: never audited, not counted. The span must cover the horizon.
-func TestRev3HorizonWithinRecoverySpan(t *testing.T) {
-	act := NewActuator(nil, &recPub{}, record.NewFakeRecorder(1), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+// TestRecoverySpanCoversTheLateCommitHorizon: kube.serverRequestTimeout may
+// be up to 10m, which makes cleanup's late-commit horizon 10s+10m+20s, longer
+// than the default recovery span. An intent older than the span is not read
+// by a new leader, yet its write may still commit after the recovery: the
+// span must cover the horizon.
+func TestRecoverySpanCoversTheLateCommitHorizon(t *testing.T) {
+	act := NewActuator(nil, &actuatetest.Publisher{}, record.NewFakeRecorder(1), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 		Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute), ServerRequestTimeout: 10 * time.Minute,
 	})
 	span := act.Recovery().ReadSpan(time.Minute)
@@ -170,27 +159,25 @@ func TestRev3HorizonWithinRecoverySpan(t *testing.T) {
 	}
 }
 
-// TestRev3LatestAttemptsWaitAfter409ThenRefused: a new leader now waits where
-// it did not before 935106e. Attempt 1's DELETE is answered 409 at its
-// precondition check (the pod changed; no record, a68436b); the retry,
-// attempt 2 (same outcome id), is refused by an admission webhook (403) and
-// stores its answer record (nothing of attempt 1 can land any more: the
-// retry's re-read showed the pod unmarked). LatestAttempts drops attempt
-// 2's Answered because attempt 1 has no record, so the next leader, finding
-// the same pod unmarked, sits idle (actuate.ErrNotYetDecided: SeedAndRecover
-// retries, nothing acted on) for the horizon of attempt 2: 90 s on every
-// takeover while the webhook keeps refusing, which the answer record was
-// introduced to avoid (TestRecoveryAfterAnsweredRefusal).
-func TestRev3LatestAttemptsWaitAfter409ThenRefused(t *testing.T) {
+// TestTheNextLeaderDecidesAtOnceAfterAnUnmarked409ThenARefusal: attempt 1's
+// DELETE is answered 409 at its precondition check (the pod changed; nothing
+// stored); the retry, attempt 2 with the same outcome id, is refused by an
+// admission webhook (403) and stores its answer record. The retry's re-read
+// showed the pod unmarked, so nothing of attempt 1 can land any more and it
+// gets an answer record too: a next leader finding the pod unmarked decides
+// "did not happen" at once instead of waiting out attempt 2's horizon on
+// every takeover while the webhook keeps refusing
+// (TestRecoveryAfterAnsweredRefusal).
+func TestTheNextLeaderDecidesAtOnceAfterAnUnmarked409ThenARefusal(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		retry func(a *Actuator) time.Duration // the retry's time after t0
 	}{
 		// The usual retry (Outcome.Retry, a short backoff): doubts.late of
-		// the 409 (935106e) keeps attempt 2 from storing its record at all.
+		// the 409 keeps attempt 2 from storing its record at all.
 		{"retry at once", func(*Actuator) time.Duration { return 2 * time.Second }},
 		// A retry past the 409's horizon stores its record, and
-		// LatestAttempts (935106e) ignores it.
+		// LatestAttempts ignores it.
 		{"retry past the 409's horizon", func(a *Actuator) time.Duration { return a.horizon() + time.Second }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -208,22 +195,22 @@ func TestRev3LatestAttemptsWaitAfter409ThenRefused(t *testing.T) {
 			_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: t0}), Facts{Now: t0})
 			*now = t0.Add(tc.retry(r.act))
 			_, _ = r.act.Handle(context.Background(), state, testPolicy().Decide(state, Facts{Now: *now}), Facts{Now: *now})
-			if deletes != 2 || len(in.msgs) != 2 {
-				t.Fatalf("setup: %d DELETEs, %d intents; want 2, 2", deletes, len(in.msgs))
+			if deletes != 2 || len(in.Msgs) != 2 {
+				t.Fatalf("setup: %d DELETEs, %d intents; want 2, 2", deletes, len(in.Msgs))
 			}
 			var stored []actuate.StoredIntent
-			for _, m := range append(append(in.msgs[:0:0], in.msgs...), in.answers...) {
+			for _, m := range append(append(in.Msgs[:0:0], in.Msgs...), in.Answers...) {
 				stored = append(stored, actuate.StoredIntent{Intent: decodeIntent(t, m)})
 			}
 			latest := actuate.LatestAttempts(stored)[0].Intent
 			*now = now.Add(5 * time.Second) // leader 1's term ends; leader 2
-			act2 := NewActuator(r.client, &recPub{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
+			act2 := NewActuator(r.client, &actuatetest.Publisher{}, record.NewFakeRecorder(10), NewMetrics(nil), zerolog.Nop(), ActuatorConfig{
 				Cluster: "c1", Policy: testPolicy(), Limiter: actuate.NewWindow(10, time.Minute),
 				Now: func() time.Time { return *now }, WindowNow: func() time.Time { return *now },
 			})
 			if ok, err := act2.Happened(context.Background(), latest); ok || err != nil {
 				t.Fatalf("leader 2's Happened(latest attempt, answered %q; %d answer records) = %v, %v; want false at once (the 409 committed nothing: the pod is unmarked; attempt 2 answered 403)",
-					latest.Answered, len(in.answers), ok, err)
+					latest.Answered, len(in.Answers), ok, err)
 			}
 		})
 	}

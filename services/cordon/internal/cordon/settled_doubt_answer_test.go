@@ -14,26 +14,26 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/opswire/opswire/shared/actuate"
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 )
 
-// TestRev3LatestAttemptsAfterSettledDoubt (found by review of 935106e):
-// attempt 1's patch loses its answer (503); leader 1 settles it "not
-// applied" at its horizon (the node unchanged: it can no longer commit).
-// Attempt 2, on the same node version (same outcome id), is refused (403)
-// and stores its answer record. actuate.LatestAttempts trusts attempt 2's
-// answer only when every attempt of the id has one, so without a record for
-// the settled attempt 1 a new leader sat idle for up to a whole horizon
-// (85 s by default). Now settling "not applied" stores attempt 1's record,
-// and the new leader decides at once.
-func TestRev3LatestAttemptsAfterSettledDoubt(t *testing.T) {
+// TestASettledDoubtStoresItsAnswerSoTheNextLeaderDecidesAtOnce: attempt 1's
+// patch loses its answer (503); leader 1 settles it "not applied" at its
+// horizon (the node unchanged: it can no longer commit). Attempt 2, on the
+// same node version (same outcome id), is refused (403) and stores its
+// answer record. actuate.LatestAttempts trusts attempt 2's answer only when
+// every attempt of the id has one, so settling "not applied" stores attempt
+// 1's record too, and a new leader decides at once instead of waiting out a
+// whole horizon (85 s by default).
+func TestASettledDoubtStoresItsAnswerSoTheNextLeaderDecidesAtOnce(t *testing.T) {
 	n := apiNode("a")
 	p := seedPolicy("cordon")
 	h := newHarness(t, p, false, Fleet{Managed: 10}, append([]runtime.Object{n}, pods("a", 100)...)...)
 	clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	h.act.cfg.Now = func() time.Time { return clock }
-	in := &answerRec{intentRec: intentRec{stored: true}}
+	in := actuatetest.NewJournal(true)
 	h.act.cfg.Intents = in
 	patches := 0
 	h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -48,12 +48,12 @@ func TestRev3LatestAttemptsAfterSettledDoubt(t *testing.T) {
 	}
 	clock = clock.Add(h.act.horizon()) // unchanged: attempt 1 settled not applied, attempt 2 sent (403)
 	_, _ = h.act.Apply(context.Background(), state, false, Evaluate(p, state, false))
-	if patches != 2 || in.count() != 2 || len(in.answers) != 2 {
+	if patches != 2 || in.Count() != 2 || len(in.Answers) != 2 {
 		t.Fatalf("setup: %d patches, %d intents, %d answer records; want 2, 2, 2 (attempt 1's when settled past its horizon, attempt 2's 403)",
-			patches, in.count(), len(in.answers))
+			patches, in.Count(), len(in.Answers))
 	}
 	var stored []actuate.StoredIntent
-	for _, m := range append(append(in.msgs[:0:0], in.msgs...), in.answers...) {
+	for _, m := range append(append(in.Msgs[:0:0], in.Msgs...), in.Answers...) {
 		var it events.Intent
 		if _, err := envelope.Decode(m.Header, m.Data, events.TypeIntent, &it); err != nil {
 			t.Fatal(err)
@@ -65,7 +65,7 @@ func TestRev3LatestAttemptsAfterSettledDoubt(t *testing.T) {
 		t.Fatalf("setup: %d outcome ids, want 1 (same node version)", len(latest))
 	}
 	clock = clock.Add(5 * time.Second) // a new leader
-	pub2, ledger2 := &recordingPublisher{}, NewLedger(false)
+	pub2, ledger2 := &actuatetest.Publisher{}, NewLedger(false)
 	act2 := NewActuator(h.client, pub2, record.NewFakeRecorder(10), ledger2, NewFleets(staticNodes{state}, ledger2, p, h.client, 0),
 		ActuatorConfig{Cluster: "prod", Policy: p, Identity: "replica-b", Now: h.act.cfg.Now}, NewMetrics(nil), zerolog.Nop())
 	if ok, err := act2.Happened(context.Background(), latest[0].Intent); ok || err != nil {

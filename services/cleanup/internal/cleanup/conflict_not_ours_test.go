@@ -17,13 +17,11 @@ import (
 	"github.com/opswire/opswire/shared/events"
 )
 
-// Found by a third review, of 1e2ecbb (every DELETE's 409 in doubt, settled
-// by the next read); each test failed there. Fixed by: only a 409 from the
-// DELETE's second storage step is in doubt (kube.DeleteConflictBeforeStore tells the
-// API server's earlier checks; with finalizers pending a DELETE is one
-// step); on a pod being deleted only a grace cut to 0 is our mark; a 409 is
-// never published as a failure; and a 409 after our mark is finished by a
-// DELETE sent again at once instead of being waited out.
+// Only a 409 from the DELETE's second storage step is in doubt
+// (kube.DeleteConflictBeforeStore tells the API server's earlier checks; with
+// finalizers pending a DELETE is one step); on a pod being deleted only a
+// grace cut to 0 is our mark; a 409 is never published as a failure; and a
+// 409 after our mark is finished by a DELETE sent again at once.
 
 // conflict409 is the API server's 409 for a DELETE whose precondition failed
 // at its first, early check (apiserver v0.37.2 rest.BeforeDelete): nothing
@@ -54,7 +52,7 @@ func earlyConflicts() []struct {
 
 func countPublished(r *actuatorRig, verb string) int {
 	n := 0
-	for _, m := range r.pub.all() {
+	for _, m := range r.pub.All() {
 		if strings.Contains(m.Subject, ".cleanup."+verb+".") {
 			n++
 		}
@@ -62,20 +60,15 @@ func countPublished(r *actuatorRig, verb string) int {
 	return n
 }
 
-// TestRev4DeletionRequested409OtherMark: a DELETE of an Evicted pod with
-// finalizers (deletionrequested: the finalizers keep the pod) answered 409
-// because someone else's DELETE (the pod GC, the StatefulSet controller, a
-// person) marked the pod between opswire's re-read and its DELETE. With
-// finalizers pending the API server's DELETE is a single storage step
-// (updateForGracefulDeletionAndFinalizers never deletes immediately with
-// pendingFinalizers), so a 409 there can never follow a commit: nothing of
-// opswire's DELETE was stored. 1e2ecbb puts it in doubt anyway; the
-// settling read sees a deletionTimestamp (the other party's mark), judge
-// takes it for "marked" and, the verb being deletionrequested, for
-// "happened": leader 1 publishes deletionrequested as its own and keeps the
-// rate slot. Before 1e2ecbb the 409 was a quiet re-look and nothing was
-// published.
-func TestRev4DeletionRequested409OtherMark(t *testing.T) {
+// TestSomeoneElsesMarkAfterOur409IsNotClaimed: a DELETE of an Evicted pod
+// with finalizers (deletionrequested: the finalizers keep the pod) is
+// answered 409 because someone else's DELETE (the pod GC, the StatefulSet
+// controller, a person) marked the pod between opswire's re-read and its
+// DELETE. With finalizers pending the API server's DELETE is a single storage
+// step (updateForGracefulDeletionAndFinalizers never deletes immediately with
+// pendingFinalizers), so the 409 follows no commit: the other party's mark is
+// not published as opswire's and no slot is kept.
+func TestSomeoneElsesMarkAfterOur409IsNotClaimed(t *testing.T) {
 	for _, c := range earlyConflicts() {
 		t.Run(c.name, func(t *testing.T) {
 			withFinalizer := func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} }
@@ -113,19 +106,14 @@ func TestRev4DeletionRequested409OtherMark(t *testing.T) {
 	}
 }
 
-// TestRev4Delete409Recreated: someone else (an operator that names its pods,
-// as the StatefulSet controller does) deletes the Evicted pod and recreates
-// web-1 at once (a new UID); opswire's DELETE of
-// the old UID, sent meanwhile, is answered 409 "the UID in the precondition
-// (uid-1) does not match the UID in record (uid-2)": BeforeDelete's early
-// check, before any storage step (and at the later step the old pod would
-// have to be removed and a new one created between two etcd transactions
-// of one request). So opswire removed nothing. 1e2ecbb puts the 409 in
-// doubt, and the settling read's "another pod holds its name" is taken for
-// happened: deleted published as opswire's removal, the slot kept. Before,
-// the 409 was a quiet re-look and the retry's re-read found the pod
-// recreated: nothing published.
-func TestRev4Delete409Recreated(t *testing.T) {
+// TestAPodRecreatedUnderItsNameAfterOur409IsNotClaimed: someone else (an
+// operator that names its pods, as the StatefulSet controller does) deletes
+// the Evicted pod and recreates web-1 at once with a new UID; opswire's
+// DELETE of the old UID is answered 409 "the UID in the precondition (uid-1)
+// does not match the UID in record (uid-2)", BeforeDelete's early check,
+// before any storage step. opswire removed nothing: nothing is published and
+// no slot is kept.
+func TestAPodRecreatedUnderItsNameAfterOur409IsNotClaimed(t *testing.T) {
 	r, _, now := answerRig(t, testPolicy(), true, livePod())
 	deletes := 0
 	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -152,18 +140,14 @@ func TestRev4Delete409Recreated(t *testing.T) {
 	}
 }
 
-// TestRev4ForceDelete409OtherGrace: a pod stuck Terminating (grace 30, its
-// node gone); opswire's force delete (grace 0) is answered 409 because
-// someone else shortened the grace period meanwhile (kubectl delete / drain
-// --grace-period=10 on the dead node's pods): the pod stays Terminating,
-// the kubelet being away. opswire's own mark is always grace 0 (deletePod:
-// a deleting pod is DELETEd with grace 0), but judge takes any change of
-// the grace for our mark, so the 409 stays in doubt for the whole horizon
-// (about 90 s, no second force delete: the pod stuck), and then a critical
-// "failed" is published ("marked for deletion, past the late-commit
-// horizon") for what was a 409. Before 1e2ecbb the retry force-deleted the
-// pod at once.
-func TestRev4ForceDelete409OtherGrace(t *testing.T) {
+// TestSomeoneElsesGraceAfterOurForceDelete409IsForceDeletedAgain: a pod stuck
+// Terminating (grace 30, its node gone); opswire's force delete (grace 0) is
+// answered 409 because someone else shortened the grace period meanwhile
+// (kubectl delete or drain --grace-period=10 on the dead node's pods).
+// opswire's own mark on a pod being deleted is always grace 0, so a grace
+// changed to anything else is not ours: the pod is force-deleted again at
+// once, and no failed is published.
+func TestSomeoneElsesGraceAfterOurForceDelete409IsForceDeletedAgain(t *testing.T) {
 	for _, c := range earlyConflicts() {
 		t.Run(c.name, func(t *testing.T) {
 			r, _, now := answerRig(t, testPolicy(), true, livePod(liveDeleting))
@@ -201,16 +185,13 @@ func TestRev4ForceDelete409OtherGrace(t *testing.T) {
 	}
 }
 
-// TestRev4DeletionRequested409Untracked: as
-// TestRev4DeletionRequested409OtherMark's 409 (or any 409 of a pod with
-// finalizers pending: a single storage step, nothing stored), with the
-// memory of writes in doubt full (an API server in trouble: 4096 writes
-// whose answers were lost). 1e2ecbb sends the 409 to unanswered untracked:
-// a critical failed is published (the 409 taken for a lost answer), the
-// slot is kept, and doubts.late marks the pod for the horizon (a retry's
-// 404 in it is claimed as opswire's, and no answer record is stored).
-// Before, a 409 was a quiet re-look whatever the memory held.
-func TestRev4DeletionRequested409Untracked(t *testing.T) {
+// TestA409WithFinalizersPendingIsNoFailureWhenTheDoubtsAreFull: as
+// TestSomeoneElsesMarkAfterOur409IsNotClaimed's 409 (any 409 of a pod with
+// finalizers pending stores nothing), with the memory of writes in doubt full
+// (an API server in trouble: 4096 writes whose answers were lost). The 409 is
+// still no failure, takes no slot, and leaves no horizon in which a retry's
+// 404 would be claimed as opswire's.
+func TestA409WithFinalizersPendingIsNoFailureWhenTheDoubtsAreFull(t *testing.T) {
 	for _, c := range earlyConflicts() {
 		t.Run(c.name, func(t *testing.T) {
 			withFinalizer := func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} }
@@ -236,18 +217,13 @@ func TestRev4DeletionRequested409Untracked(t *testing.T) {
 	}
 }
 
-// TestRev4Delete409OwnMarkStays: opswire's DELETE of an Evicted pod commits
-// its mark (grace 0) and is answered 409 (the pod changed before the
-// removal step); nobody finishes the deletion (the node's kubelet is away,
-// so nothing issues the final DELETE). The settling reads see opswire's own
-// mark and hold the pod in doubt, with no second DELETE, for the whole
-// horizon; then judge's "still there, marked for deletion, past the
-// late-commit horizon" publishes a critical failed, the retry DELETEs and
-// the pod is removed at once. The mark is opswire's (grace 0 newly set): a
-// removal that opswire began and could finish with one DELETE is held up
-// about 90 s and reported failed (then deleted). Before 1e2ecbb the retry's
-// DELETE of the marked pod removed it at once, with no failed.
-func TestRev4Delete409OwnMarkStays(t *testing.T) {
+// TestOurOwnMarkAfterA409IsFinishedWithoutAFailure: opswire's DELETE of an
+// Evicted pod commits its mark (grace 0) and is answered 409 (the pod changed
+// before the removal step); nobody finishes the deletion (the node's kubelet
+// is away). The settling read sees opswire's own mark and the DELETE is sent
+// again at once to finish the removal: no critical failed for a removal
+// opswire began and then finished.
+func TestOurOwnMarkAfterA409IsFinishedWithoutAFailure(t *testing.T) {
 	r, _, now := answerRig(t, testPolicy(), true, livePod())
 	deletes := 0
 	r.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {

@@ -14,11 +14,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// Found by a fifth review, of de7efda (resolve's re-send of a DELETE after a
-// 409 that followed our mark, as a new write); each test failed there. Fixed
-// by finish: the removal step sent again within the same removal, the pod
-// gone publishing it, any other answer keeping it in doubt (no slot given
-// back, nothing reported), the removal counted from its first DELETE.
+// A DELETE sent again to finish a removal whose first DELETE committed its
+// mark belongs to that removal: the pod gone publishes it, any other answer
+// keeps it in doubt (no slot given back, nothing reported), and the removal
+// counts from its first DELETE.
 
 // markThen409 makes the first DELETE commit its mark (grace 0, rv 8), the
 // pod change again (rv 9) and the removal step answer 409 (secondStep409);
@@ -43,21 +42,14 @@ func markThen409(r *actuatorRig, now *time.Time, then func(n int) (bool, error),
 	return &deletes
 }
 
-// TestRev6ResentDelete409DropsRemoval: a pod stuck Terminating (grace 30,
-// its node gone) is force-deleted; the first DELETE commits its mark (grace
-// 0, deletionTimestamp now, rv 9 after another change) and its removal step
-// is answered 409. resolve re-sends the DELETE at rv 9, and it meets the
-// same churn that gave the first 409: the pod changed again (rv 10). On a
-// pod already marked grace 0 the DELETE is one storage step
-// (rest.BeforeDelete: graceful=false), whose precondition is the rv sent,
-// so its 409 names "9" and kube.DeleteConflictBeforeStore takes it for
-// "stored nothing": a quiet re-look, rm.release() (the first DELETE's
-// settled slot taken out of the window) and the doubt gone. The next visit
-// re-decides on the live pod, whose deletionTimestamp the mark moved to
-// now: Wait terminatingTimeout. The pod opswire marked grace 0 then leaves
-// (its kubelet back) and nothing is published or counted: the very
-// scenario of TestRev5ForceDelete409AfterMarkNotResent, one 409 later.
-func TestRev6ResentDelete409DropsRemoval(t *testing.T) {
+// TestAResentDelete409KeepsOurRemoval: a pod stuck Terminating (grace 30, its
+// node gone) is force-deleted; the first DELETE commits its mark (grace 0,
+// deletionTimestamp now, rv 9 after another change) and its removal step is
+// answered 409. The DELETE sent again at rv 9 meets the same churn (rv 10);
+// on a pod already marked grace 0 the DELETE is one storage step, so its 409
+// stored nothing. The removal stays in doubt rather than being dropped: when
+// the pod opswire marked leaves, it is published and counted.
+func TestAResentDelete409KeepsOurRemoval(t *testing.T) {
 	r, _, now := answerRig(t, testPolicy(), true, livePod(liveDeleting))
 	deletes := markThen409(r, now, func(n int) (bool, error) {
 		if n == 2 {
@@ -100,14 +92,12 @@ func TestRev6ResentDelete409DropsRemoval(t *testing.T) {
 	}
 }
 
-// TestRev6ResentDeleteRefusedReleasesSettledSlot: the re-sent DELETE is
-// refused (403: RBAC changed, a ValidatingAdmissionPolicy on DELETE).
-// answer calls rm.release() on the removal's slot, which the first visit
-// already settled: Slot.Release takes the settled action back out of the
-// window ("no actor does: a write that was in doubt counts"), though the
+// TestAResentDeleteRefusedKeepsTheSettledSlot: the DELETE sent again is
+// refused (403: RBAC changed, a ValidatingAdmissionPolicy on DELETE). The
 // first DELETE's mark was stored (the pod is Terminating grace 0 by our
-// write).
-func TestRev6ResentDeleteRefusedReleasesSettledSlot(t *testing.T) {
+// write), so the removal keeps the slot its first visit settled: a write that
+// was in doubt counts.
+func TestAResentDeleteRefusedKeepsTheSettledSlot(t *testing.T) {
 	r, _, now := answerRig(t, testPolicy(), true, livePod())
 	deletes := markThen409(r, now, func(int) (bool, error) {
 		return true, apierrors.NewForbidden(podsGR, "web-1", errors.New("deletes of pods are not allowed"))
@@ -128,15 +118,13 @@ func TestRev6ResentDeleteRefusedReleasesSettledSlot(t *testing.T) {
 	}
 }
 
-// TestRev6ResentDeleteWindowCountsFirstAnswer: the settling read comes late
-// (the GETs of resolve failing for a while, or the backoff of Retry), here
-// 90 s after the first DELETE, and the DELETE sent again removes the pod.
-// The review asked which write the window counts: the removal counts from
-// its first DELETE's answer, whose committed mark made the pod go (the
-// window's slot was settled then), and its outcome Event's action time, which
-// a new leader seeds the window from, says the same (before, it said the
-// second DELETE's, 90 s later than the window).
-func TestRev6ResentDeleteWindowCountsFirstAnswer(t *testing.T) {
+// TestAResentDeleteCountsFromTheFirstAnswer: the settling read comes late
+// (the GETs failing for a while, or Retry's backoff), here 90 s after the
+// first DELETE, and the DELETE sent again removes the pod. The removal counts
+// in the window from its first DELETE's answer, whose committed mark made the
+// pod go, and its outcome Event's action time, which a new leader seeds the
+// window from, says the same.
+func TestAResentDeleteCountsFromTheFirstAnswer(t *testing.T) {
 	r, _, now := answerRig(t, testPolicy(), true, livePod())
 	deletes := markThen409(r, now, nil)
 	state := pod(failed("Evicted"))
@@ -157,16 +145,12 @@ func TestRev6ResentDeleteWindowCountsFirstAnswer(t *testing.T) {
 	}
 }
 
-// TestRev6ResentDeleteLostThenFailed: the re-sent DELETE's answer is lost
-// (a 504 "may still be processing"). unanswered replaces rm.lost, the 409
-// after our mark, with this lost answer (conflict false), so the settling
-// read past the horizon, finding the pod still at the marked version,
-// judges "unchanged past the late-commit horizon": a critical failed for
-// the removal whose DELETE committed its mark, its settled slot released,
-// and the caller's DELETE then removes the pod: failed, then deleted (the
-// two contradicting outcomes TestRev5Delete409AfterMarkSettledPastHorizon
-// was about, back by one lost answer).
-func TestRev6ResentDeleteLostThenFailed(t *testing.T) {
+// TestAResentDeleteWithALostAnswerIsNoFailure: the DELETE sent again loses
+// its answer (a 504 "may still be processing"). The removal's first DELETE
+// committed its mark and was answered 409, so the settling read past the
+// horizon, finding the pod still at the marked version, must not publish a
+// critical failed: the removal is finished and published once as deleted.
+func TestAResentDeleteWithALostAnswerIsNoFailure(t *testing.T) {
 	r, _, now := answerRig(t, testPolicy(), true, livePod())
 	deletes := markThen409(r, now, func(n int) (bool, error) {
 		if n == 2 {
