@@ -85,8 +85,8 @@ func TestFleetManifests(t *testing.T) {
 	for _, u := range o.Users {
 		c, isLeaf := strings.CutPrefix(u.Username, "leaf-")
 		if !isLeaf {
-			if u.Username != "notifier" && u.Username != "audit" {
-				t.Errorf("hub user %s: want only notifier, audit and leaf users", u.Username)
+			if u.Username != "notifier" && u.Username != "audit" && u.Username != "operator" {
+				t.Errorf("hub user %s: want only notifier, audit, operator and leaf users", u.Username)
 			}
 			continue
 		}
