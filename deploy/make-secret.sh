@@ -31,6 +31,7 @@ stringData:
   nats-report-password: $(pw)
   nats-notifier-password: $(pw)
   nats-audit-password: $(pw)
+  nats-operator-password: $(pw)
   nats-route-password: $(pw)
   feishu-url: $(yaml_quote "$1")
   feishu-secret: $(yaml_quote "${2:-}")

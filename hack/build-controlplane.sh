@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components, etcd and nats-server the end-to-end
-# harness runs, and the helm CLI the chart tests run, from the Go module proxy,
+# harness runs, the helm CLI the chart tests run and the nats CLI the
+# documented operator commands run with, from the Go module proxy,
 # into the user's cache directory (~/.cache/opswire/bin). Skips what is already built. (Most tests embed
 # nats-server; the 3-node cluster test runs real nats-server processes, at the
 # version of test/go.mod; helm at the version of hack/helm/go.mod.)
@@ -32,6 +33,12 @@ if [ ! -x "$BIN/helm-$HELM_VERSION" ]; then
   (cd hack/helm && go build -ldflags "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
     -o "$BIN/helm-$HELM_VERSION.tmp" helm.sh/helm/v3/cmd/helm)
   mv "$BIN/helm-$HELM_VERSION.tmp" "$BIN/helm-$HELM_VERSION"
+fi
+NATSCLI_VERSION=$(cd hack/natscli && go list -m -f '{{.Version}}' github.com/nats-io/natscli)
+if [ ! -x "$BIN/nats-$NATSCLI_VERSION" ]; then
+  echo ">> building the nats CLI $NATSCLI_VERSION (about a minute, once)"
+  (cd hack/natscli && go build -o "$BIN/nats-$NATSCLI_VERSION.tmp" github.com/nats-io/natscli/nats)
+  mv "$BIN/nats-$NATSCLI_VERSION.tmp" "$BIN/nats-$NATSCLI_VERSION"
 fi
 # The Kubernetes components, built in one go build (they share most packages)
 # with the version ldflags a release has, so the Node's kubeletVersion and

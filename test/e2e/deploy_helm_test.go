@@ -250,11 +250,11 @@ func TestHelmTemplate(t *testing.T) {
 		s := harness.FindObj(objs, "Secret", "opswire-secrets")
 		data, _, _ := unstructured.NestedStringMap(s.Object, "stringData")
 		if data["nats-watcher-password"] != "pw4tch3r" || !regexp.MustCompile(`^p[A-Za-z0-9]{40}$`).MatchString(data["nats-cordon-password"]) ||
-			data["feishu-url"] != "https://feishu.invalid/hook" || len(data) != 9 {
+			data["feishu-url"] != "https://feishu.invalid/hook" || len(data) != 10 {
 			t.Errorf("Secret: given password kept, others generated, the keys of secret.example.yaml; got %d keys", len(data))
 		}
 		for k := range secretFromTemplate(t, map[string]string{"nats-watcher-password": "", "nats-cordon-password": "", "nats-cleanup-password": "",
-			"nats-report-password": "", "nats-notifier-password": "", "nats-audit-password": "", "nats-route-password": "",
+			"nats-report-password": "", "nats-notifier-password": "", "nats-audit-password": "", "nats-operator-password": "", "nats-route-password": "",
 			"feishu-url": "", "feishu-secret": ""}).Object["stringData"].(map[string]any) {
 			if _, ok := data[k]; !ok {
 				t.Errorf("Secret lacks key %s of secret.example.yaml", k)
@@ -690,7 +690,7 @@ func TestHelmInstall(t *testing.T) {
 	if err := os.WriteFile(authPath, []byte(authConf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range []string{"watcher", "cordon", "cleanup", "report", "notifier", "audit"} {
+	for _, u := range []string{"watcher", "cordon", "cleanup", "report", "notifier", "audit", "operator"} {
 		t.Setenv("NATS_"+strings.ToUpper(u)+"_PASSWORD", first["nats-"+u+"-password"])
 	}
 	n := harness.StartNATS(t, harness.WithConfigFile(authPath))

@@ -362,8 +362,8 @@ func checkConfigs(t *testing.T, objs []*unstructured.Unstructured, streamReplica
 	if err != nil {
 		t.Fatalf("nats.conf does not load: %v", err)
 	}
-	if !o.JetStream || o.StoreDir != "/data" || len(o.Users) != 6 {
-		t.Errorf("nats.conf: jetstream %v, store %q, %d users; want JetStream on /data with 6 users", o.JetStream, o.StoreDir, len(o.Users))
+	if !o.JetStream || o.StoreDir != "/data" || len(o.Users) != 7 {
+		t.Errorf("nats.conf: jetstream %v, store %q, %d users; want JetStream on /data with 7 users (the five services, audit, operator)", o.JetStream, o.StoreDir, len(o.Users))
 	}
 	if clustered := len(o.Routes) == 3 && o.Cluster.Name == "opswire"; clustered != (streamReplicas == 3) {
 		t.Errorf("nats.conf: %d routes, cluster %q; want a 3-node cluster exactly when streams have 3 replicas", len(o.Routes), o.Cluster.Name)

@@ -85,8 +85,8 @@ func TestFleetManifests(t *testing.T) {
 	for _, u := range o.Users {
 		c, isLeaf := strings.CutPrefix(u.Username, "leaf-")
 		if !isLeaf {
-			if u.Username != "notifier" && u.Username != "audit" {
-				t.Errorf("hub user %s: want only notifier, audit and leaf users", u.Username)
+			if u.Username != "notifier" && u.Username != "audit" && u.Username != "operator" {
+				t.Errorf("hub user %s: want only notifier, audit, operator and leaf users", u.Username)
 			}
 			continue
 		}
@@ -130,7 +130,7 @@ func TestFleetManifests(t *testing.T) {
 	eo := loadNATSConf(t, edge, map[string]string{"OPSWIRE_CLUSTER": "a", "NATS_SERVER_NAME": "a-nats-0", "NATS_ROUTE_PASSWORD": "x",
 		"NATS_LEAF_URL": "tls://leaf-a:x@nats-hub.example.com:7422"})
 	if eo.JetStreamDomain != "a" || eo.ServerName != "a-nats-0" || len(eo.LeafNode.Remotes) != 1 ||
-		eo.LeafNode.Remotes[0].LocalAccount != "OPSWIRE" || eo.LeafNode.Remotes[0].TLSConfig == nil || len(eo.Users) != 6 {
+		eo.LeafNode.Remotes[0].LocalAccount != "OPSWIRE" || eo.LeafNode.Remotes[0].TLSConfig == nil || len(eo.Users) != 7 {
 		t.Errorf("edge nats.conf: domain %q, server %q, remotes %+v, %d users", eo.JetStreamDomain, eo.ServerName, eo.LeafNode.Remotes, len(eo.Users))
 	}
 	if eo.TLSConfig == nil || eo.Cluster.TLSConfig == nil || len(eo.Routes) != 3 {

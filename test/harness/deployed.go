@@ -20,7 +20,7 @@ var Services = []string{"watcher", "cordon", "cleanup", "report", "notifier"}
 type Deployed struct {
 	CP        *ControlPlane
 	NATS      *NATS
-	Passwords map[string]string // NATS password by user (the five services, audit, route)
+	Passwords map[string]string // NATS password by user (the five services, audit, operator, route)
 	Objects   []*unstructured.Unstructured
 }
 
@@ -69,7 +69,7 @@ func StartDeployedNATS(t testing.TB) (*NATS, map[string]string) {
 // with a letter, as NATS requires of a password given through a variable).
 func DeployPasswords() map[string]string {
 	pw := map[string]string{}
-	for _, u := range append(append([]string(nil), Services...), "audit", "route") {
+	for _, u := range append(append([]string(nil), Services...), "audit", "operator", "route") {
 		pw[u] = "p" + u + "-7c41e2d9a8b3"
 	}
 	return pw
