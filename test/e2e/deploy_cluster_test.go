@@ -199,7 +199,7 @@ autoCordon: {interval: 2s, maxPods: 3, minPods: 1, maxCordonedPercent: 100}
 delException: {interval: 2s, terminatingTimeout: 1s}
 sendReport: {schedule: "@every 2s", total: 5}
 imageAlert: {maxBytes: 1073741824, cooldown: 1m}
-notifier: {groupWait: 200ms, groupInterval: 1s, retryInitial: 100ms, ackWait: 5s}
+notifier: {groupWait: 200ms, groupInterval: 1s, retryInitial: 100ms, ackWait: 5s, requestTimeout: 3s}
 `), &over)
 	if err != nil {
 		t.Fatal(err)

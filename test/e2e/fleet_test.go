@@ -74,7 +74,7 @@ const fleetHubOverrides = `
 nats: {replicas: 1, duplicates: 2s}
 controller: {leaseDuration: 3s, renewDeadline: 2s, retryPeriod: 200ms}
 sendReport: {enable: false}
-notifier: {groupWait: 300ms, groupInterval: 1s, retryInitial: 100ms, ackWait: 5s}
+notifier: {groupWait: 300ms, groupInterval: 1s, retryInitial: 100ms, ackWait: 5s, requestTimeout: 3s}
 `
 
 func overrideConfig(t *testing.T, deployed, over string) string {
