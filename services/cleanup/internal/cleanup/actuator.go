@@ -207,7 +207,7 @@ func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision,
 		defer func() { slot.Settle(a.cfg.WindowNow()) }()
 	}
 	release := slot.Release
-	live, node, err := a.reread(ctx, pod, a.cfg.Policy.Braking(f.Nodes))
+	live, node, err := a.reread(ctx, pod, a.cfg.Policy.Braking(f.countNow()))
 	if err != nil {
 		release()
 		return Outcome{Retry: true}, err
@@ -217,8 +217,10 @@ func (a *Actuator) delete(ctx context.Context, pod *events.PodState, d Decision,
 		return Outcome{}, nil
 	}
 	state := liveState(live, pod.Owner)
-	// The clock is read again: after the GET it is the API server's time.
-	ld := a.cfg.Policy.Decide(state, Facts{Node: node, Now: a.cfg.Now(), Nodes: f.Nodes})
+	// The clock and the node count are read again: after the GETs it is the
+	// API server's time, and nodes may have gone Unknown meanwhile (the
+	// brake is judged at the write).
+	ld := a.cfg.Policy.Decide(state, Facts{Node: node, Now: a.cfg.Now(), Nodes: f.countNow()})
 	if ld.Action != d.Action {
 		release()
 		a.metrics.Rechecks.WithLabelValues("changed").Inc()

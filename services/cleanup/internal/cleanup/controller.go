@@ -28,10 +28,12 @@ type State interface {
 // limit) is scheduled with AddAfter rather than waiting for the next tick.
 //
 // The controller also keeps the cluster's node count for the mass-failure
-// brake (Policy.Braking): node changes only signal a recount, which the Run
-// loop does, so loading thousands of nodes costs one count, not one per node.
-// Run counts before it starts the workers, and a pod is not decided on while
-// the count is unknown: a zero count means "no nodes, no brake".
+// brake (Policy.Braking) in a NodeTally that each node event updates before
+// it queues a pod, so no pod is decided on a count older than the event that
+// queued it. The brake's transitions (its gauge, its log, re-examining the
+// pods it held) are left to the Run loop. Run counts before it starts the
+// workers, and a pod is not decided on while the count is unknown: a zero
+// count means "no nodes, no brake".
 type Controller struct {
 	policy   Policy
 	act      *Actuator
@@ -42,11 +44,9 @@ type Controller struct {
 	now      func() time.Time
 	log      zerolog.Logger
 
+	tally   *NodeTally
 	recount chan struct{} // a node appeared, went or changed readiness
-	mu      sync.Mutex
-	nodes   NodeCount
-	counted bool // nodes holds a count (false until Run's first one)
-	braking bool
+	braking bool          // the brake as Run's loop last judged it
 }
 
 // NewController builds a controller; Run starts it.
@@ -62,7 +62,7 @@ func NewController(policy Policy, act *Actuator, m *Metrics, interval time.Durat
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Minute),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "cleanup"})
 	return &Controller{policy: policy, act: act, metrics: m, queue: q, interval: interval, workers: workers, now: now, log: log,
-		recount: make(chan struct{}, 1)}
+		tally: NewNodeTally(), recount: make(chan struct{}, 1)}
 }
 
 // Len is the number of keys waiting (for a gauge).
@@ -88,11 +88,12 @@ func (c *Controller) relevant(p *events.PodState) bool {
 	return p != nil && c.policy.Decide(p, Facts{Now: c.now()}).Action != None
 }
 
-// OnNode signals a recount of the nodes when one appeared, went or changed
-// readiness (the brake), and re-examines the terminating pods of a node that
-// went, or whose readiness or out-of-service taint changed (the partition
-// rule depends on them).
+// OnNode counts the node event, signals the brake's judgement when a node
+// appeared, went or changed readiness, and re-examines the terminating pods
+// of a node that went, or whose readiness or out-of-service taint changed
+// (the partition rule depends on them).
 func (c *Controller) OnNode(old, cur *events.NodeState, s State) {
+	c.tally.Observe(old, cur)
 	if old == nil || cur == nil || (old.Ready == "True") != (cur.Ready == "True") {
 		select {
 		case c.recount <- struct{}{}:
@@ -113,21 +114,20 @@ func (c *Controller) OnNode(old, cur *events.NodeState, s State) {
 	}
 }
 
-// countNodes recounts the nodes and engages or releases the brake. A
-// release re-examines every candidate, so the pods it held are handled.
+// countNodes counts every node afresh and judges the brake.
 func (c *Controller) countNodes(s State) {
-	var n NodeCount
-	for _, node := range s.Nodes() {
-		n.Nodes++
-		if node.Ready != "True" {
-			n.NotReady++
-		}
-	}
+	c.tally.Reset(s)
+	c.judgeBrake(s)
+}
+
+// judgeBrake engages or releases the brake on the tally's count. A release
+// re-examines every candidate, so the pods it held are handled. Only Run's
+// loop calls it.
+func (c *Controller) judgeBrake(s State) {
+	n, _ := c.tally.Count()
 	braking := c.policy.Braking(n)
-	c.mu.Lock()
 	was := c.braking
-	c.nodes, c.counted, c.braking = n, true, braking
-	c.mu.Unlock()
+	c.braking = braking
 	c.metrics.NodesNotReady.Set(float64(n.NotReady))
 	if braking == was {
 		return
@@ -144,17 +144,10 @@ func (c *Controller) countNodes(s State) {
 	c.EnqueueAll(s)
 }
 
-// NodeCount is the last count of the nodes.
+// NodeCount is the node count now.
 func (c *Controller) NodeCount() NodeCount {
-	n, _ := c.nodeCount()
+	n, _ := c.tally.Count()
 	return n
-}
-
-// nodeCount is the last count of the nodes, and whether there was one.
-func (c *Controller) nodeCount() (NodeCount, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.nodes, c.counted
 }
 
 func timeEqual(a, b *time.Time) bool {
@@ -201,7 +194,7 @@ func (c *Controller) Run(ctx context.Context, s State) {
 			wg.Wait()
 			return
 		case <-c.recount:
-			c.countNodes(s)
+			c.judgeBrake(s)
 		case <-tick.C:
 			c.EnqueueAll(s)
 		}
@@ -238,13 +231,13 @@ func (c *Controller) sync(ctx context.Context, s State, k string) (Outcome, erro
 	if settled, out, err := c.act.resolve(ctx, p.UID); settled {
 		return out, err
 	}
-	nodes, counted := c.nodeCount()
+	nodes, counted := c.tally.Count()
 	if !counted {
 		// Fail safe: without a count the brake cannot hold (Run counts
 		// before its workers start, so only a caller that skipped Run gets here).
 		return Outcome{Retry: true}, nil
 	}
-	f := Facts{Now: c.now(), Nodes: nodes}
+	f := Facts{Now: c.now(), Nodes: nodes, Tally: c.tally}
 	if p.NodeName != "" {
 		f.Node, _ = s.Node(p.NodeName)
 	}

@@ -154,6 +154,10 @@ type Facts struct {
 	Now time.Time
 	// Nodes is the cluster's node count, for the mass-failure brake.
 	Nodes NodeCount
+	// Tally, when set, is where the count stands now: the actuator's live
+	// decision, right before the write, takes the count from it, so the
+	// brake is judged at the write (Decide itself reads only Nodes).
+	Tally *NodeTally
 }
 
 // Braking reports whether force deletions pause: more than
