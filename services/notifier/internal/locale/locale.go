@@ -126,3 +126,17 @@ func (l *Locale) SeverityLabel(s string) string {
 	}
 	return l.Word(s)
 }
+
+// defaultTitles are the English titles the configuration defaults to
+// (sendReport.msgtitle, imageAlert.msgtitle) and the notifier's own.
+var defaultTitles = map[string]bool{"Pods restarting too often": true, "Node image storage": true,
+	"Pod cleanup": true, "Node cordon": true}
+
+// Title translates a card title that is one of the English defaults; any
+// other title (a route's, the seed's msgtitle) is the user's and is kept.
+func (l *Locale) Title(s string) string {
+	if defaultTitles[s] {
+		return l.T(s)
+	}
+	return s
+}

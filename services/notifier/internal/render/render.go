@@ -68,7 +68,7 @@ func render(g Group, items []*notify.Item) []*notify.Notification {
 
 func base(g Group, items []*notify.Item, defaultTitle string) *notify.Notification {
 	n := &notify.Notification{Route: g.Route, Key: g.Key, Cluster: g.Cluster, Time: g.Now, Items: items,
-		Title: firstNonEmpty(g.Title, g.Locale.T(defaultTitle)), Severity: events.SeverityInfo, Locale: g.Locale}
+		Title: g.Locale.Title(firstNonEmpty(g.Title, defaultTitle)), Severity: events.SeverityInfo, Locale: g.Locale}
 	for _, it := range items {
 		if notify.SeverityRank(it.Severity) > notify.SeverityRank(n.Severity) {
 			n.Severity = it.Severity
@@ -192,11 +192,8 @@ func restarts(g Group, it *notify.Item) *notify.Notification {
 	r := it.Report
 	l := g.Locale
 	n := base(g, []*notify.Item{it}, "Pods restarting too often")
-	if r.Title != "" {
-		n.Title = r.Title
-	}
-	if g.Title != "" {
-		n.Title = g.Title
+	if r.Title != "" && g.Title == "" {
+		n.Title = l.Title(r.Title)
 	}
 	summary := "**%d** pods restarted more than **%d** times (%s), %d restarts in all; %d pods checked"
 	if r.GroupBy == "workload" {
