@@ -31,9 +31,10 @@ const (
 // Locale formats card text in one language and one time zone. A nil
 // *Locale is English in UTC, what the notifier printed before locales.
 type Locale struct {
-	name string
-	p    *message.Printer
-	zone *time.Location
+	name  string
+	p     *message.Printer
+	zone  *time.Location
+	words map[string]string // Word's translations, looked up once
 }
 
 var (
@@ -72,7 +73,11 @@ func New(name string, zone *time.Location) *Locale {
 	} else {
 		name = EN
 	}
-	return &Locale{name: name, p: message.NewPrinter(tag, message.Catalog(cat)), zone: zone}
+	l := &Locale{name: name, p: message.NewPrinter(tag, message.Catalog(cat)), zone: zone, words: map[string]string{}}
+	for w := range words {
+		l.words[w] = l.p.Sprintf(w)
+	}
+	return l
 }
 
 func (l *Locale) get() *Locale {
@@ -112,10 +117,10 @@ func (l *Locale) Time(t time.Time) string {
 // severity, a report mode, an image alert reason); a word the catalogue
 // does not know (a newer service's verb) is returned as it is.
 func (l *Locale) Word(w string) string {
-	if _, ok := words[w]; !ok {
-		return w
+	if t, ok := l.get().words[w]; ok {
+		return t
 	}
-	return l.T(w)
+	return w
 }
 
 // SeverityLabel is a severity as a card's title prefix shows it:
