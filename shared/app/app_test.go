@@ -220,3 +220,32 @@ func TestCheckConfigWarnsOfTaintMode(t *testing.T) {
 		})
 	}
 }
+
+// --check-config of the notifier says when the cards are zh-CN because the
+// titles are Chinese and no locale is set (the seed's config), and not when
+// the locale is set.
+func TestCheckConfigNamesTheInferredLocale(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, doc string
+		note      bool
+	}{
+		{"chinese titles", "sendReport:\n  msgtitle: pod重启次数过多\n", true},
+		{"locale set", "sendReport:\n  msgtitle: pod重启次数过多\nnotifier:\n  locale: zh-CN\n", false},
+		{"english titles", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, "c.yml")
+			if err := os.WriteFile(path, []byte(tc.doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			code := Run(Spec{Service: "notifier", NoKube: true}, []string{"--check-config", "--config", path},
+				func(string) string { return "" }, &stdout, &stderr, func(context.Context, *Runtime) error { return nil })
+			note := strings.Contains(stdout.String(), "# note: notifier.locale is not set and sendReport.msgtitle")
+			if code != ExitOK || note != tc.note {
+				t.Fatalf("exit %d, note %v (want %v); stdout:\n%s\nstderr: %s", code, note, tc.note, stdout.String(), stderr.String())
+			}
+		})
+	}
+}

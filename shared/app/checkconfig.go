@@ -50,6 +50,13 @@ func checkConfig(spec Spec, opts Options, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "# %s %s: %s is valid; effective configuration (defaults filled in, secrets redacted):\n",
 		spec.Binary(), Version, opts.Config)
+	if spec.Service == "notifier" {
+		// The effective locale when the file names none: said as a YAML
+		// comment, so the output stays a valid configuration.
+		if _, note := cfg.NotifierLocale(); note != "" {
+			fmt.Fprintf(stdout, "# note: %s\n", note)
+		}
+	}
 	_, _ = stdout.Write(out)
 	return ExitOK
 }

@@ -1,10 +1,26 @@
 package config
 
 import (
+	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
+
+	// Card times are shown in notifier.timezone, which every service
+	// validates; distroless images have no zoneinfo, so the database is
+	// built in (about 450 KB).
+	_ "time/tzdata"
 )
+
+// Locales the notifier has built in (notifier.locale, receivers[].locale).
+const (
+	LocaleEN   = "en"
+	LocaleZhCN = "zh-CN"
+)
+
+var locales = []string{LocaleEN, LocaleZhCN}
 
 // Receiver types.
 const (
@@ -85,6 +101,8 @@ type Receiver struct {
 	BodyLimit int `json:"bodyLimit"`
 	// Timeout bounds one HTTP request; 0 uses notifier.requestTimeout.
 	Timeout Duration `json:"timeout"`
+	// Locale overrides notifier.locale for this receiver's cards (en or zh-CN).
+	Locale string `json:"locale"`
 }
 
 // Route sends matching OPS messages to receivers. Routes are tried in order;
@@ -157,6 +175,69 @@ type Notifier struct {
 	DeliveredTTL Duration `json:"deliveredTTL"`
 	// DeadLetterMaxAge is how long the DLQ stream keeps dead letters.
 	DeadLetterMaxAge Duration `json:"deadLetterMaxAge"`
+	// Locale is the language of the cards: en or zh-CN. Empty: zh-CN when a
+	// card title of the file is Chinese (the seed's msgtitle), else en
+	// (NotifierLocale).
+	Locale string `json:"locale"`
+	// Timezone is the IANA name of the zone card times are shown in
+	// (Asia/Shanghai); it defaults to the TZ environment variable, and to
+	// UTC when that is unset.
+	Timezone string `json:"timezone"`
+}
+
+// envTimezone is the TZ environment variable as a zone name (a leading
+// ':' dropped, as the C library does).
+func envTimezone() string { return strings.TrimPrefix(os.Getenv("TZ"), ":") }
+
+// Location is the zone card times are shown in; UTC when Timezone is empty
+// (or, which validation refuses, not a zone).
+func (n *Notifier) Location() *time.Location {
+	if l, err := time.LoadLocation(n.Timezone); err == nil {
+		return l
+	}
+	return time.UTC
+}
+
+// NotifierLocale is the locale of cards without a receiver override, and
+// why when the file did not say: notifier.locale when set; otherwise zh-CN
+// when a title the cards use (the seed's msgtitles, a route's title) is
+// Chinese, with a note naming it; otherwise en.
+func (c *Config) NotifierLocale() (locale, note string) {
+	if c.Notifier.Locale != "" {
+		return c.Notifier.Locale, ""
+	}
+	titles := []struct{ field, title string }{
+		{"sendReport.msgtitle", c.SendReport.MsgTitle}, {"delException.msgtitle", c.DelException.MsgTitle},
+		{"imageAlert.msgtitle", c.ImageAlert.MsgTitle},
+	}
+	for i, r := range c.Notifier.Routes {
+		titles = append(titles, struct{ field, title string }{"notifier.routes[" + itoa(i) + "].title", r.Title})
+	}
+	for _, t := range titles {
+		if hasHan(t.title) {
+			return LocaleZhCN, fmt.Sprintf("notifier.locale is not set and %s (%q) is Chinese: cards are in %s (set notifier.locale: en for English)",
+				t.field, t.title, LocaleZhCN)
+		}
+	}
+	return LocaleEN, ""
+}
+
+// ReceiverLocale is the locale of one receiver's cards.
+func (c *Config) ReceiverLocale(r Receiver) string {
+	if r.Locale != "" {
+		return r.Locale
+	}
+	l, _ := c.NotifierLocale()
+	return l
+}
+
+func hasHan(s string) bool {
+	for _, r := range s {
+		if unicode.Is(unicode.Han, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // DefaultRequestTimeout is notifier.requestTimeout when the file leaves it
@@ -185,6 +266,7 @@ func (n *Notifier) setDefaults() {
 	n.MaxDeliver = 20
 	n.DeliveredTTL = D(24 * time.Hour)
 	n.DeadLetterMaxAge = D(14 * 24 * time.Hour)
+	n.Timezone = envTimezone()
 }
 
 // NotifierReceivers returns the configured receivers plus the implicit ones
@@ -389,6 +471,9 @@ func (n *Notifier) validate(p string, errs *Errors, implicit ...string) {
 		if r.Timeout.Duration < 0 {
 			errs.add(rp+".timeout", "must not be negative")
 		}
+		if r.Locale != "" && !contains(locales, r.Locale) {
+			errs.add(rp+".locale", "must be one of %s (or empty for notifier.locale), got %q", strings.Join(locales, ", "), r.Locale)
+		}
 	}
 	for i, rt := range n.Routes {
 		rp := p + ".routes[" + itoa(i) + "]"
@@ -460,6 +545,22 @@ func (n *Notifier) validate(p string, errs *Errors, implicit ...string) {
 	if n.MaxDeliver < 1 {
 		errs.add(join(p, "maxDeliver"), "must be at least 1")
 	}
+	if n.Locale != "" && !contains(locales, n.Locale) {
+		errs.add(join(p, "locale"), "must be one of %s (or empty: zh-CN when the titles are Chinese, else en), got %q", strings.Join(locales, ", "), n.Locale)
+	}
+	n.validateTimezone(p, errs)
+}
+
+// validateTimezone refuses a zone name the time zone database lacks.
+func (n *Notifier) validateTimezone(p string, errs *Errors) {
+	if _, err := time.LoadLocation(n.Timezone); err == nil && !strings.EqualFold(n.Timezone, "Local") {
+		return
+	}
+	from := ""
+	if n.Timezone == envTimezone() {
+		from = " (taken from the TZ environment variable, which it defaults to)"
+	}
+	errs.add(join(p, "timezone"), "%q is not an IANA time zone name such as Asia/Shanghai or UTC%s", n.Timezone, from)
 }
 
 // deriveDefaults fills what the file left out and other settings decide:

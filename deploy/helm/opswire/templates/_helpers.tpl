@@ -125,7 +125,7 @@ hub: {{ .Values.fleet.hub | quote }}
 {{- end -}}
 
 {{- define "opswire.configMapName" -}}
-{{- printf "opswire-config-%s" (include "opswire.config" . | sha256sum | trunc 10) -}}
+{{- printf "opswire-config-%s" (print (include "opswire.config" .) "\nTZ=" .Values.timezone | sha256sum | trunc 10) -}}
 {{- end -}}
 
 {{/* nats.conf of the bundled servers: deploy/base/nats/nats.conf, or in

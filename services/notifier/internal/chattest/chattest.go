@@ -87,10 +87,12 @@ func (b *Book[R, M]) Count(match func(R) bool) int {
 	return n
 }
 
-var moreLine = regexp.MustCompile(`…and (\d+) more`)
+// moreLine is the "…and N more" line in every built-in locale (en, zh-CN).
+var moreLine = regexp.MustCompile(`…(?:and (\d+) more|另有 (\d+) 行)`)
 
 // Table reads the table of a message's text: rows counts the lines that
-// begin with bullet, more is the N of its first "…and N more" (0 without).
+// begin with bullet, more is the N of its first "…and N more" (or its
+// zh-CN "…另有 N 行"; 0 without).
 func Table(text, bullet string) (rows, more int) {
 	for _, l := range strings.Split(text, "\n") {
 		if strings.HasPrefix(l, bullet) {
@@ -98,7 +100,7 @@ func Table(text, bullet string) (rows, more int) {
 		}
 	}
 	if x := moreLine.FindStringSubmatch(text); x != nil {
-		more, _ = strconv.Atoi(x[1])
+		more, _ = strconv.Atoi(x[1] + x[2])
 	}
 	return rows, more
 }

@@ -63,3 +63,10 @@ func TestBook(t *testing.T) {
 		t.Fatal("Requests is not a copy")
 	}
 }
+
+// TestTableReadsChineseMoreLine: the zh-CN "…另有 N 行" counts as "…and N more".
+func TestTableReadsChineseMoreLine(t *testing.T) {
+	if rows, more := Table("**a · b**\n- x\n…另有 12 行", "- "); rows != 1 || more != 12 {
+		t.Errorf("Table = %d, %d; want 1, 12", rows, more)
+	}
+}

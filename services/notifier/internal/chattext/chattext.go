@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opswire/opswire/services/notifier/internal/locale"
 	"github.com/opswire/opswire/services/notifier/internal/notify"
 )
 
@@ -49,19 +50,25 @@ var www = regexp.MustCompile(`(?i)(www)\.`)
 // rows rows; More is what the "…and N more" line must say.
 type Content struct {
 	Title    string
-	Severity string
-	Summary  string // markdown with **bold**
-	Columns  []string
-	Rows     [][]string
-	More     int
-	Footer   string // "opswire · cluster X · time · severity"
+	Severity string // info, warning or critical: what colours and marks are chosen by
+	// SeverityLabel is the severity as a title prefix shows it, in the
+	// notification's locale (CRITICAL, 严重).
+	SeverityLabel string
+	Summary       string // markdown with **bold**
+	Columns       []string
+	Rows          [][]string
+	More          int
+	Footer        string // "opswire · cluster X · time · severity"
+	// Locale is the notification's; MoreLine words the "…and N more" line in it.
+	Locale *locale.Locale
 }
 
 // Build defuses n and keeps its first rows rows (as many as exist).
 func Build(n *notify.Notification, rows int) Content {
 	rows = max(0, min(rows, len(n.Rows)))
-	c := Content{Title: Defuse(n.Title), Severity: string(n.Severity), Summary: Defuse(n.Summary),
-		More: len(n.Rows) - rows + n.Omitted}
+	l := n.Locale
+	c := Content{Title: Defuse(n.Title), Severity: string(n.Severity), SeverityLabel: l.SeverityLabel(string(n.Severity)),
+		Summary: Defuse(n.Summary), More: len(n.Rows) - rows + n.Omitted, Locale: l}
 	for _, col := range n.Columns {
 		c.Columns = append(c.Columns, Defuse(col))
 	}
@@ -72,16 +79,26 @@ func Build(n *notify.Notification, rows int) Content {
 		}
 		c.Rows = append(c.Rows, cells)
 	}
-	c.Footer = fmt.Sprintf("opswire · cluster %s · %s · %s", Defuse(n.Cluster), n.Time.UTC().Format(time.DateTime+" UTC"), n.Severity)
+	c.Footer = Footer(l, Defuse(n.Cluster), n.Time, string(n.Severity))
 	return c
 }
 
+// Footer is the last line of every card: "opswire · cluster X · time ·
+// severity", in l's language with the time in l's zone.
+func Footer(l *locale.Locale, cluster string, t time.Time, severity string) string {
+	return l.T("opswire · cluster %s · %s · %s", cluster, l.Time(t), l.Word(severity))
+}
+
 // MoreLine is the line that accounts for rows not shown; "" when none are.
-func MoreLine(more int) string {
+func (c Content) MoreLine() string { return MoreLine(c.Locale, c.More) }
+
+// MoreLine is the line that accounts for more rows not shown, in l; ""
+// when none are.
+func MoreLine(l *locale.Locale, more int) string {
 	if more <= 0 {
 		return ""
 	}
-	return fmt.Sprintf("…and %d more", more)
+	return l.T("…and %d more", more)
 }
 
 // Want is how many of total rows a message may show at most: all of them,

@@ -105,7 +105,7 @@ func Build(n *notify.Notification, keyword string, rows int) Message {
 		title = "[" + keyword + "] " + title
 	}
 	var b strings.Builder
-	b.WriteString("#### " + severityMark(c.Severity) + " " + title + "\n\n")
+	b.WriteString("#### " + severityMark(c.Severity, c.SeverityLabel) + " " + title + "\n\n")
 	// DingTalk markdown needs a blank line for a line break.
 	b.WriteString(strings.ReplaceAll(c.Summary, "\n", "\n\n"))
 	if len(c.Columns) > 0 && (len(c.Rows) > 0 || c.More > 0) {
@@ -113,7 +113,7 @@ func Build(n *notify.Notification, keyword string, rows int) Message {
 		for _, r := range c.Rows {
 			b.WriteString("\n- " + strings.Join(r, " · "))
 		}
-		if m := chattext.MoreLine(c.More); m != "" {
+		if m := c.MoreLine(); m != "" {
 			b.WriteString("\n\n" + m)
 		}
 	}
@@ -125,14 +125,15 @@ func Build(n *notify.Notification, keyword string, rows int) Message {
 	return Message{MsgType: "markdown", Markdown: Markdown{Title: title, Text: b.String()}, At: At{AtMobiles: []string{}, AtUserIDs: []string{}}}
 }
 
-func severityMark(sev string) string {
+// severityMark is the coloured dot and label that start the title.
+func severityMark(sev, label string) string {
 	switch sev {
 	case "critical":
-		return "🔴 [CRITICAL]"
+		return "🔴 [" + label + "]"
 	case "warning":
-		return "🟠 [WARNING]"
+		return "🟠 [" + label + "]"
 	}
-	return "🔵 [INFO]"
+	return "🔵 [" + label + "]"
 }
 
 // Fit returns the message with as many rows as fit the body budget and how

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/opswire/opswire/services/notifier/internal/locale"
 	"github.com/opswire/opswire/services/notifier/internal/notify"
 	"github.com/opswire/opswire/services/notifier/internal/ratelimit"
 	"github.com/opswire/opswire/services/notifier/internal/render"
@@ -54,6 +55,9 @@ type Receiver struct {
 	// the rate log.
 	Budget  string
 	Timeout time.Duration
+	// Locale is the language and time zone of the receiver's cards; nil is
+	// English in UTC.
+	Locale *locale.Locale
 }
 
 // RateLog keeps the sends of each rate budget where the next active
@@ -713,7 +717,7 @@ func (x *Dispatcher) flush(g *group) {
 		}
 		w := x.workers[recv]
 		ns := render.Render(render.Group{Route: g.route.Name, Key: g.key, Title: g.route.Title, Cluster: g.cluster,
-			ClusterInTitle: x.s.Fleet, Now: now}, its)
+			ClusterInTitle: x.s.Fleet, Now: now, Locale: w.r.Locale}, its)
 		for _, n := range ns {
 			n.Receiver = recv
 			w.enqueue(&batch{n: n, route: g.route.Name, cluster: g.cluster, entries: entriesOf(n, mine)})

@@ -305,7 +305,7 @@ func (rp *replay) sendGroup(ctx context.Context, g string, evs []*deadEvent, now
 		byItem[e.item] = e
 	}
 	gc := x.clusterOf(evs[0].item)
-	for _, n := range render.Render(render.Group{Route: r.Name, Key: g, Title: r.Title, Cluster: gc, ClusterInTitle: x.s.Fleet, Now: now}, items) {
+	for _, n := range render.Render(render.Group{Route: r.Name, Key: g, Title: r.Title, Cluster: gc, ClusterInTitle: x.s.Fleet, Now: now, Locale: rp.w.r.Locale}, items) {
 		n.Receiver = rp.w.r.Name
 		if err := rp.send(ctx, n); err != nil {
 			rp.res.Failed += len(n.Items)

@@ -1,9 +1,9 @@
 package feishu
 
 import (
-	"fmt"
 	"strings"
 
+	"github.com/opswire/opswire/services/notifier/internal/chattext"
 	"github.com/opswire/opswire/services/notifier/internal/notify"
 	"github.com/opswire/opswire/shared/events"
 )
@@ -89,12 +89,12 @@ func BuildCard(n *notify.Notification, keyword string, rows int) *Card {
 		for _, r := range n.Rows[:rows] {
 			b.WriteString("\n" + strings.Join(r, " · "))
 		}
-		if more := len(n.Rows) - rows + n.Omitted; more > 0 {
-			fmt.Fprintf(&b, "\n…and %d more", more)
+		if m := chattext.MoreLine(n.Locale, len(n.Rows)-rows+n.Omitted); m != "" {
+			b.WriteString("\n" + m)
 		}
 		c.Elements = append(c.Elements, Element{Tag: "hr"}, Element{Tag: "markdown", Content: b.String()})
 	}
-	footer := fmt.Sprintf("opswire · cluster %s · %s · %s", n.Cluster, n.Time.UTC().Format("2006-01-02 15:04:05 UTC"), n.Severity)
+	footer := chattext.Footer(n.Locale, n.Cluster, n.Time, string(n.Severity))
 	if keyword != "" {
 		footer += " · " + keyword
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/opswire/opswire/services/notifier/internal/locale"
 	"github.com/opswire/opswire/shared/events"
 )
 
@@ -37,6 +38,10 @@ type Notification struct {
 	Omitted int
 	// Items are the OPS messages the notification accounts for.
 	Items []*Item
+	// Locale is the receiver's language and time zone: sinks take the
+	// "…and N more" line, the footer and severity labels from it. nil is
+	// English in UTC.
+	Locale *locale.Locale
 }
 
 // Sink delivers notifications to one destination. It reports whether a

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/opswire/opswire/services/notifier/internal/locale"
 	"github.com/opswire/opswire/services/notifier/internal/notify"
 	"github.com/opswire/opswire/shared/events"
 )
@@ -28,6 +29,8 @@ type Group struct {
 	// a chat preview shows (the footer names the cluster on every card).
 	ClusterInTitle bool
 	Now            time.Time
+	// Locale is the receiver's language and time zone; nil is English in UTC.
+	Locale *locale.Locale
 }
 
 // Render renders the items of one group (all of one kind). A restart report
@@ -36,7 +39,7 @@ func Render(g Group, items []*notify.Item) []*notify.Notification {
 	ns := render(g, items)
 	if g.ClusterInTitle {
 		for _, n := range ns {
-			n.Title += " · cluster " + Clean(g.Cluster)
+			n.Title += g.Locale.T(" · cluster %s", Clean(g.Cluster))
 		}
 	}
 	return ns
@@ -65,7 +68,7 @@ func render(g Group, items []*notify.Item) []*notify.Notification {
 
 func base(g Group, items []*notify.Item, defaultTitle string) *notify.Notification {
 	n := &notify.Notification{Route: g.Route, Key: g.Key, Cluster: g.Cluster, Time: g.Now, Items: items,
-		Title: firstNonEmpty(g.Title, defaultTitle), Severity: events.SeverityInfo}
+		Title: g.Locale.Title(firstNonEmpty(g.Title, defaultTitle)), Severity: events.SeverityInfo, Locale: g.Locale}
 	for _, it := range items {
 		if notify.SeverityRank(it.Severity) > notify.SeverityRank(n.Severity) {
 			n.Severity = it.Severity
@@ -88,30 +91,32 @@ func sortItems(items []*notify.Item) []*notify.Item {
 }
 
 func cleanup(g Group, items []*notify.Item) *notify.Notification {
+	l := g.Locale
 	n := base(g, items, "Pod cleanup")
-	verbs, reasons, nss := counter{}, counter{}, counter{}
+	verbs, reasons, nss := counter{l: l}, counter{l: l}, counter{l: l}
 	for _, it := range items {
 		d := it.Cleanup
-		verbs.add(d.Verb)
+		verbs.add(l.Word(d.Verb))
 		reasons.add(firstNonEmpty(d.PodReason, d.Phase, "-"))
 		nss.add(d.Namespace)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "**%d** cleanup results: %s", len(items), verbs)
+	b.WriteString(l.T("**%d** cleanup results: %s", len(items), verbs))
 	// Capped like namespaces: a group of pods with distinct reasons (an
 	// admission error naming each pod) would otherwise make a summary no
 	// row cut can bring under the body budget, a card too large for good.
-	fmt.Fprintf(&b, "\n**Pod reasons:** %s", reasons.top(summaryTop))
-	fmt.Fprintf(&b, "\n**Namespaces:** %s", nss.top(summaryTop))
+	b.WriteString("\n" + l.T("**Pod reasons:** %s", reasons.top(summaryTop)))
+	b.WriteString("\n" + l.T("**Namespaces:** %s", nss.top(summaryTop)))
 	if len(items) == 1 {
 		d := items[0].Cleanup
-		fmt.Fprintf(&b, "\n**Pod:** %s/%s  **Node:** %s\n**Why:** %s", Clean(d.Namespace), Clean(d.Pod), Clean(firstNonEmpty(d.Node, "-")), Clean(d.Reason))
+		b.WriteString("\n" + l.T("**Pod:** %s  **Node:** %s", Clean(d.Namespace)+"/"+Clean(d.Pod), Clean(firstNonEmpty(d.Node, "-"))))
+		b.WriteString("\n" + l.T("**Why:** %s", Clean(d.Reason)))
 		if d.Error != "" {
-			fmt.Fprintf(&b, "\n**Error:** %s", Clean(d.Error))
+			b.WriteString("\n" + l.T("**Error:** %s", Clean(d.Error)))
 		}
 	}
 	n.Summary = b.String()
-	n.Columns = []string{"Pod", "Node", "Result", "Reason"}
+	n.Columns = columns(l, "Pod", "Node", "Result", "Reason")
 	for _, it := range sortItems(items) {
 		d := it.Cleanup
 		why := firstNonEmpty(d.PodReason, d.Phase)
@@ -122,45 +127,46 @@ func cleanup(g Group, items []*notify.Item) *notify.Notification {
 		} else if d.Reason != "" {
 			why = d.Reason
 		}
-		n.Rows = append(n.Rows, []string{Clean(d.Namespace + "/" + d.Pod), Clean(firstNonEmpty(d.Node, "-")), Clean(dry(d.Verb, d.DryRun)), Clean(why)})
+		n.Rows = append(n.Rows, []string{Clean(d.Namespace + "/" + d.Pod), Clean(firstNonEmpty(d.Node, "-")), Clean(dry(l, d.Verb, d.DryRun)), Clean(why)})
 	}
 	return n
 }
 
 func cordon(g Group, items []*notify.Item) *notify.Notification {
+	l := g.Locale
 	n := base(g, items, "Node cordon")
-	verbs := counter{}
+	verbs := counter{l: l}
 	for _, it := range items {
-		verbs.add(it.Cordon.Verb)
+		verbs.add(l.Word(it.Cordon.Verb))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "**%d** cordon decisions: %s", len(items), verbs)
+	b.WriteString(l.T("**%d** cordon decisions: %s", len(items), verbs))
 	if len(items) == 1 {
 		d := items[0].Cordon
-		fmt.Fprintf(&b, "\n**Node:** %s  **Pods:** %d (cordon at %d, uncordon at %d)\n**Why:** %s", Clean(d.Node), d.Pods, d.MaxPods, d.MinPods, Clean(d.Reason))
+		b.WriteString("\n" + l.T("**Node:** %s  **Pods:** %d (cordon at %d, uncordon at %d)", Clean(d.Node), d.Pods, d.MaxPods, d.MinPods))
+		b.WriteString("\n" + l.T("**Why:** %s", Clean(d.Reason)))
 		if d.Error != "" {
-			fmt.Fprintf(&b, "\n**Error:** %s", Clean(d.Error))
+			b.WriteString("\n" + l.T("**Error:** %s", Clean(d.Error)))
 		}
 	}
 	n.Summary = b.String()
-	n.Columns = []string{"Node", "Result", "Pods", "Reason"}
+	n.Columns = columns(l, "Node", "Result", "Pods", "Reason")
 	for _, it := range sortItems(items) {
 		d := it.Cordon
 		why := d.Reason
 		if d.Error != "" {
 			why = d.Error
 		}
-		n.Rows = append(n.Rows, []string{Clean(d.Node), Clean(dry(d.Verb, d.DryRun)), fmt.Sprintf("%d/%d", d.Pods, d.MaxPods), Clean(why)})
+		n.Rows = append(n.Rows, []string{Clean(d.Node), Clean(dry(l, d.Verb, d.DryRun)), fmt.Sprintf("%d/%d", d.Pods, d.MaxPods), Clean(why)})
 	}
 	return n
 }
 
 func images(g Group, items []*notify.Item) *notify.Notification {
+	l := g.Locale
 	n := base(g, items, "Node image storage")
-	var b strings.Builder
-	fmt.Fprintf(&b, "**%d** nodes over the image-storage threshold", len(items))
-	n.Summary = b.String()
-	n.Columns = []string{"Node", "Images", "Size", "Reason"}
+	n.Summary = l.T("**%d** nodes over the image-storage threshold", len(items))
+	n.Columns = columns(l, "Node", "Images", "Size", "Reason")
 	truncated := false
 	for _, it := range sortItems(items) {
 		a := it.Image
@@ -174,37 +180,34 @@ func images(g Group, items []*notify.Item) *notify.Notification {
 			size, count = "≥ "+size, "≥ "+count
 			truncated = true
 		}
-		n.Rows = append(n.Rows, []string{Clean(a.Node), count, size, Clean(a.Reason)})
+		n.Rows = append(n.Rows, []string{Clean(a.Node), count, size, Clean(l.Word(a.Reason))})
 	}
 	if truncated {
-		n.Summary += "\n≥: at least; the kubelet lists only a node's largest images (raise --node-status-max-images to see all)"
+		n.Summary += "\n" + l.T("≥: at least; the kubelet lists only a node's largest images (raise --node-status-max-images to see all)")
 	}
 	return n
 }
 
 func restarts(g Group, it *notify.Item) *notify.Notification {
 	r := it.Report
-	n := base(g, []*notify.Item{it}, firstNonEmpty(r.Title, "Pods restarting too often"))
-	if g.Title != "" {
-		n.Title = g.Title
+	l := g.Locale
+	n := base(g, []*notify.Item{it}, "Pods restarting too often")
+	if r.Title != "" && g.Title == "" {
+		n.Title = l.Title(r.Title)
 	}
-	var b strings.Builder
-	unit := "pods"
+	summary := "**%d** pods restarted more than **%d** times (%s), %d restarts in all; %d pods checked"
 	if r.GroupBy == "workload" {
-		unit = "workloads"
+		summary = "**%d** workloads restarted more than **%d** times (%s), %d restarts in all; %d pods checked"
 	}
-	fmt.Fprintf(&b, "**%d** %s restarted more than **%d** times (%s), %d restarts in all; %d pods checked",
-		r.Offenders, unit, r.Threshold, Clean(firstNonEmpty(r.Mode, "total")), r.Restarts, r.PodsSeen)
+	n.Summary = l.T(summary, r.Offenders, r.Threshold, Clean(l.Word(firstNonEmpty(r.Mode, "total"))), r.Restarts, r.PodsSeen)
 	if r.Offenders == 0 {
-		b.Reset()
-		fmt.Fprintf(&b, "No pod restarted more than **%d** times; %d pods checked", r.Threshold, r.PodsSeen)
+		n.Summary = l.T("No pod restarted more than **%d** times; %d pods checked", r.Threshold, r.PodsSeen)
 	}
-	n.Summary = b.String()
-	n.Columns = []string{"Namespace", "Pod", "Node", "Restarts", "Last reason"}
+	n.Columns = columns(l, "Namespace", "Pod", "Node", "Restarts", "Last reason")
 	for _, row := range r.Rows {
 		name := row.Pod
 		if name == "" && row.Owner != nil {
-			name = fmt.Sprintf("%s/%s (%d pods)", row.Owner.Kind, row.Owner.Name, row.Pods)
+			name = l.T("%s/%s (%d pods)", row.Owner.Kind, row.Owner.Name, row.Pods)
 		}
 		n.Rows = append(n.Rows, []string{Clean(row.Namespace), Clean(name), Clean(firstNonEmpty(row.Node, "-")),
 			fmt.Sprintf("%d", row.Restarts), Clean(lastReason(row))})
@@ -222,11 +225,21 @@ func lastReason(row events.RestartRow) string {
 	return "-"
 }
 
-func dry(verb string, dryRun bool) string {
+// dry is a verb in the locale, marked when only a dry run decided it.
+func dry(l *locale.Locale, verb string, dryRun bool) string {
 	if dryRun && verb != "dryrun" {
-		return verb + " (dry run)"
+		return l.T("%s (dry run)", l.Word(verb))
 	}
-	return verb
+	return l.Word(verb)
+}
+
+// columns are column labels in the locale.
+func columns(l *locale.Locale, labels ...string) []string {
+	out := make([]string, len(labels))
+	for i, s := range labels {
+		out[i] = l.T(s)
+	}
+	return out
 }
 
 // Clean makes user-supplied text safe inside a one-line markdown cell: no
@@ -300,18 +313,26 @@ func firstNonEmpty(s ...string) string {
 // "and N more".
 const summaryTop = 5
 
-type counter map[string]int
+type counter struct {
+	l *locale.Locale
+	m map[string]int
+}
 
-func (c counter) add(k string) { c[k]++ }
+func (c *counter) add(k string) {
+	if c.m == nil {
+		c.m = map[string]int{}
+	}
+	c.m[k]++
+}
 
 func (c counter) sorted() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
+	keys := make([]string, 0, len(c.m))
+	for k := range c.m {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
-		if c[keys[i]] != c[keys[j]] {
-			return c[keys[i]] > c[keys[j]]
+		if c.m[keys[i]] != c.m[keys[j]] {
+			return c.m[keys[i]] > c.m[keys[j]]
 		}
 		return keys[i] < keys[j]
 	})
@@ -323,12 +344,12 @@ func (c counter) top(n int) string {
 	var parts []string
 	for i, k := range keys {
 		if i == n {
-			parts = append(parts, fmt.Sprintf("and %d more", len(keys)-n))
+			parts = append(parts, c.l.T("and %d more", len(keys)-n))
 			break
 		}
-		parts = append(parts, fmt.Sprintf("%s %d", Clean(k), c[k]))
+		parts = append(parts, fmt.Sprintf("%s %d", Clean(k), c.m[k]))
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(parts, c.l.T(", "))
 }
 
-func (c counter) String() string { return c.top(len(c)) }
+func (c counter) String() string { return c.top(len(c.m)) }

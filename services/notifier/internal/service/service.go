@@ -11,6 +11,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -31,6 +32,7 @@ import (
 	"github.com/opswire/opswire/services/notifier/internal/dispatch"
 	"github.com/opswire/opswire/services/notifier/internal/feishu"
 	"github.com/opswire/opswire/services/notifier/internal/lease"
+	"github.com/opswire/opswire/services/notifier/internal/locale"
 	"github.com/opswire/opswire/services/notifier/internal/notify"
 	"github.com/opswire/opswire/services/notifier/internal/ratelimit"
 	"github.com/opswire/opswire/services/notifier/internal/route"
@@ -63,6 +65,10 @@ type ReplayRequest struct {
 func Run(ctx context.Context, rt *app.Runtime) error {
 	cfg := rt.Config
 	n := cfg.Notifier
+	// The locale of receivers without their own: the file's, or the one
+	// its titles imply (the seed's Chinese msgtitle), said in the log.
+	loc, note := cfg.NotifierLocale()
+	n.Locale = loc
 	receivers, err := BuildReceivers(cfg.NotifierReceivers(), n, &http.Client{}, &ratelimit.Registry{})
 	if err != nil {
 		return err
@@ -70,8 +76,11 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	if len(receivers) == 0 {
 		rt.Log.Warn().Msg("no receivers configured (notifier.receivers, sendReport.apiurl, delException.apiurl); OPS messages are not consumed")
 	}
+	if note != "" {
+		rt.Log.Info().Msg(note)
+	}
 	for _, r := range receivers {
-		rt.Log.Info().Str("receiver", r.Name).Msg("receiver ready")
+		rt.Log.Info().Str("receiver", r.Name).Str("locale", r.Locale.Name()).Str("timezone", r.Locale.Zone().String()).Msg("receiver ready")
 	}
 	var nc *nats.Conn
 	var js jetstream.JetStream
@@ -541,10 +550,13 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, cluster, receiv
 
 // BuildReceivers resolves every receiver's URL and secret (from the file, a
 // file path or an environment variable) and builds its sink. Errors name the
-// receiver and the source (file path, variable), never the value.
+// receiver and the source (file path, variable), never the value. Each
+// receiver's cards are in its locale (receivers[].locale, else n.Locale:
+// Run sets the effective one) and n's time zone.
 func BuildReceivers(rs []config.Receiver, n config.Notifier, client *http.Client, limits *ratelimit.Registry) ([]dispatch.Receiver, error) {
 	var out []dispatch.Receiver
 	var errs []error
+	zone := n.Location()
 	for _, r := range rs {
 		u, err := config.ResolveSecret(r.URL, r.URLFile, r.URLEnv)
 		if err == nil && !u.IsSet() {
@@ -585,7 +597,8 @@ func BuildReceivers(rs []config.Receiver, n config.Notifier, client *http.Client
 			return ratelimit.New(RateMargin, ratelimit.Window{Limit: perSecond, Period: time.Second},
 				ratelimit.Window{Limit: perMinute, Period: time.Minute}, ratelimit.Window{Limit: perHour, Period: time.Hour})
 		})
-		out = append(out, dispatch.Receiver{Name: r.Name, Sink: sink, Limiter: lim, Budget: budget, Timeout: r.Timeout.Duration})
+		out = append(out, dispatch.Receiver{Name: r.Name, Sink: sink, Limiter: lim, Budget: budget, Timeout: r.Timeout.Duration,
+			Locale: locale.New(cmp.Or(r.Locale, n.Locale), zone)})
 	}
 	return out, errors.Join(errs...)
 }

@@ -228,3 +228,20 @@ func TestBuildChatReceivers(t *testing.T) {
 		t.Fatalf("dingtalk: 21st admission within a minute")
 	}
 }
+
+// TestBuildReceiversLocales: a receiver's locale overrides the notifier's,
+// and every receiver's cards are in notifier.timezone.
+func TestBuildReceiversLocales(t *testing.T) {
+	n := config.Default().Notifier
+	n.Locale, n.Timezone = config.LocaleZhCN, "Asia/Shanghai"
+	rs, err := BuildReceivers([]config.Receiver{{Name: "zh", URL: "https://x/a"}, {Name: "en", URL: "https://x/b", Locale: config.LocaleEN}},
+		n, nil, &ratelimit.Registry{})
+	if err != nil || len(rs) != 2 {
+		t.Fatalf("BuildReceivers = %v, %v", rs, err)
+	}
+	for i, want := range []string{config.LocaleZhCN, config.LocaleEN} {
+		if l := rs[i].Locale; l.Name() != want || l.Zone().String() != "Asia/Shanghai" {
+			t.Errorf("receiver %s: locale %s in %v, want %s in Asia/Shanghai", rs[i].Name, l.Name(), l.Zone(), want)
+		}
+	}
+}

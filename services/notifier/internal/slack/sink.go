@@ -102,7 +102,7 @@ func emoji(sev string) string {
 // Build renders the message with the first rows rows.
 func Build(n *notify.Notification, rows int) Message {
 	c := chattext.Build(n, rows)
-	header := truncate(emoji(c.Severity)+" ["+strings.ToUpper(c.Severity)+"] "+c.Title, HeaderLimit)
+	header := truncate(emoji(c.Severity)+" ["+c.SeverityLabel+"] "+c.Title, HeaderLimit)
 	summary := mrkdwn.Replace(c.Summary)
 	m := Message{
 		Text: mrkdwn.Replace(header + ": " + firstLine(c.Summary)),
@@ -117,7 +117,7 @@ func Build(n *notify.Notification, rows int) Message {
 		for _, r := range c.Rows {
 			b.WriteString("\n• " + mrkdwn.Replace(strings.Join(r, " · ")))
 		}
-		if l := chattext.MoreLine(c.More); l != "" {
+		if l := c.MoreLine(); l != "" {
 			b.WriteString("\n" + l)
 		}
 		m.Blocks = append(m.Blocks, Block{Type: "divider"}, Block{Type: "section", Text: &Text{Type: "mrkdwn", Text: b.String()}})

@@ -119,7 +119,7 @@ func colour(sev string) string {
 // summary line and per row, so no line-break rule of any client matters.
 func Build(n *notify.Notification, rows int) Message {
 	c := chattext.Build(n, rows)
-	body := []Element{{Type: "TextBlock", Text: "[" + strings.ToUpper(c.Severity) + "] " + c.Title, Wrap: true, Size: "Large", Weight: "Bolder", Color: colour(c.Severity)}}
+	body := []Element{{Type: "TextBlock", Text: "[" + c.SeverityLabel + "] " + c.Title, Wrap: true, Size: "Large", Weight: "Bolder", Color: colour(c.Severity)}}
 	for _, l := range strings.Split(c.Summary, "\n") {
 		if l != "" {
 			body = append(body, Element{Type: "TextBlock", Text: l, Wrap: true, Spacing: "Small"})
@@ -130,7 +130,7 @@ func Build(n *notify.Notification, rows int) Message {
 		for _, r := range c.Rows {
 			body = append(body, Element{Type: "TextBlock", Text: strings.Join(r, " · "), Wrap: true, Spacing: "None"})
 		}
-		if l := chattext.MoreLine(c.More); l != "" {
+		if l := c.MoreLine(); l != "" {
 			body = append(body, Element{Type: "TextBlock", Text: l, Wrap: true, IsSubtle: true, Spacing: "Small"})
 		}
 	}

@@ -74,14 +74,14 @@ func colour(sev string) string {
 func Build(n *notify.Notification, rows int) string {
 	c := chattext.Build(n, rows)
 	var b strings.Builder
-	b.WriteString(`### <font color="` + colour(c.Severity) + `">[` + strings.ToUpper(c.Severity) + `]</font> ` + c.Title + "\n")
+	b.WriteString(`### <font color="` + colour(c.Severity) + `">[` + c.SeverityLabel + `]</font> ` + c.Title + "\n")
 	b.WriteString(c.Summary)
 	if len(c.Columns) > 0 && (len(c.Rows) > 0 || c.More > 0) {
 		b.WriteString("\n**" + strings.Join(c.Columns, " · ") + "**")
 		for _, r := range c.Rows {
 			b.WriteString("\n> " + strings.Join(r, " · "))
 		}
-		if m := chattext.MoreLine(c.More); m != "" {
+		if m := c.MoreLine(); m != "" {
 			b.WriteString("\n" + m)
 		}
 	}
