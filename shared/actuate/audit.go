@@ -2,9 +2,11 @@ package actuate
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/opswire/opswire/shared/envelope"
@@ -40,6 +42,9 @@ type Auditor struct {
 	attempt time.Duration
 	m       *Metrics
 	log     zerolog.Logger
+	// dupWindow is OPS's duplicate window (nats.duplicates); 0: unknown,
+	// no message is checked before it is stored (lateCheck).
+	dupWindow time.Duration
 
 	ctx    context.Context // cancelled by Close after the grace period
 	cancel context.CancelFunc
@@ -54,11 +59,24 @@ type Auditor struct {
 type audit struct {
 	subject string
 	ev      envelope.Event
+	queued  time.Time
+}
+
+// AuditorOption configures an Auditor.
+type AuditorOption func(*Auditor)
+
+// WithDuplicateWindow tells the Auditor OPS's duplicate window. A message
+// still queued when half of it has passed (a replica partitioned from NATS,
+// or deposed, after a write) is looked up in OPS before it is stored: the
+// next leader may have completed the same outcome from its intent, and the
+// stream, past its window, would store this copy a second time.
+func WithDuplicateWindow(d time.Duration) AuditorOption {
+	return func(a *Auditor) { a.dupWindow = d }
 }
 
 // NewAuditor starts the publisher; attempt bounds one publish attempt
 // (DefaultPublishAttempt when not positive). Call Close when the process stops.
-func NewAuditor(pub natsx.Publisher, attempt time.Duration, m *Metrics, log zerolog.Logger) *Auditor {
+func NewAuditor(pub natsx.Publisher, attempt time.Duration, m *Metrics, log zerolog.Logger, opts ...AuditorOption) *Auditor {
 	if attempt <= 0 {
 		attempt = DefaultPublishAttempt
 	}
@@ -68,6 +86,9 @@ func NewAuditor(pub natsx.Publisher, attempt time.Duration, m *Metrics, log zero
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Auditor{pub: pub, attempt: attempt, m: m, log: log, ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	for _, o := range opts {
+		o(a)
+	}
 	go a.run()
 	return a
 }
@@ -81,7 +102,7 @@ func (a *Auditor) Publish(subject string, ev envelope.Event) {
 		a.log.Error().Str("id", ev.ID).Str("subject", subject).Msg("audit message after shutdown: not stored in OPS")
 		return
 	}
-	a.queue = append(a.queue, audit{subject: subject, ev: ev})
+	a.queue = append(a.queue, audit{subject: subject, ev: ev, queued: time.Now()})
 	a.m.AuditBacklog.Set(float64(len(a.queue)))
 	a.mu.Unlock()
 	select {
@@ -172,9 +193,19 @@ func (a *Auditor) store(m audit) {
 	var failingSince, lastReport time.Time
 	msgID, round := m.ev.ID, 0
 	for attempts := 1; ; attempts++ {
-		actx, cancel := context.WithTimeout(a.ctx, a.attempt)
-		ack, err := a.pub.PublishMsg(actx, natsx.EventMsg(m.ev, m.subject, msgID))
-		cancel()
+		stored, err := a.lateCheck(m)
+		if stored {
+			a.m.AuditLateFound.Inc()
+			a.log.Info().Str("id", m.ev.ID).Str("subject", m.subject).Dur("queued", time.Since(m.queued)).
+				Msg("audit message queued past half the duplicate window is in OPS already (the next leader completed it): not stored again")
+			break
+		}
+		var ack *jetstream.PubAck
+		if err == nil {
+			actx, cancel := context.WithTimeout(a.ctx, a.attempt)
+			ack, err = a.pub.PublishMsg(actx, natsx.EventMsg(m.ev, m.subject, msgID))
+			cancel()
+		}
 		if err == nil && ack != nil && ack.Duplicate {
 			// Held by a foreign message (another actor's subject), or
 			// by one removed from OPS? Then store it under a fallback id
@@ -236,6 +267,30 @@ func (a *Auditor) store(m audit) {
 	a.queue = a.queue[1:]
 	a.m.AuditBacklog.Set(float64(len(a.queue)))
 	a.mu.Unlock()
+}
+
+// lateCheck reports whether m, queued for half the duplicate window or more,
+// is stored in OPS already under its id: the stream's duplicate window no
+// longer guards its next publish. Messages on m's subject from a minute
+// before it was queued on are read (a direct get, what the actors may make).
+// An error (OPS unreadable) is retried like a failed publish.
+func (a *Auditor) lateCheck(m audit) (bool, error) {
+	js, ok := a.pub.(jetstream.JetStream)
+	if !ok || a.dupWindow <= 0 || time.Since(m.queued) < a.dupWindow/2 {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(a.ctx, a.attempt)
+	defer cancel()
+	msgs, err := readOPS(ctx, js, m.subject, m.queued.Add(-time.Minute))
+	if err != nil {
+		return false, fmt.Errorf("look up a late audit message in OPS: %w", err)
+	}
+	for _, msg := range msgs {
+		if msg.Header.Get(envelope.HeaderID) == m.ev.ID || msg.Header.Get(envelope.HeaderMsgID) == m.ev.ID {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Audit is what an actuator needs of the Auditor: queue a message, never

@@ -16,6 +16,10 @@ type Metrics struct {
 	// AuditDropped counts messages given up: a permanent publish error, or
 	// still queued when the process stopped.
 	AuditDropped prometheus.Counter
+	// AuditLateFound counts messages queued past half the duplicate window
+	// that OPS held already (the next leader completed them): not stored
+	// again.
+	AuditLateFound prometheus.Counter
 	// WindowSeeded is the number of actions the rate window found in OPS at
 	// the start of this leadership term.
 	WindowSeeded prometheus.Gauge
@@ -51,6 +55,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		AuditDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "opswire_audit_dropped_total", Help: "OPS audit messages given up (permanent error, or unsent at shutdown).",
 		}),
+		AuditLateFound: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_audit_late_found_total", Help: "Audit messages queued past half the duplicate window found in OPS already (completed by the next leader): not stored again.",
+		}),
 		WindowSeeded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "opswire_rate_window_seeded_actions", Help: "Actions of the current rate window found in OPS when this leader started.",
 		}),
@@ -65,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.AuditBacklog, m.AuditStored, m.AuditRetries, m.AuditDropped, m.WindowSeeded, m.Intents, m.Recovering,
+		reg.MustRegister(m.AuditBacklog, m.AuditStored, m.AuditRetries, m.AuditDropped, m.AuditLateFound, m.WindowSeeded, m.Intents, m.Recovering,
 			m.RecoveryFailures)
 	}
 	return m

@@ -79,10 +79,10 @@ type Terms struct {
 }
 
 // NewTerms registers the write path's metrics on reg and starts the
-// Auditor. Call Close when the process stops.
-func NewTerms(js jetstream.JetStream, reg prometheus.Registerer, log zerolog.Logger) *Terms {
+// Auditor with opts. Call Close when the process stops.
+func NewTerms(js jetstream.JetStream, reg prometheus.Registerer, log zerolog.Logger, opts ...AuditorOption) *Terms {
 	m := NewMetrics(reg)
-	return &Terms{Audit: NewAuditor(js, 0, m, log), Journal: NewJournal(js, 0, m, log), js: js, m: m, log: log}
+	return &Terms{Audit: NewAuditor(js, 0, m, log, opts...), Journal: NewJournal(js, 0, m, log), js: js, m: m, log: log}
 }
 
 // Close stores what is left of the audit backlog for up to AuditGrace.

@@ -71,7 +71,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	// The auditor outlives leadership and is flushed at shutdown; each
 	// removal is journaled before it is written (an intent on
 	// ops.<cluster>.cleanup.intent.<ns>.<pod>).
-	terms := actuate.NewTerms(js, rt.Server.Registry, log)
+	terms := actuate.NewTerms(js, rt.Server.Registry, log, actuate.WithDuplicateWindow(rt.Config.NATS.Duplicates.Duration))
 	defer terms.Close()
 	// The controller of the current term (a replica that loses the lease
 	// campaigns again and starts a new term with fresh state).

@@ -44,7 +44,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	// The auditor outlives leadership and is flushed at shutdown; each
 	// cordon, uncordon and handover is journaled before its patch (an
 	// intent on ops.<cluster>.cordon.intent.<node>).
-	terms := actuate.NewTerms(js, rt.Server.Registry, rt.Log)
+	terms := actuate.NewTerms(js, rt.Server.Registry, rt.Log, actuate.WithDuplicateWindow(rt.Config.NATS.Duplicates.Duration))
 	defer terms.Close()
 
 	// Events go to the API asynchronously; in dry-run nothing is written.
