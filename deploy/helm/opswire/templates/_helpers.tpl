@@ -97,11 +97,61 @@ hub: {{ .Values.fleet.hub | quote }}
 {{- end -}}
 {{- end -}}
 
-{{/* Image of a service: <registry>/<prefix><service>:<tag>. */}}
+{{/* Image of a service: <registry>/<repository>:<tag> (or @<digest>). The
+     repository is the service's image.repository or image.prefix+service;
+     the registry the service's image.registry, else global.imageRegistry,
+     else image.registry ("" = none: Docker Hub). */}}
 {{- define "opswire.image" -}}
 {{- $v := .root.Values.image -}}
-{{- $ref := printf "%s%s:%s" $v.prefix .service (default .root.Chart.AppVersion $v.tag) -}}
-{{- if $v.registry -}}{{ printf "%s/%s" (trimSuffix "/" $v.registry) $ref }}{{- else -}}{{ $ref }}{{- end -}}
+{{- $own := (get (get .root.Values .service | default dict) "image") | default dict -}}
+{{- $repo := $own.repository | default (printf "%s%s" $v.prefix .service) -}}
+{{- $registry := $own.registry | default .root.Values.global.imageRegistry | default $v.registry -}}
+{{- include "opswire.imageRef" (dict "registry" $registry "repository" $repo "tag" ($own.tag | default $v.tag | default .root.Chart.AppVersion) "digest" $own.digest) -}}
+{{- end -}}
+
+{{/* The NATS image: nats.image as a map (registry, repository, tag, digest)
+     or, as before, one reference string; global.imageRegistry (or
+     nats.image.registry) puts it on a mirror. */}}
+{{- define "opswire.natsImage" -}}
+{{- $i := .Values.nats.image -}}
+{{- if kindIs "string" $i -}}
+{{- include "opswire.imageRef" (dict "registry" .Values.global.imageRegistry "repository" $i) -}}
+{{- else -}}
+{{- include "opswire.imageRef" (dict "registry" ($i.registry | default .Values.global.imageRegistry) "repository" $i.repository "tag" $i.tag "digest" $i.digest) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "opswire.imageRef" -}}
+{{- $ref := .repository -}}
+{{- if .digest -}}{{ $ref = printf "%s@%s" $ref .digest }}{{- else if .tag -}}{{ $ref = printf "%s:%s" $ref .tag }}{{- end -}}
+{{- if .registry -}}{{ printf "%s/%s" (trimSuffix "/" .registry) $ref }}{{- else -}}{{ $ref }}{{- end -}}
+{{- end -}}
+
+{{/* A pod's scheduling and metadata settings: the top-level value, replaced
+     by the component's own (nodeSelector, tolerations, affinity,
+     priorityClassName) or merged with it, the component's winning
+     (podAnnotations, podLabels). .own is the service's (or nats's) values.
+     Returns YAML: a map of the effective settings. */}}
+{{- define "opswire.podSettings" -}}
+{{- $top := .root.Values -}}
+{{- $own := .own -}}
+{{- $out := dict -}}
+{{- range $k := list "nodeSelector" "tolerations" "affinity" "priorityClassName" -}}
+{{- $v := get $own $k | default (get $top $k) -}}
+{{- if $v }}{{ $_ := set $out $k $v }}{{ end -}}
+{{- end -}}
+{{- $_ := set $out "podAnnotations" (merge (deepCopy (get $own "podAnnotations" | default dict)) (get $top "podAnnotations" | default dict)) -}}
+{{- $_ := set $out "podLabels" (merge (deepCopy (get $own "podLabels" | default dict)) (get $top "podLabels" | default dict)) -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* affinity of a pod: the chart's default (.default, a map) with the
+     user's nodeAffinity, podAffinity and podAntiAffinity replacing its
+     parts by key: a nodeAffinity keeps the replicas' anti-affinity. */}}
+{{- define "opswire.affinity" -}}
+{{- $out := deepCopy .default -}}
+{{- range $k, $v := .user }}{{ $_ := set $out $k $v }}{{ end -}}
+{{- toYaml $out -}}
 {{- end -}}
 
 {{/* config.yml: the user's file, or the chart's copy of deploy/base/config.yml
