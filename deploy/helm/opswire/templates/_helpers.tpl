@@ -36,6 +36,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- fail (printf "fleet cluster %q: letters, digits, '-' and '_' only, not digits alone (a subject token, a JetStream domain, a variable value)" $c) -}}
 {{- end -}}
 {{- end -}}
+{{- range $key, $_ := .Values.secrets.receivers -}}
+{{- if not (regexMatch "^[a-z0-9]+(-[a-z0-9]+)*$" $key) -}}
+{{- fail (printf "secrets.receivers key %q: lower-case letters, digits and single '-' only (it becomes the Secret key and the variable OPSWIRE_<KEY>)" $key) -}}
+{{- end -}}
+{{- if or (regexMatch "^nats-.*-password$" $key) (has $key (list "feishu-url" "feishu-secret")) -}}
+{{- fail (printf "secrets.receivers key %q is one of the chart's own keys (nats-<user>-password, feishu-url, feishu-secret)" $key) -}}
+{{- end -}}
+{{- end -}}
 {{- if and (eq .Values.nats.mode "external") .Values.nats.tls.certManager -}}
 {{- fail "nats.tls.certManager makes the bundled servers' certificate; with an external NATS give its CA in the Secret nats.tls.secretName (key ca.crt)" -}}
 {{- end -}}
@@ -83,6 +91,12 @@ hub: {{ .Values.fleet.hub | quote }}
 
 {{- define "opswire.fleetConfigMapName" -}}
 {{- printf "opswire-fleet-%s" (include "opswire.fleetData" . | sha256sum | trunc 10) -}}
+{{- end -}}
+
+{{/* The notifier's variable for key <key> of secrets.receivers:
+     dingtalk-url -> OPSWIRE_DINGTALK_URL. */}}
+{{- define "opswire.receiverEnv" -}}
+{{- printf "OPSWIRE_%s" (upper (replace "-" "_" .)) -}}
 {{- end -}}
 
 {{- define "opswire.bundledNATS" -}}
