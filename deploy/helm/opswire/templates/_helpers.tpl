@@ -36,6 +36,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- fail (printf "fleet cluster %q: letters, digits, '-' and '_' only, not digits alone (a subject token, a JetStream domain, a variable value)" $c) -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.gitops (not .Values.secrets.existingSecret) -}}
+{{- fail "gitops: true needs secrets.existingSecret: rendered without a cluster (helm template, Argo CD, Flux) the chart would make new NATS passwords on every render. Create the Secret yourself (deploy/make-secret.sh, Sealed Secrets, SOPS, External Secrets) with the keys nats-watcher-password, nats-cordon-password, nats-cleanup-password, nats-report-password, nats-notifier-password, nats-audit-password, nats-operator-password, nats-route-password, feishu-url, feishu-secret (and your secrets.receivers keys) and give its name; docs/deploy.md, \"GitOps (Argo CD, Flux)\"" -}}
+{{- end -}}
 {{- range $key, $_ := .Values.secrets.receivers -}}
 {{- if not (regexMatch "^[a-z0-9]+(-[a-z0-9]+)*$" $key) -}}
 {{- fail (printf "secrets.receivers key %q: lower-case letters, digits and single '-' only (it becomes the Secret key and the variable OPSWIRE_<KEY>)" $key) -}}
