@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/test/harness"
 )
 
@@ -84,6 +85,33 @@ func writeValues(t *testing.T, values string) string {
 		t.Fatal(err)
 	}
 	return "-f=" + path
+}
+
+// receiversConfig is deploy/base/config.yml with the receivers of
+// docs/deploy.md ("Receivers' secrets") next to the Feishu one.
+func receiversConfig(t *testing.T) string {
+	t.Helper()
+	base := mustRead(t, deployPath(t, "base", "config.yml"))
+	anchor := "    secretEnv: OPSWIRE_FEISHU_SECRET"
+	i := strings.Index(base, anchor)
+	if i < 0 {
+		t.Fatal("deploy/base/config.yml: no Feishu receiver")
+	}
+	i += strings.IndexByte(base[i:], '\n') + 1
+	others := `  - {name: dingtalk, type: dingtalk, urlEnv: OPSWIRE_DINGTALK_URL, secretEnv: OPSWIRE_DINGTALK_SECRET}
+  - {name: wecom, type: wecom, urlEnv: OPSWIRE_WECOM_URL}
+  - {name: slack, type: slack, urlEnv: OPSWIRE_SLACK_URL}
+  - {name: teams, type: teams, urlEnv: OPSWIRE_TEAMS_URL}
+  - {name: hook, type: webhook, urlEnv: OPSWIRE_WEBHOOK_URL}
+`
+	if doc := mustRead(t, filepath.Join(filepath.Dir(deployPath(t)), "docs", "deploy.md")); !strings.Contains(doc, strings.ReplaceAll(others, "  - ", "    - ")) {
+		t.Error("docs/deploy.md no longer shows these receivers: keep the doc and this test together")
+	}
+	path := filepath.Join(t.TempDir(), "config.yml")
+	if err := os.WriteFile(path, []byte(base[:i]+others+base[i:]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // typed decodes a rendered object into a typed one, refusing unknown fields.
@@ -337,6 +365,26 @@ func TestHelmValues(t *testing.T) {
 			typed(t, harness.FindObj(objs, "Secret", "opswire-secrets"), &s)
 			if v, ok := s.StringData["feishu-url"]; !ok || v != "" || s.StringData["slack-url"] == "" {
 				t.Errorf("Secret %v: want feishu-url empty (the pods' secretKeyRef needs the key) and slack-url", s.StringData)
+			}
+		}},
+		{"receivers in config", []string{writeValues(t, allKnobs), "--set-file=config=" + receiversConfig(t)}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			// The documented config loads with the services' own loader, and
+			// every urlEnv/secretEnv it names is set on the notifier from the Secret.
+			got, _, _ := unstructured.NestedString(harness.FindByPrefix(objs, "ConfigMap", "opswire-config-").Object, "data", "config.yml")
+			cfg, err := config.Parse([]byte(got))
+			if err != nil {
+				t.Fatalf("config with the other receivers: %v", err)
+			}
+			n := pods(t, objs)["opswire-notifier"].Spec.Containers[0]
+			if len(cfg.Notifier.Receivers) != 6 {
+				t.Fatalf("%d receivers, want feishu and the five others", len(cfg.Notifier.Receivers))
+			}
+			for _, r := range cfg.Notifier.Receivers {
+				for _, env := range []string{r.URLEnv, r.SecretEnv} {
+					if e := envNamed(n, env); env != "" && (e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
+						t.Errorf("receiver %s (%s): %s is not set on the notifier from the Secret", r.Name, r.Type, env)
+					}
+				}
 			}
 		}},
 		{"serviceMonitor", []string{writeValues(t, allKnobs)}, func(t *testing.T, objs []*unstructured.Unstructured) {
