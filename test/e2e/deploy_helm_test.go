@@ -589,9 +589,17 @@ func TestHelmOnRealCluster(t *testing.T) {
 		{"cluster+tls", []string{helmFeishu, productionValues(t), "namespace.create=true"}},
 		{"external", []string{"secrets.existingSecret=opswire-secrets", "nats.mode=external", "nats.external.url=nats://nats.messaging.svc:4222"}},
 		{"single+removeFinalizers", []string{helmFeishu, "cleanup.removeFinalizers=true", "nats.tls.enabled=true"}},
+		// Every knob of issue 39, against the real schemas (strict field
+		// validation); the prometheus-operator objects need its CRDs, absent here.
+		{"all knobs", []string{writeValues(t, allKnobs)}},
 		{"single", []string{helmFeishu, "namespace.create=true"}},
 	} {
-		objs := helmTemplate(t, m.set...)
+		var objs []*unstructured.Unstructured
+		for _, o := range helmTemplate(t, m.set...) {
+			if !strings.HasPrefix(o.GetAPIVersion(), "monitoring.coreos.com/") {
+				objs = append(objs, o)
+			}
+		}
 		if err := cp.Client.AppsV1().StatefulSets("opswire").Delete(ctx, "nats", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
 		}
