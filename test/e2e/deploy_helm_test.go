@@ -160,9 +160,10 @@ func wantRBAC(removeFinalizers bool) (cluster, roles map[string][]rule) {
 }
 
 // TestHelmLint: helm lint --strict passes with the default, production and
-// external-NATS values.
+// external-NATS values, and with every knob of allKnobs set.
 func TestHelmLint(t *testing.T) {
 	for name, args := range map[string][]string{
+		"all knobs":  {strings.Replace(writeValues(t, allKnobs), "-f=", "--values=", 1)},
 		"single":     {"--set", helmFeishu},
 		"production": {"--set", helmFeishu, "-f", filepath.Join(chartPath(t), "values-production.yaml")},
 		"external":   {"--set", "secrets.existingSecret=my-secrets,nats.mode=external,nats.external.url=tls://nats.messaging.svc:4222,nats.tls.enabled=true"},
@@ -409,7 +410,8 @@ func TestHelmEqualsKustomize(t *testing.T) {
 	}
 	// The chart's copies are the files of deploy/ (so a change to deploy/
 	// that is not copied fails here, not in a user's cluster).
-	for chartFile, deployFile := range map[string]string{"auth.conf": "base/nats/auth.conf", "config.yml": "base/config.yml"} {
+	for chartFile, deployFile := range map[string]string{"auth.conf": "base/nats/auth.conf", "config.yml": "base/config.yml",
+		"opswire-rules.yaml": "prometheus/opswire-rules.yaml"} {
 		if mustRead(t, filepath.Join(chartPath(t), "files", chartFile)) != mustRead(t, deployPath(t, deployFile)) {
 			t.Errorf("deploy/helm/opswire/files/%s differs from deploy/%s", chartFile, deployFile)
 		}
@@ -587,9 +589,17 @@ func TestHelmOnRealCluster(t *testing.T) {
 		{"cluster+tls", []string{helmFeishu, productionValues(t), "namespace.create=true"}},
 		{"external", []string{"secrets.existingSecret=opswire-secrets", "nats.mode=external", "nats.external.url=nats://nats.messaging.svc:4222"}},
 		{"single+removeFinalizers", []string{helmFeishu, "cleanup.removeFinalizers=true", "nats.tls.enabled=true"}},
+		// Every knob of issue 39, against the real schemas (strict field
+		// validation); the prometheus-operator objects need its CRDs, absent here.
+		{"all knobs", []string{writeValues(t, allKnobs)}},
 		{"single", []string{helmFeishu, "namespace.create=true"}},
 	} {
-		objs := helmTemplate(t, m.set...)
+		var objs []*unstructured.Unstructured
+		for _, o := range helmTemplate(t, m.set...) {
+			if !strings.HasPrefix(o.GetAPIVersion(), "monitoring.coreos.com/") {
+				objs = append(objs, o)
+			}
+		}
 		if err := cp.Client.AppsV1().StatefulSets("opswire").Delete(ctx, "nats", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
 		}

@@ -36,6 +36,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- fail (printf "fleet cluster %q: letters, digits, '-' and '_' only, not digits alone (a subject token, a JetStream domain, a variable value)" $c) -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.gitops (not .Values.secrets.existingSecret) -}}
+{{- fail "gitops: true needs secrets.existingSecret: rendered without a cluster (helm template, Argo CD, Flux) the chart would make new NATS passwords on every render. Create the Secret yourself (deploy/make-secret.sh, Sealed Secrets, SOPS, External Secrets) with the keys nats-watcher-password, nats-cordon-password, nats-cleanup-password, nats-report-password, nats-notifier-password, nats-audit-password, nats-operator-password, nats-route-password, feishu-url, feishu-secret (and your secrets.receivers keys) and give its name; docs/deploy.md, \"GitOps (Argo CD, Flux)\"" -}}
+{{- end -}}
+{{- range $key, $_ := .Values.secrets.receivers -}}
+{{- if not (regexMatch "^[a-z0-9]+(-[a-z0-9]+)*$" $key) -}}
+{{- fail (printf "secrets.receivers key %q: lower-case letters, digits and single '-' only (it becomes the Secret key and the variable OPSWIRE_<KEY>)" $key) -}}
+{{- end -}}
+{{- if or (regexMatch "^nats-.*-password$" $key) (has $key (list "feishu-url" "feishu-secret")) -}}
+{{- fail (printf "secrets.receivers key %q is one of the chart's own keys (nats-<user>-password, feishu-url, feishu-secret)" $key) -}}
+{{- end -}}
+{{- end -}}
 {{- if and (eq .Values.nats.mode "external") .Values.nats.tls.certManager -}}
 {{- fail "nats.tls.certManager makes the bundled servers' certificate; with an external NATS give its CA in the Secret nats.tls.secretName (key ca.crt)" -}}
 {{- end -}}
@@ -85,6 +96,12 @@ hub: {{ .Values.fleet.hub | quote }}
 {{- printf "opswire-fleet-%s" (include "opswire.fleetData" . | sha256sum | trunc 10) -}}
 {{- end -}}
 
+{{/* The notifier's variable for key <key> of secrets.receivers:
+     dingtalk-url -> OPSWIRE_DINGTALK_URL. */}}
+{{- define "opswire.receiverEnv" -}}
+{{- printf "OPSWIRE_%s" (upper (replace "-" "_" .)) -}}
+{{- end -}}
+
 {{- define "opswire.bundledNATS" -}}
 {{- if ne .Values.nats.mode "external" }}true{{ end -}}
 {{- end -}}
@@ -97,11 +114,61 @@ hub: {{ .Values.fleet.hub | quote }}
 {{- end -}}
 {{- end -}}
 
-{{/* Image of a service: <registry>/<prefix><service>:<tag>. */}}
+{{/* Image of a service: <registry>/<repository>:<tag> (or @<digest>). The
+     repository is the service's image.repository or image.prefix+service;
+     the registry the service's image.registry, else global.imageRegistry,
+     else image.registry ("" = none: Docker Hub). */}}
 {{- define "opswire.image" -}}
 {{- $v := .root.Values.image -}}
-{{- $ref := printf "%s%s:%s" $v.prefix .service (default .root.Chart.AppVersion $v.tag) -}}
-{{- if $v.registry -}}{{ printf "%s/%s" (trimSuffix "/" $v.registry) $ref }}{{- else -}}{{ $ref }}{{- end -}}
+{{- $own := (get (get .root.Values .service | default dict) "image") | default dict -}}
+{{- $repo := $own.repository | default (printf "%s%s" $v.prefix .service) -}}
+{{- $registry := $own.registry | default .root.Values.global.imageRegistry | default $v.registry -}}
+{{- include "opswire.imageRef" (dict "registry" $registry "repository" $repo "tag" ($own.tag | default $v.tag | default .root.Chart.AppVersion) "digest" $own.digest) -}}
+{{- end -}}
+
+{{/* The NATS image: nats.image as a map (registry, repository, tag, digest)
+     or, as before, one reference string; global.imageRegistry (or
+     nats.image.registry) puts it on a mirror. */}}
+{{- define "opswire.natsImage" -}}
+{{- $i := .Values.nats.image -}}
+{{- if kindIs "string" $i -}}
+{{- include "opswire.imageRef" (dict "registry" .Values.global.imageRegistry "repository" $i) -}}
+{{- else -}}
+{{- include "opswire.imageRef" (dict "registry" ($i.registry | default .Values.global.imageRegistry) "repository" $i.repository "tag" $i.tag "digest" $i.digest) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "opswire.imageRef" -}}
+{{- $ref := .repository -}}
+{{- if .digest -}}{{ $ref = printf "%s@%s" $ref .digest }}{{- else if .tag -}}{{ $ref = printf "%s:%s" $ref .tag }}{{- end -}}
+{{- if .registry -}}{{ printf "%s/%s" (trimSuffix "/" .registry) $ref }}{{- else -}}{{ $ref }}{{- end -}}
+{{- end -}}
+
+{{/* A pod's scheduling and metadata settings: the top-level value, replaced
+     by the component's own (nodeSelector, tolerations, affinity,
+     priorityClassName) or merged with it, the component's winning
+     (podAnnotations, podLabels). .own is the service's (or nats's) values.
+     Returns YAML: a map of the effective settings. */}}
+{{- define "opswire.podSettings" -}}
+{{- $top := .root.Values -}}
+{{- $own := .own -}}
+{{- $out := dict -}}
+{{- range $k := list "nodeSelector" "tolerations" "affinity" "priorityClassName" -}}
+{{- $v := get $own $k | default (get $top $k) -}}
+{{- if $v }}{{ $_ := set $out $k $v }}{{ end -}}
+{{- end -}}
+{{- $_ := set $out "podAnnotations" (merge (deepCopy (get $own "podAnnotations" | default dict)) (get $top "podAnnotations" | default dict)) -}}
+{{- $_ := set $out "podLabels" (merge (deepCopy (get $own "podLabels" | default dict)) (get $top "podLabels" | default dict)) -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* affinity of a pod: the chart's default (.default, a map) with the
+     user's nodeAffinity, podAffinity and podAntiAffinity replacing its
+     parts by key: a nodeAffinity keeps the replicas' anti-affinity. */}}
+{{- define "opswire.affinity" -}}
+{{- $out := deepCopy .default -}}
+{{- range $k, $v := .user }}{{ $_ := set $out $k $v }}{{ end -}}
+{{- toYaml $out -}}
 {{- end -}}
 
 {{/* config.yml: the user's file, or the chart's copy of deploy/base/config.yml
