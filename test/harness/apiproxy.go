@@ -28,12 +28,14 @@ import (
 type APIProxy struct {
 	URL string
 
-	mu       sync.Mutex
-	cut      bool
-	cancel   context.CancelFunc
-	ctx      context.Context
-	requests []APIRequest
-	onAnswer func(APIRequest)
+	mu         sync.Mutex
+	cut        bool
+	cancel     context.CancelFunc
+	ctx        context.Context
+	requests   []APIRequest
+	onAnswer   func(APIRequest)
+	refuse     func(APIRequest) bool // requests answered refuseCode, never forwarded
+	refuseCode int
 }
 
 // APIRequest is one request the proxy saw.
@@ -108,12 +110,22 @@ func StartAPIProxy(t testing.TB, cp *ControlPlane) *APIProxy {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
 		cut, ctx, idx := p.cut, p.ctx, len(p.requests)
-		if !cut {
-			p.requests = append(p.requests, APIRequest{Method: r.Method, Path: r.URL.Path, Query: r.URL.Query(), Sent: time.Now()})
+		req := APIRequest{Method: r.Method, Path: r.URL.Path, Query: r.URL.Query(), Sent: time.Now()}
+		refused := !cut && p.refuse != nil && p.refuse(req)
+		if refused {
+			req.Status, req.At = p.refuseCode, time.Now()
 		}
+		if !cut {
+			p.requests = append(p.requests, req)
+		}
+		code := p.refuseCode
 		p.mu.Unlock()
 		if cut {
 			http.Error(w, "proxy: cut off", http.StatusServiceUnavailable)
+			return
+		}
+		if refused {
+			http.Error(w, "proxy: refused by the test", code)
 			return
 		}
 		// A cut ends the requests in flight, watches included, the way an API
@@ -161,6 +173,15 @@ func (p *APIProxy) OnAnswer(hook func(APIRequest)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.onAnswer = hook
+}
+
+// Refuse answers every request that match accepts with code, without
+// forwarding it: a write that never reached the API server whose answer the
+// client cannot tell from a lost one (a 504 from a proxy). nil ends it.
+func (p *APIProxy) Refuse(match func(APIRequest) bool, code int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuse, p.refuseCode = match, code
 }
 
 // Cut ends every request in flight and refuses new ones until Restore.

@@ -475,9 +475,9 @@ func (a *Actuator) patchFor(node *corev1.Node, d Decision, now time.Time) ([]byt
 		patch, _, err := cordonPatch(a.cfg.Policy, node, d, now, a.cfg.Identity)
 		return patch, err
 	case ActionHandOver:
-		return handoverPatch(a.cfg.Policy, node)
+		return handoverPatch(a.cfg.Policy, node, now)
 	default:
-		return uncordonPatch(a.cfg.Policy, node)
+		return uncordonPatch(a.cfg.Policy, node, now)
 	}
 }
 

@@ -109,7 +109,7 @@ func (a *Actuator) lookBack(ctx context.Context, name, uid, verb string, d event
 		return unchanged, node, "", nil
 	}
 	if ok, why := patchVisible(a.cfg.Policy, node, verb, d); !ok {
-		if wasMarked && d.ResourceVersion != "" && markRemoved(a.cfg.Policy, node, verb) {
+		if wasMarked && d.ResourceVersion != "" && markRemoved(a.cfg.Policy, node, verb, d.ResourceVersion) {
 			return applied, node, "", nil
 		}
 		return unclear, node, why, nil
@@ -117,12 +117,15 @@ func (a *Actuator) lookBack(ctx context.Context, name, uid, verb string, d event
 	return applied, node, "", nil
 }
 
-// markRemoved reports whether node shows what an uncordon or a handover
-// removes: opswire's label, mark and taint. Only opswire removes its mark and
-// no other opswire write to the node goes out while one is in doubt, so on a
-// node that was marked and moved on this is the write, even when someone
-// cordoned the node (or lifted a person's cordon) since.
-func markRemoved(p Policy, node *corev1.Node, verb string) bool {
+// markRemoved reports whether node shows the release (an uncordon or a
+// hand-over) of verb patched against version rv: opswire's label, mark and
+// taint gone, and opswire's release record (AnnotationReleased) naming that
+// version. Only opswire writes the record and no other opswire write to the
+// node goes out while one is in doubt, so on a node that was marked and
+// moved on this is the write, even when someone cordoned the node (or lifted
+// a person's cordon) since. A person who removed the mark by hand and kept
+// the node cordoned left no record of this version: not the release.
+func markRemoved(p Policy, node *corev1.Node, verb, rv string) bool {
 	if verb != VerbUncordoned && verb != VerbHandedOver {
 		return false
 	}
@@ -131,7 +134,8 @@ func markRemoved(p Policy, node *corev1.Node, verb string) bool {
 	ourTaint := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
 		return t.Effect == corev1.TaintEffectNoSchedule && t.Key == p.TaintKey
 	})
-	return !labelled && !annotated && !ourTaint
+	rel, recorded := readRelease(node.Annotations)
+	return !labelled && !annotated && !ourTaint && recorded && rel.Verb == verb && rel.RV == rv
 }
 
 // carriesMark reports whether node carries opswire's label or mark.

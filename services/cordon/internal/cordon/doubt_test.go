@@ -234,3 +234,35 @@ func TestActuatorThrottledPatchIsRetriedQuietly(t *testing.T) {
 		t.Fatalf("after the retry published %v, want one cordoned", got)
 	}
 }
+
+// TestMarkRemovedNeedsTheReleaseRecord: a node that moved on without
+// opswire's mark shows a release in doubt only when opswire's release record
+// names that release's version; a mark a person removed by hand, or a record
+// of another release, is not it.
+func TestMarkRemovedNeedsTheReleaseRecord(t *testing.T) {
+	p := seedPolicy(EffectCordon)
+	record := func(verb, rv string) map[string]string {
+		return map[string]string{AnnotationReleased: `{"verb":"` + verb + `","rv":"` + rv + `","time":"2026-12-07T10:00:00Z"}`}
+	}
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		cordoned    bool
+		verb        string
+		want        bool
+	}{
+		{"uncordon recorded, node schedulable", record(VerbUncordoned, "7"), false, VerbUncordoned, true},
+		{"uncordon recorded, a person cordoned since", record(VerbUncordoned, "7"), true, VerbUncordoned, true},
+		{"mark removed by hand, cordon kept", nil, true, VerbUncordoned, false},
+		{"an earlier release's record", record(VerbUncordoned, "3"), true, VerbUncordoned, false},
+		{"a hand-over's record for an uncordon", record(VerbHandedOver, "7"), true, VerbUncordoned, false},
+		{"hand-over recorded", record(VerbHandedOver, "7"), true, VerbHandedOver, true},
+		{"mark still there", map[string]string{events.AnnotationAutoCordon: `{"effects":["cordon"]}`, AnnotationReleased: record(VerbUncordoned, "7")[AnnotationReleased]}, true, VerbUncordoned, false},
+	} {
+		node := &corev1.Node{Spec: corev1.NodeSpec{Unschedulable: tc.cordoned}}
+		node.Annotations = tc.annotations
+		if got := markRemoved(p, node, tc.verb, "7"); got != tc.want {
+			t.Errorf("%s: markRemoved = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -132,24 +132,59 @@ func carriesLabel(node *corev1.Node) bool {
 	return ok
 }
 
+// AnnotationReleased records opswire's last release of a node (an uncordon
+// or a hand-over): its verb and the resourceVersion it was patched against.
+// It stays on the node. A release whose answer was lost is settled by a read
+// of the node; a node without the mark is its release only when this record
+// names the release's version: a person who removed the mark by hand (and,
+// say, kept the node cordoned) left no such record.
+const AnnotationReleased = "opswire.io/autocordon-released"
+
+// Release is the JSON in AnnotationReleased.
+type Release struct {
+	Verb string    `json:"verb"`
+	RV   string    `json:"rv"`
+	Time time.Time `json:"time"`
+}
+
+// readRelease parses AnnotationReleased; ok is false when it is absent or
+// unreadable.
+func readRelease(annotations map[string]string) (Release, bool) {
+	var r Release
+	v, found := annotations[AnnotationReleased]
+	if !found || json.Unmarshal([]byte(v), &r) != nil || r.RV == "" {
+		return Release{}, false
+	}
+	return r, true
+}
+
 // uncordonPatch removes the mark and undoes exactly the effects the mark
 // lists. Without a readable mark it undoes the current mode's effect.
-func uncordonPatch(p Policy, node *corev1.Node) ([]byte, error) { return releasePatch(p, node, false) }
+func uncordonPatch(p Policy, node *corev1.Node, now time.Time) ([]byte, error) {
+	return releasePatch(p, node, VerbUncordoned, now)
+}
 
 // handoverPatch hands a node a person is draining over to that person: it
 // removes opswire's mark and the taints the mark lists, and keeps the cordon
 // (spec.unschedulable), which from then on is the person's to lift.
-func handoverPatch(p Policy, node *corev1.Node) ([]byte, error) { return releasePatch(p, node, true) }
+func handoverPatch(p Policy, node *corev1.Node, now time.Time) ([]byte, error) {
+	return releasePatch(p, node, VerbHandedOver, now)
+}
 
-func releasePatch(p Policy, node *corev1.Node, keepCordon bool) ([]byte, error) {
+func releasePatch(p Policy, node *corev1.Node, verb string, now time.Time) ([]byte, error) {
+	keepCordon := verb == VerbHandedOver
 	m, ok := readMark(node.Annotations)
 	if !ok {
 		m = Mark{Effects: []string{p.Mode}, TaintKeys: []string{p.TaintKey}}
 	}
+	rel, err := json.Marshal(Release{Verb: verb, RV: node.ResourceVersion, Time: now})
+	if err != nil {
+		return nil, err
+	}
 	patch := mergePatch{Metadata: patchMeta{
 		ResourceVersion: node.ResourceVersion, UID: string(node.UID),
 		Labels:      map[string]*string{events.LabelAutoCordon: nil},
-		Annotations: map[string]*string{events.AnnotationAutoCordon: nil},
+		Annotations: map[string]*string{events.AnnotationAutoCordon: nil, AnnotationReleased: ptr(string(rel))},
 	}}
 	if !keepCordon && slices.Contains(m.Effects, EffectCordon) && node.Spec.Unschedulable {
 		var unset *bool // JSON null: the field is removed, i.e. schedulable
