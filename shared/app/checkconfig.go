@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"sigs.k8s.io/yaml"
 
@@ -43,6 +44,10 @@ func checkConfig(spec Spec, opts Options, stdout, stderr io.Writer) int {
 	if !checkLease(spec, opts, cfg, stdout, stderr) {
 		return ExitUsage
 	}
+	warnings, notes := configNotes(spec, cfg, topLevel(opts.Config), os.Getenv("TZ"))
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "%s: warning: %s\n", spec.Binary(), w)
+	}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: print configuration: %v\n", spec.Binary(), err)
@@ -56,6 +61,9 @@ func checkConfig(spec Spec, opts Options, stdout, stderr io.Writer) int {
 		if _, note := cfg.NotifierLocale(); note != "" {
 			fmt.Fprintf(stdout, "# note: %s\n", note)
 		}
+	}
+	for _, n := range notes {
+		fmt.Fprintf(stdout, "# note: %s\n", n)
 	}
 	_, _ = stdout.Write(out)
 	return ExitOK
