@@ -157,7 +157,7 @@ func NewActuator(client kubernetes.Interface, audit actuate.Audit, recorder reco
 // in the mirror just before, and its re-read could only find the pod gone.
 func (a *Actuator) Forget(uid string) {
 	if rm := a.doubts.left(uid); rm != nil {
-		a.metrics.InDoubt.WithLabelValues("happened").Inc()
+		a.metrics.InDoubt.WithLabelValues(actuate.DoubtApplied).Inc()
 		a.complete(rm, rm.lost.op+"; "+rm.lost.lostWhat()+", and the mirror saw the pod leave")
 	}
 	a.doubts.forget(uid)
@@ -550,7 +550,7 @@ func (a *Actuator) answer(ctx context.Context, rm *removal, w *errInDoubt, err e
 	// An earlier write that may land until after this one was sent may be
 	// what this one found done.
 	if kind == actuate.AnswerGone && a.doubts.mayLand(rm.state.UID, w.sent) {
-		a.metrics.InDoubt.WithLabelValues("happened").Inc()
+		a.metrics.InDoubt.WithLabelValues(actuate.DoubtApplied).Inc()
 		a.complete(rm, op+" answered 404, within the late-commit horizon of an earlier write in doubt")
 		return true, Outcome{}, nil
 	}

@@ -305,12 +305,12 @@ func (a *Actuator) unanswered(rm *removal, lost *errInDoubt, tracked bool) (Outc
 	}
 	rm.lost = lost
 	if lost.conflict {
-		a.metrics.InDoubt.WithLabelValues("conflict").Inc()
+		a.metrics.InDoubt.WithLabelValues(actuate.DoubtConflict).Inc()
 	} else {
-		a.metrics.InDoubt.WithLabelValues("unanswered").Inc()
+		a.metrics.InDoubt.WithLabelValues(actuate.DoubtUnanswered).Inc()
 	}
 	if a.doubts.unanswered(rm.state.UID) {
-		a.metrics.InDoubt.WithLabelValues("happened").Inc()
+		a.metrics.InDoubt.WithLabelValues(actuate.DoubtApplied).Inc()
 		a.complete(rm, lost.op+"; "+lost.lostWhat()+", and the pod left meanwhile")
 		return Outcome{}, nil
 	}
@@ -495,11 +495,11 @@ func (a *Actuator) resolve(ctx context.Context, uid string) (settled bool, out O
 		return true, Outcome{}, nil // the mirror saw the pod leave and settled it meanwhile
 	}
 	if v == happened {
-		a.metrics.InDoubt.WithLabelValues("happened").Inc()
+		a.metrics.InDoubt.WithLabelValues(actuate.DoubtApplied).Inc()
 		a.complete(rm, rm.lost.op+"; "+rm.lost.lostWhat()+", and "+why)
 		return true, Outcome{}, nil
 	}
-	a.metrics.InDoubt.WithLabelValues("not_happened").Inc()
+	a.metrics.InDoubt.WithLabelValues(actuate.DoubtNotApplied).Inc()
 	rm.release()
 	if rm.lost.conflict && why == changedWithout {
 		// The 409 was answered and the pod moved on without its mark:

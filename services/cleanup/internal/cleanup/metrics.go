@@ -1,12 +1,17 @@
 package cleanup
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/opswire/opswire/shared/actuate"
+)
 
 // Metrics of the cleanup actor.
 type Metrics struct {
 	// Decisions counts published decisions by verb and reason (skips once per pod and reason).
 	Decisions *prometheus.CounterVec
-	// Deferred counts deletions postponed by the rate limit (the pod is requeued, never dropped).
+	// Deferred counts deletions postponed by the rate limit (the pod is
+	// requeued, never dropped): opswire_actuate_rate_limited_total{actor="cleanup"}.
 	Deferred prometheus.Counter
 	// Rechecks counts writes abandoned by the live re-check, by why (gone, recreated, changed).
 	Rechecks *prometheus.CounterVec
@@ -28,8 +33,9 @@ type Metrics struct {
 	// action time in the future, a pod re-read the API refuses as a bad
 	// request); each Event once.
 	RecoveryRejected *prometheus.CounterVec
-	// InDoubt counts removal writes whose answer was lost (unanswered) and
-	// how they were settled (happened, not_happened).
+	// InDoubt counts removal writes whose answer was lost (unanswered, or
+	// conflict) and how they were settled (applied, not_applied):
+	// opswire_actuate_writes_in_doubt_total{actor="cleanup"}.
 	InDoubt *prometheus.CounterVec
 }
 
@@ -40,10 +46,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "opswire_cleanup_decisions_total",
 			Help: "Cleanup decisions published to OPS, by verb (deleted, forcedeleted, skipped, dryrun, failed) and reason.",
 		}, []string{"verb", "reason"}),
-		Deferred: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "opswire_cleanup_rate_limited_total",
-			Help: "Deletions postponed by maxDeletionsPerMinute; the pod is requeued.",
-		}),
 		Rechecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opswire_cleanup_recheck_abandoned_total",
 			Help: "Deletions abandoned because the live pod no longer qualified, by why.",
@@ -72,14 +74,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "opswire_cleanup_recovery_events_rejected_total",
 			Help: "Removal Events refused by a new leader's recovery (not counted, nothing published), by why (forged, invalid).",
 		}, []string{"why"}),
-		InDoubt: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "opswire_cleanup_writes_in_doubt_total",
-			Help: "Removal writes whose answer was lost (how=unanswered), and how they were settled: happened (audited then) or not_happened (reported failed and retried, or a finalizer patch done and the removal going on).",
-		}, []string{"how"}),
 	}
+	w := actuate.NewWriteMetrics(reg, Service, actuate.WriteMetricsLegacy{
+		InDoubt:     "opswire_cleanup_writes_in_doubt_total",
+		InDoubtHow:  map[string]string{actuate.DoubtApplied: "happened", actuate.DoubtNotApplied: "not_happened"},
+		RateLimited: "opswire_cleanup_rate_limited_total",
+	})
+	m.InDoubt, m.Deferred = w.InDoubt, w.RateLimited
 	if reg != nil {
-		reg.MustRegister(m.Decisions, m.Deferred, m.Rechecks, m.APIErrors, m.Brake, m.NodesNotReady, m.ClockSkew, m.JournalEvents,
-			m.RecoveryRejected, m.InDoubt)
+		reg.MustRegister(m.Decisions, m.Rechecks, m.APIErrors, m.Brake, m.NodesNotReady, m.ClockSkew, m.JournalEvents,
+			m.RecoveryRejected)
 	}
 	return m
 }

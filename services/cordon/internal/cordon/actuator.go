@@ -200,6 +200,7 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 		var delay time.Duration
 		if slot, delay = a.cfg.Limiter.Hold(a.cfg.Now()); delay > 0 {
 			a.m.Refusals.WithLabelValues("rate-limited").Inc()
+			a.m.RateLimited.Inc()
 			a.log.Debug().Str("node", n.Name).Dur("retryIn", delay).Msg("rate limit reached; action deferred")
 			return actuate.Outcome{RequeueAfter: delay}, nil
 		}
@@ -446,7 +447,7 @@ func (a *Actuator) write(ctx context.Context, node *corev1.Node, d Decision, slo
 		// Its slot stays held with it and is settled (never given back)
 		// when a read decides it (settle).
 		a.doubt = &doubt{node: node, d: d, o: o, err: err, tr: tr, sent: sent, intent: intent, unjournaled: !journaled, slot: slot}
-		a.m.WritesInDoubt.WithLabelValues(doubtUnanswered).Inc()
+		a.m.WritesInDoubt.WithLabelValues(actuate.DoubtUnanswered).Inc()
 		switch v, retryIn, serr := a.settle(ctx); {
 		case serr != nil:
 			return actuate.Outcome{}, serr // still in doubt: the retry settles it first
@@ -705,7 +706,7 @@ func (a *Actuator) Forget(name string) {
 	if a.doubt != nil && a.doubt.node.Name == name {
 		a.log.Warn().Str("node", name).Str("id", a.doubt.o.id).Msg("node deleted while a write to it was in doubt; no outcome published")
 		a.doubt.slot.Settle(a.cfg.Now()) // it may have been written: counted
-		a.m.WritesInDoubt.WithLabelValues(doubtNodeDeleted).Inc()
+		a.m.WritesInDoubt.WithLabelValues(actuate.DoubtGone).Inc()
 		a.doubt = nil
 	}
 }
@@ -746,7 +747,7 @@ func (a *Actuator) EndTerm() {
 	a.log.Warn().AnErr("lost", a.doubt.err).Str("node", a.doubt.node.Name).Str("id", a.doubt.o.id).
 		Msg("term over with a write in doubt: the next leader's recovery decides it from its intent")
 	a.doubt.slot.Settle(a.cfg.Now()) // it may have been written: counted
-	a.m.WritesInDoubt.WithLabelValues(doubtTermEnded).Inc()
+	a.m.WritesInDoubt.WithLabelValues(actuate.DoubtTermEnded).Inc()
 	a.doubt = nil
 }
 

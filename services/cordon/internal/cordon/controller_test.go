@@ -203,7 +203,7 @@ func TestControllerTermEndsWithAWriteInDoubt(t *testing.T) {
 	defer endTerm()
 	done := make(chan error, 1)
 	go func() { done <- ctrl.Run(ctx) }()
-	testkit.Eventually(t, 10*time.Second, "a's cordon in doubt", func() bool { return how(h, doubtUnanswered) >= 1 })
+	testkit.Eventually(t, 10*time.Second, "a's cordon in doubt", func() bool { return how(h, actuate.DoubtUnanswered) >= 1 })
 	endTerm()
 	select {
 	case err := <-done:
@@ -213,8 +213,8 @@ func TestControllerTermEndsWithAWriteInDoubt(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the controller did not stop 10s after its term ended")
 	}
-	open := how(h, doubtUnanswered)
-	for _, l := range []string{doubtApplied, doubtNotApplied, doubtUnclear, doubtNodeDeleted, "term_ended"} {
+	open := how(h, actuate.DoubtUnanswered)
+	for _, l := range []string{actuate.DoubtApplied, actuate.DoubtNotApplied, actuate.DoubtUnclear, actuate.DoubtGone, "term_ended"} {
 		open -= how(h, l)
 	}
 	if verb, _ := verbs(t, h); open != 0 || len(verb) != 0 {

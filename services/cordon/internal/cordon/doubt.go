@@ -200,11 +200,11 @@ func (a *Actuator) settle(ctx context.Context) (v verdict, retryIn time.Duration
 	w.slot.Settle(a.cfg.Now())
 	switch v {
 	case applied:
-		a.m.WritesInDoubt.WithLabelValues(doubtApplied).Inc()
+		a.m.WritesInDoubt.WithLabelValues(actuate.DoubtApplied).Inc()
 	case notApplied:
-		a.m.WritesInDoubt.WithLabelValues(doubtNotApplied).Inc()
+		a.m.WritesInDoubt.WithLabelValues(actuate.DoubtNotApplied).Inc()
 	default:
-		a.m.WritesInDoubt.WithLabelValues(doubtUnclear).Inc()
+		a.m.WritesInDoubt.WithLabelValues(actuate.DoubtUnclear).Inc()
 	}
 	switch v {
 	case applied:

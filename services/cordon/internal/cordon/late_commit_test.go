@@ -249,7 +249,7 @@ func TestLateCommitCountsInTheWindowFromItsCommit(t *testing.T) {
 		t.Errorf("a (committed at +61s) and b (at +62s) both cordoned within one window of max 1 per minute: a's slot counted from its lost answer at +0s")
 	}
 	// The stall is visible: one write unanswered, then decided applied.
-	if u, ap := testutil.ToFloat64(h.m.WritesInDoubt.WithLabelValues(doubtUnanswered)), testutil.ToFloat64(h.m.WritesInDoubt.WithLabelValues(doubtApplied)); u != 1 || ap != 1 {
+	if u, ap := testutil.ToFloat64(h.m.WritesInDoubt.WithLabelValues(actuate.DoubtUnanswered)), testutil.ToFloat64(h.m.WritesInDoubt.WithLabelValues(actuate.DoubtApplied)); u != 1 || ap != 1 {
 		t.Errorf("opswire_cordon_writes_in_doubt_total: unanswered %v, applied %v; want 1, 1", u, ap)
 	}
 }

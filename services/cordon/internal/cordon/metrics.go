@@ -1,6 +1,10 @@
 package cordon
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/opswire/opswire/shared/actuate"
+)
 
 // Metrics of the cordon actor. Labels are small closed sets.
 type Metrics struct {
@@ -22,8 +26,12 @@ type Metrics struct {
 	// WritesInDoubt counts writes whose answer was lost (unanswered) and
 	// how each was decided (applied, not_applied, unclear, node_deleted):
 	// unanswered minus the rest is the write in doubt now, which holds
-	// every other cordon write.
+	// every other cordon write. It is the shared family
+	// opswire_actuate_writes_in_doubt_total{actor="cordon"}.
 	WritesInDoubt *prometheus.CounterVec // {how}
+	// RateLimited is opswire_actuate_rate_limited_total{actor="cordon"}:
+	// counted with Refusals{reason="rate-limited"}.
+	RateLimited prometheus.Counter
 	// RecoveryRejected counts the release Events (OpswireUncordoned,
 	// OpswireCordonHandedOver) a new leader's recovery refused because the
 	// live node contradicts them (LiveActions), by why: forged.
@@ -66,10 +74,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Reconciles: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "opswire_cordon_reconciles_total", Help: "Node reconciliations run.",
 		}),
-		WritesInDoubt: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "opswire_cordon_writes_in_doubt_total",
-			Help: "Node writes whose answer was lost (unanswered) and how they were decided (applied, not_applied, unclear, node_deleted, term_ended: left to the next leader); while one is in doubt no other cordon write goes out.",
-		}, []string{"how"}),
 		RecoveryRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opswire_cordon_recovery_events_rejected_total",
 			Help: "Release Events (uncordon, handover) a new leader's recovery refused because the live node still carries the mark they claim to have removed " +
@@ -82,28 +86,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Refusals.WithLabelValues(r)
 	}
 	m.RecoveryRejected.WithLabelValues(rejectedForged)
-	for _, h := range []string{doubtUnanswered, doubtApplied, doubtNotApplied, doubtUnclear, doubtNodeDeleted, doubtTermEnded} {
-		m.WritesInDoubt.WithLabelValues(h)
-	}
+	w := actuate.NewWriteMetrics(reg, Service, actuate.WriteMetricsLegacy{InDoubt: "opswire_cordon_writes_in_doubt_total"})
+	m.WritesInDoubt, m.RateLimited = w.InDoubt, w.RateLimited
 	for _, d := range []string{"false", "true"} {
 		m.Uncordons.WithLabelValues(d)
 		m.Handovers.WithLabelValues(d)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Cordons, m.Uncordons, m.Handovers, m.Refusals, m.Failures, m.Stale, m.Held, m.Postponed, m.Reconciles, m.WritesInDoubt,
+		reg.MustRegister(m.Cordons, m.Uncordons, m.Handovers, m.Refusals, m.Failures, m.Stale, m.Held, m.Postponed, m.Reconciles,
 			m.RecoveryRejected)
 	}
 	return m
 }
-
-// The how of opswire_cordon_writes_in_doubt_total.
-const (
-	doubtUnanswered  = "unanswered"
-	doubtApplied     = "applied"
-	doubtNotApplied  = "not_applied"
-	doubtUnclear     = "unclear"
-	doubtNodeDeleted = "node_deleted"
-	// doubtTermEnded: the term ended with the write in doubt; the next
-	// leader's recovery decides it from its intent.
-	doubtTermEnded = "term_ended"
-)
