@@ -77,8 +77,13 @@ func readRules(t *testing.T, path string, spec bool) rulesFile {
 	return doc.rulesFile
 }
 
-// grafanaVars are Grafana's interval variables, replaced before parsing.
-var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h")
+// grafanaVars are Grafana's interval variables and the dashboard's cluster
+// variable, replaced before parsing.
+var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h", "$cluster", ".*")
+
+// runbookBaseURL is the page the alerts' runbook_url annotations point into
+// (the chart's prometheusRule.runbookBaseURL default).
+const runbookBaseURL = "https://github.com/opswire/opswire/blob/main/docs/observability.md"
 
 // observeQueries returns every expression of deploy/grafana/opswire.json and
 // of deploy/prometheus/opswire-rules.yaml, checking the panels as it goes.
@@ -219,9 +224,9 @@ func TestObserveDashboardAndRules(t *testing.T) {
 			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
 				t.Errorf("%s: no summary or description", r.Alert)
 			}
-			anchor := "docs/observability.md#" + strings.ToLower(r.Alert)
-			if r.Annotations["runbook"] != anchor {
-				t.Errorf("%s: runbook %q, want %q", r.Alert, r.Annotations["runbook"], anchor)
+			anchor := runbookBaseURL + "#" + strings.ToLower(r.Alert)
+			if r.Annotations["runbook_url"] != anchor {
+				t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], anchor)
 			}
 			if !strings.Contains(doc, "### "+r.Alert+"\n") {
 				t.Errorf("%s: no runbook section in docs/observability.md", r.Alert)
@@ -391,3 +396,4 @@ func scrapeNames(p *harness.Process) map[string]bool {
 	}
 	return names
 }
+
