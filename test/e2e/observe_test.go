@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -397,3 +398,44 @@ func scrapeNames(p *harness.Process) map[string]bool {
 	return names
 }
 
+// TestObservePerCluster checks that the dashboard and the alert rules keep
+// clusters apart (docs/observability.md, "One Prometheus, several clusters"):
+// every aggregation of both groups by cluster, every one-to-one or
+// many-to-one join matches on cluster, and every selector of the dashboard
+// filters on its cluster variable. rules-test.yaml's two-cluster cases show
+// the rules' behaviour.
+func TestObservePerCluster(t *testing.T) {
+	p := parser.NewParser(parser.Options{})
+	for _, q := range observeQueries(t) {
+		dashboard := strings.HasPrefix(q.where, "dashboard: ")
+		e, err := p.ParseExpr(grafanaVars.Replace(strings.ReplaceAll(q.expr, "$cluster", "__cluster__")))
+		if err != nil {
+			t.Errorf("%s: %v", q.where, err)
+			continue
+		}
+		parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+			switch n := n.(type) {
+			case *parser.AggregateExpr:
+				if n.Without || !slices.Contains(n.Grouping, "cluster") {
+					t.Errorf("%s: %s without by (cluster, ...) in %q", q.where, n.Op, q.expr)
+				}
+			case *parser.BinaryExpr:
+				if m := n.VectorMatching; m != nil && m.On && !slices.Contains(m.MatchingLabels, "cluster") {
+					t.Errorf("%s: on (%s) without cluster in %q", q.where, strings.Join(m.MatchingLabels, ", "), q.expr)
+				}
+			case *parser.VectorSelector:
+				if !dashboard {
+					return nil
+				}
+				ok := false
+				for _, m := range n.LabelMatchers {
+					ok = ok || m.Name == "cluster" && m.Type == labels.MatchRegexp && m.Value == "__cluster__"
+				}
+				if !ok {
+					t.Errorf(`%s: %s without {cluster=~"$cluster"} in %q`, q.where, n.Name, q.expr)
+				}
+			}
+			return nil
+		})
+	}
+}
