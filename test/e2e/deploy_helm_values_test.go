@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -74,6 +75,7 @@ nats:
   extraVolumes: [{name: extra, emptyDir: {}}]
   extraVolumeMounts: [{name: extra, mountPath: /extra}]
 serviceMonitor: {enabled: true, labels: {release: kube-prometheus-stack}, interval: 30s, scrapeTimeout: 10s}
+clusterLabel: prod-eu
 prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack}}
 `
 
@@ -89,6 +91,22 @@ func writeValues(t *testing.T, values string) string {
 
 // receiversConfig is deploy/base/config.yml with the receivers of
 // docs/deploy.md ("Receivers' secrets") next to the Feishu one.
+// configOfCluster writes deploy/base/config.yml with cluster.name set to
+// name (as written, quotes included) after a comment line.
+func configOfCluster(t *testing.T, name string) string {
+	t.Helper()
+	base := mustRead(t, deployPath(t, "base", "config.yml"))
+	c := regexp.MustCompile(`(?m)^cluster:\n  name: default\b`).ReplaceAllLiteralString(base, "cluster:\n  # the subjects' token\n  name: "+name)
+	if c == base {
+		t.Fatal("deploy/base/config.yml: no cluster.name default")
+	}
+	path := filepath.Join(t.TempDir(), "config.yml")
+	if err := os.WriteFile(path, []byte(c), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func receiversConfig(t *testing.T) string {
 	t.Helper()
 	base := mustRead(t, deployPath(t, "base", "config.yml"))
@@ -181,10 +199,23 @@ func hasMount(c corev1.Container, name, path string) bool {
 // Minimal prometheus-operator (monitoring.coreos.com/v1) shapes: the fields
 // the chart sets, decoded strictly.
 type monitorEndpoint struct {
-	Port          string `json:"port"`
-	Path          string `json:"path"`
-	Interval      string `json:"interval,omitempty"`
-	ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
+	Port          string              `json:"port"`
+	Path          string              `json:"path"`
+	Interval      string              `json:"interval,omitempty"`
+	ScrapeTimeout string              `json:"scrapeTimeout,omitempty"`
+	Relabelings   []monitorRelabeling `json:"relabelings,omitempty"`
+}
+
+type monitorRelabeling struct {
+	TargetLabel string `json:"targetLabel"`
+	Replacement string `json:"replacement"`
+	Action      string `json:"action"`
+}
+
+// clusterRelabeling is the relabeling the chart's monitors set the cluster
+// label with (docs/observability.md).
+func clusterRelabeling(cluster string) []monitorRelabeling {
+	return []monitorRelabeling{{TargetLabel: "cluster", Replacement: cluster, Action: "replace"}}
 }
 
 type monitor struct {
@@ -393,7 +424,7 @@ func TestHelmValues(t *testing.T) {
 			if sm.APIVersion != "monitoring.coreos.com/v1" || sm.Labels["release"] != "kube-prometheus-stack" || !reflect.DeepEqual(sm.Spec.NamespaceSelector.MatchNames, []string{"opswire"}) {
 				t.Errorf("ServiceMonitor %+v", sm)
 			}
-			if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0] != (monitorEndpoint{"http", "/metrics", "30s", "10s"}) {
+			if len(sm.Spec.Endpoints) != 1 || !reflect.DeepEqual(sm.Spec.Endpoints[0], monitorEndpoint{"http", "/metrics", "30s", "10s", clusterRelabeling("prod-eu")}) {
 				t.Errorf("ServiceMonitor endpoints %+v", sm.Spec.Endpoints)
 			}
 			sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
@@ -428,7 +459,7 @@ func TestHelmValues(t *testing.T) {
 		{"podMonitor", []string{helmFeishu, "podMonitor.enabled=true", "podMonitor.labels.release=prom"}, func(t *testing.T, objs []*unstructured.Unstructured) {
 			var pm monitor
 			typed(t, harness.FindObj(objs, "PodMonitor", "opswire"), &pm)
-			if pm.Labels["release"] != "prom" || len(pm.Spec.PodMetricsEndpoints) != 1 || pm.Spec.PodMetricsEndpoints[0] != (monitorEndpoint{Port: "http", Path: "/metrics"}) {
+			if pm.Labels["release"] != "prom" || len(pm.Spec.PodMetricsEndpoints) != 1 || !reflect.DeepEqual(pm.Spec.PodMetricsEndpoints[0], monitorEndpoint{Port: "http", Path: "/metrics", Relabelings: clusterRelabeling("default")}) {
 				t.Errorf("PodMonitor %+v", pm)
 			}
 			sel, err := metav1.LabelSelectorAsSelector(&pm.Spec.Selector)
@@ -449,6 +480,50 @@ func TestHelmValues(t *testing.T) {
 			typed(t, harness.FindObj(objs, "PodMonitor", "opswire"), &pm)
 			if got := pm.Spec.Selector.MatchExpressions[0].Values; !reflect.DeepEqual(got, []string{"opswire-notifier"}) {
 				t.Errorf("hub PodMonitor selects %v, want the notifier only", got)
+			}
+			if got := pm.Spec.PodMetricsEndpoints[0].Relabelings; !reflect.DeepEqual(got, clusterRelabeling("hub")) {
+				t.Errorf("hub PodMonitor relabelings %+v, want cluster hub (its config's cluster.name)", got)
+			}
+		}},
+		{"podMonitor on a fleet edge", []string{helmFeishu, "-f=" + filepath.Join(chartPath(t), "values-fleet-edge.yaml"), "fleet.cluster=edge-7", "podMonitor.enabled=true"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			var pm monitor
+			typed(t, harness.FindObj(objs, "PodMonitor", "opswire"), &pm)
+			if got := pm.Spec.PodMetricsEndpoints[0].Relabelings; !reflect.DeepEqual(got, clusterRelabeling("edge-7")) {
+				t.Errorf("edge PodMonitor relabelings %+v, want cluster edge-7 (fleet.cluster)", got)
+			}
+		}},
+		{"podMonitor with the cluster of a given config", []string{helmFeishu, "--set-file=config=" + configOfCluster(t, `"prod-us"`), "podMonitor.enabled=true"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			var pm monitor
+			typed(t, harness.FindObj(objs, "PodMonitor", "opswire"), &pm)
+			if got := pm.Spec.PodMetricsEndpoints[0].Relabelings; !reflect.DeepEqual(got, clusterRelabeling("prod-us")) {
+				t.Errorf("PodMonitor relabelings %+v, want cluster prod-us (config's cluster.name)", got)
+			}
+		}},
+		{"podMonitor without the cluster label", []string{helmFeishu, "podMonitor.enabled=true", "clusterLabel=false"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			var pm monitor
+			typed(t, harness.FindObj(objs, "PodMonitor", "opswire"), &pm)
+			if got := pm.Spec.PodMetricsEndpoints[0].Relabelings; got != nil {
+				t.Errorf("clusterLabel=false: relabelings %+v, want none (external_labels set the cluster)", got)
+			}
+		}},
+		{"prometheusRule with another runbook URL", []string{helmFeishu, "prometheusRule.enabled=true", "prometheusRule.runbookBaseURL=https://wiki.example.com/opswire/runbook/"}, func(t *testing.T, objs []*unstructured.Unstructured) {
+			o := harness.FindObj(objs, "PrometheusRule", "opswire")
+			data, _ := json.Marshal(o.Object["spec"])
+			var got rulesFile
+			if err := json.Unmarshal(data, &got); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, g := range got.Groups {
+				for _, r := range g.Rules {
+					if want := "https://wiki.example.com/opswire/runbook#" + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+						t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+					}
+					n++
+				}
+			}
+			if n == 0 {
+				t.Error("no rules")
 			}
 		}},
 		{"prometheusRule", []string{writeValues(t, allKnobs)}, func(t *testing.T, objs []*unstructured.Unstructured) {

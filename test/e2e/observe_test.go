@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -77,8 +78,13 @@ func readRules(t *testing.T, path string, spec bool) rulesFile {
 	return doc.rulesFile
 }
 
-// grafanaVars are Grafana's interval variables, replaced before parsing.
-var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h")
+// grafanaVars are Grafana's interval variables and the dashboard's cluster
+// variable, replaced before parsing.
+var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h", "$cluster", ".*")
+
+// runbookBaseURL is the page the alerts' runbook_url annotations point into
+// (the chart's prometheusRule.runbookBaseURL default).
+const runbookBaseURL = "https://github.com/opswire/opswire/blob/main/docs/observability.md"
 
 // observeQueries returns every expression of deploy/grafana/opswire.json and
 // of deploy/prometheus/opswire-rules.yaml, checking the panels as it goes.
@@ -219,9 +225,9 @@ func TestObserveDashboardAndRules(t *testing.T) {
 			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
 				t.Errorf("%s: no summary or description", r.Alert)
 			}
-			anchor := "docs/observability.md#" + strings.ToLower(r.Alert)
-			if r.Annotations["runbook"] != anchor {
-				t.Errorf("%s: runbook %q, want %q", r.Alert, r.Annotations["runbook"], anchor)
+			anchor := runbookBaseURL + "#" + strings.ToLower(r.Alert)
+			if r.Annotations["runbook_url"] != anchor {
+				t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], anchor)
 			}
 			if !strings.Contains(doc, "### "+r.Alert+"\n") {
 				t.Errorf("%s: no runbook section in docs/observability.md", r.Alert)
@@ -390,4 +396,46 @@ func scrapeNames(p *harness.Process) map[string]bool {
 		}
 	}
 	return names
+}
+
+// TestObservePerCluster checks that the dashboard and the alert rules keep
+// clusters apart (docs/observability.md, "One Prometheus, several clusters"):
+// every aggregation of both groups by cluster, every one-to-one or
+// many-to-one join matches on cluster, and every selector of the dashboard
+// filters on its cluster variable. rules-test.yaml's two-cluster cases show
+// the rules' behaviour.
+func TestObservePerCluster(t *testing.T) {
+	p := parser.NewParser(parser.Options{})
+	for _, q := range observeQueries(t) {
+		dashboard := strings.HasPrefix(q.where, "dashboard: ")
+		e, err := p.ParseExpr(grafanaVars.Replace(strings.ReplaceAll(q.expr, "$cluster", "__cluster__")))
+		if err != nil {
+			t.Errorf("%s: %v", q.where, err)
+			continue
+		}
+		parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+			switch n := n.(type) {
+			case *parser.AggregateExpr:
+				if n.Without || !slices.Contains(n.Grouping, "cluster") {
+					t.Errorf("%s: %s without by (cluster, ...) in %q", q.where, n.Op, q.expr)
+				}
+			case *parser.BinaryExpr:
+				if m := n.VectorMatching; m != nil && m.On && !slices.Contains(m.MatchingLabels, "cluster") {
+					t.Errorf("%s: on (%s) without cluster in %q", q.where, strings.Join(m.MatchingLabels, ", "), q.expr)
+				}
+			case *parser.VectorSelector:
+				if !dashboard {
+					return nil
+				}
+				ok := false
+				for _, m := range n.LabelMatchers {
+					ok = ok || m.Name == "cluster" && m.Type == labels.MatchRegexp && m.Value == "__cluster__"
+				}
+				if !ok {
+					t.Errorf(`%s: %s without {cluster=~"$cluster"} in %q`, q.where, n.Name, q.expr)
+				}
+			}
+			return nil
+		})
+	}
 }

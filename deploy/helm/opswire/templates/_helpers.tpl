@@ -295,3 +295,31 @@ leafnodes {
 {{- end }}
 include ./auth.conf
 {{- end -}}
+
+{{/* The cluster label the ServiceMonitor / PodMonitor give every series
+     (docs/observability.md): clusterLabel, else fleet.cluster on an edge,
+     else cluster.name of the effective config.yml ("default" when it names
+     none, the services' default). "" when clusterLabel is false. */}}
+{{- define "opswire.clusterLabel" -}}
+{{- $v := .Values.clusterLabel -}}
+{{- if kindIs "bool" $v -}}
+{{- if $v -}}{{- fail "clusterLabel: a cluster name, \"\" (this cluster's name) or false (no relabeling), not true" -}}{{- end -}}
+{{- else if $v -}}
+{{- $v -}}
+{{- else if .Values.fleet.cluster -}}
+{{- .Values.fleet.cluster -}}
+{{- else -}}
+{{- $block := regexFind `(?m)^cluster:[ \t]*(#.*)?\n([ \t]*(#.*)?\n|[ \t]+\S.*\n)*` (printf "%s\n" (include "opswire.config" .)) -}}
+{{- $line := regexFind `(?m)^[ \t]+name:[ \t]*["']?[A-Za-z0-9_-]+` $block -}}
+{{- $name := regexReplaceAll `^[ \t]+name:[ \t]*["']?` $line "" -}}
+{{- $name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* relabelings of a ServiceMonitor endpoint / PodMonitor endpoint: the cluster label. */}}
+{{- define "opswire.monitorRelabelings" -}}
+{{- with include "opswire.clusterLabel" . -}}
+relabelings:
+- {targetLabel: cluster, replacement: {{ . | quote }}, action: replace}
+{{- end -}}
+{{- end -}}
