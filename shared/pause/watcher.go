@@ -3,6 +3,7 @@ package pause
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -188,4 +189,20 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry, fresh map[string]Record, init
 	recs[actor] = r
 	w.log.Warn().Str("pause", actor).Str("by", r.By).Time("until", r.Until).Str("reason", r.Reason).
 		Bool("active", r.Active(w.now())).Msg("pause record")
+}
+
+// Follow creates the bucket if missing (replicas: nats.replicas), starts a
+// Watcher in the background until ctx ends and returns it once the stored
+// records are loaded: a replica never leads without knowing its pause.
+func Follow(ctx context.Context, js jetstream.KeyValueManager, replicas int, cfg WatcherConfig, log zerolog.Logger) (*Watcher, error) {
+	kv, err := EnsureBucket(ctx, js, replicas)
+	if err != nil {
+		return nil, err
+	}
+	w := NewWatcher(kv, cfg, log)
+	go func() { _ = w.Run(ctx) }()
+	if err := w.WaitSynced(ctx); err != nil {
+		return nil, fmt.Errorf("load pause records from %s: %w", Bucket, err)
+	}
+	return w, nil
 }
