@@ -14,9 +14,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/pause"
 	"github.com/opswire/opswire/test/harness"
 )
 
@@ -254,5 +257,85 @@ func TestOperatePauseCordon(t *testing.T) {
 		if !ran[l] {
 			t.Errorf("docs/operate.md: %q was not run", l)
 		}
+	}
+}
+
+// TestDeployPauseRecords: with deploy/'s NATS users, cordon creates the
+// bucket opswire-pause and watches it, operator writes and deletes pause
+// records, audit reads them, and nobody else can write one (the refusals
+// through the raw subjects are in TestDeployOperatorCommands).
+func TestDeployPauseRecords(t *testing.T) {
+	n, pw := harness.StartDeployedNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js := func(user string) jetstream.JetStream {
+		t.Helper()
+		j, err := jetstream.New(connectAs(t, n, user, pw[user]).nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	var watchers []*pause.Watcher
+	for _, actor := range []string{"cordon", "cleanup"} {
+		w, err := pause.Follow(ctx, js(actor), 1, pause.WatcherConfig{Cluster: "prod", Actor: actor}, zerolog.Nop())
+		if err != nil {
+			t.Fatalf("%s creates and watches %s: %v", actor, pause.Bucket, err)
+		}
+		watchers = append(watchers, w)
+	}
+	open := func(user string) pause.Store {
+		t.Helper()
+		kv, err := js(user).KeyValue(ctx, pause.Bucket)
+		if err != nil {
+			t.Fatalf("%s opens %s: %v", user, pause.Bucket, err)
+		}
+		return pause.Store{KV: kv, Cluster: "prod"}
+	}
+	op := open("operator")
+	if err := op.Pause(ctx, pause.All, pause.Record{Since: time.Now(), By: "e2e"}); err != nil {
+		t.Fatalf("operator pauses: %v", err)
+	}
+	for _, w := range watchers {
+		harness.Eventually(t, time.Second, "paused within 1 s", func() bool { _, ok := w.Paused(); return ok })
+	}
+	if r, ok, err := open("audit").Get(ctx, pause.All); err != nil || !ok || r.By != "e2e" {
+		t.Fatalf("audit reads the record: %+v %v %v", r, ok, err)
+	}
+	for _, user := range []string{"audit", "watcher", "cordon", "cleanup", "report", "notifier"} {
+		if user == "watcher" || user == "report" || user == "notifier" {
+			// Without STREAM.INFO on the bucket they cannot open it.
+			short, stop := context.WithTimeout(ctx, 2*time.Second)
+			_, err := js(user).KeyValue(short, pause.Bucket)
+			stop()
+			if err == nil {
+				t.Errorf("%s opened %s", user, pause.Bucket)
+			}
+			continue
+		}
+		// A refused put is never acknowledged: each attempt waits 2 s.
+		st := open(user)
+		short, stop := context.WithTimeout(ctx, 2*time.Second)
+		if err := st.Pause(short, "cordon", pause.Record{Since: time.Now()}); err == nil {
+			t.Errorf("%s wrote a pause record", user)
+		}
+		stop()
+		short, stop = context.WithTimeout(ctx, 2*time.Second)
+		if err := st.Resume(short, pause.All); err == nil {
+			t.Errorf("%s deleted a pause record", user)
+		}
+		stop()
+	}
+	if r, ok, err := op.Get(ctx, pause.All); err != nil || !ok || r.By != "e2e" {
+		t.Fatalf("the record after the refused writes: %+v %v %v", r, ok, err)
+	}
+	if _, ok, err := op.Get(ctx, "cordon"); err != nil || ok {
+		t.Fatalf("a refused write stored cordon's record: %v %v", ok, err)
+	}
+	if err := op.Resume(ctx, pause.All); err != nil {
+		t.Fatalf("operator resumes: %v", err)
+	}
+	for _, w := range watchers {
+		harness.Eventually(t, time.Second, "resumed within 1 s", func() bool { _, ok := w.Paused(); return !ok })
 	}
 }
