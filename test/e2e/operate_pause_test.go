@@ -260,8 +260,9 @@ func TestOperatePauseCordon(t *testing.T) {
 	}
 }
 
-// TestDeployPauseRecords: with deploy/'s NATS users, cordon creates the
-// bucket opswire-pause and watches it, operator writes and deletes pause
+// TestDeployPauseRecords: with deploy/'s NATS users, each actor (cordon,
+// cleanup, report, notifier) creates the bucket opswire-pause if missing
+// and watches it, operator writes and deletes pause
 // records, audit reads them, and nobody else can write one (the refusals
 // through the raw subjects are in TestDeployOperatorCommands).
 func TestDeployPauseRecords(t *testing.T) {
@@ -277,7 +278,7 @@ func TestDeployPauseRecords(t *testing.T) {
 		return j
 	}
 	var watchers []*pause.Watcher
-	for _, actor := range []string{"cordon", "cleanup"} {
+	for _, actor := range pause.Actors {
 		w, err := pause.Follow(ctx, js(actor), 1, pause.WatcherConfig{Cluster: "prod", Actor: actor}, zerolog.Nop())
 		if err != nil {
 			t.Fatalf("%s creates and watches %s: %v", actor, pause.Bucket, err)
@@ -303,7 +304,7 @@ func TestDeployPauseRecords(t *testing.T) {
 		t.Fatalf("audit reads the record: %+v %v %v", r, ok, err)
 	}
 	for _, user := range []string{"audit", "watcher", "cordon", "cleanup", "report", "notifier"} {
-		if user == "watcher" || user == "report" || user == "notifier" {
+		if user == "watcher" {
 			// Without STREAM.INFO on the bucket they cannot open it.
 			short, stop := context.WithTimeout(ctx, 2*time.Second)
 			_, err := js(user).KeyValue(short, pause.Bucket)
