@@ -266,7 +266,32 @@ func TestOperatePauseCordon(t *testing.T) {
 // records, audit reads them, and nobody else can write one (the refusals
 // through the raw subjects are in TestDeployOperatorCommands).
 func TestDeployPauseRecords(t *testing.T) {
-	n, pw := harness.StartDeployedNATS(t)
+	t.Run("cluster", func(t *testing.T) {
+		n, pw := harness.StartDeployedNATS(t)
+		checkPauseRecords(t, n, pw, pause.Actors, []string{"audit", "watcher", "cordon", "cleanup", "report", "notifier"})
+	})
+	// The fleet hub runs only the notifier (for every cluster): its
+	// auth.conf lets it follow the pause of the hub's cluster.name.
+	t.Run("fleet-hub", func(t *testing.T) {
+		root, err := harness.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pw := harness.DeployPasswords()
+		for _, u := range []string{"leaf_a", "leaf_b"} {
+			pw[u] = "p" + u + "-7c41e2d9a8b3"
+		}
+		for u, p := range pw {
+			t.Setenv("NATS_"+strings.ToUpper(u)+"_PASSWORD", p)
+		}
+		n := harness.StartNATS(t, harness.WithConfigFile(filepath.Join(root, "deploy", "overlays", "fleet-hub", "auth.conf")))
+		checkPauseRecords(t, n, pw, []string{"notifier"}, []string{"audit", "notifier"})
+	})
+}
+
+// checkPauseRecords: the actors create (the first) and watch the bucket,
+// operator pauses and resumes, audit reads, and none of others can write.
+func checkPauseRecords(t *testing.T, n *harness.NATS, pw map[string]string, actors, others []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	js := func(user string) jetstream.JetStream {
@@ -278,7 +303,7 @@ func TestDeployPauseRecords(t *testing.T) {
 		return j
 	}
 	var watchers []*pause.Watcher
-	for _, actor := range pause.Actors {
+	for _, actor := range actors {
 		w, err := pause.Follow(ctx, js(actor), 1, pause.WatcherConfig{Cluster: "prod", Actor: actor}, zerolog.Nop())
 		if err != nil {
 			t.Fatalf("%s creates and watches %s: %v", actor, pause.Bucket, err)
@@ -303,7 +328,7 @@ func TestDeployPauseRecords(t *testing.T) {
 	if r, ok, err := open("audit").Get(ctx, pause.All); err != nil || !ok || r.By != "e2e" {
 		t.Fatalf("audit reads the record: %+v %v %v", r, ok, err)
 	}
-	for _, user := range []string{"audit", "watcher", "cordon", "cleanup", "report", "notifier"} {
+	for _, user := range others {
 		if user == "watcher" {
 			// Without STREAM.INFO on the bucket they cannot open it.
 			short, stop := context.WithTimeout(ctx, 2*time.Second)
