@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,17 +22,73 @@ import (
 	"github.com/opswire/opswire/test/harness"
 )
 
-// operateCommands are the command lines of docs/operate.md that
-// TestOperatePauseCordon runs, each as written (sh -c, with opswire and
-// kubectl-opswire on PATH). The test fails if the doc holds a command
-// line not listed here.
-var operateCommands = []string{
-	`opswire pause cordon --for 30s --reason "node pool upgrade"`,
-	`opswire status`,
-	`opswire status -o json`,
-	`kubectl-opswire status`,
-	`opswire pause cordon --reason "incident 1234"`,
-	`opswire resume cordon`,
+// operateCommands are the command lines of docs/operate.md, each with the
+// test that runs it as written (sh -c, with opswire and kubectl-opswire on
+// PATH). Every line of the doc must be here, and each test checks it ran
+// all of its own.
+var operateCommands = map[string]string{
+	`opswire pause cordon --for 30s --reason "node pool upgrade"`: "TestOperatePauseCordon",
+	`opswire status`:                                "TestOperatePauseCordon",
+	`opswire status -o json`:                        "TestOperatePauseCordon",
+	`kubectl-opswire status`:                        "TestOperatePauseCordon",
+	`opswire pause cordon --reason "incident 1234"`: "TestOperatePauseCordon",
+	`opswire resume cordon`:                         "TestOperatePauseCordon",
+	`opswire pause all --reason "etcd maintenance"`: "TestOperatePauseCleanup",
+	`opswire resume all`:                            "TestOperatePauseCleanup",
+}
+
+// checkOperateDoc fails t when docs/operate.md holds a command no test runs.
+func checkOperateDoc(t *testing.T) {
+	t.Helper()
+	documented := docOperateCommands(t)
+	if len(documented) == 0 {
+		t.Fatal("docs/operate.md has no opswire command")
+	}
+	for _, l := range documented {
+		if _, ok := operateCommands[l]; !ok {
+			t.Fatalf("docs/operate.md: %q is run by no test (add it to operateCommands and run it)", l)
+		}
+	}
+}
+
+// opswireRunner returns a runner of operateCommands lines as the operator
+// user of n, and a check, for the end of the test, that every line
+// operateCommands gives to this test was run.
+func opswireRunner(t *testing.T, n *harness.NATS, pw map[string]string) (run func(line string) string, allRun func()) {
+	t.Helper()
+	bin := harness.Build(t, "opswire")
+	dir := t.TempDir()
+	for _, name := range []string{"opswire", "kubectl-opswire"} {
+		if err := os.Symlink(bin, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ran := map[string]bool{}
+	run = func(line string) string {
+		t.Helper()
+		if operateCommands[line] != t.Name() {
+			t.Fatalf("%q is not one of %s's operateCommands", line, t.Name())
+		}
+		ran[line] = true
+		cmd := exec.Command("sh", "-c", line)
+		cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"), "OPSWIRE_NATS_URL="+n.URL,
+			"OPSWIRE_NATS_PASSWORD="+pw["operator"], "OPSWIRE_CLUSTER=e2e", "USER=oncall")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, out)
+		}
+		t.Logf("$ %s\n%s", line, out)
+		return string(out)
+	}
+	allRun = func() {
+		t.Helper()
+		for l, name := range operateCommands {
+			if name == t.Name() && !ran[l] {
+				t.Errorf("%q (docs/operate.md) was not run", l)
+			}
+		}
+	}
+	return run, allRun
 }
 
 // docOperateCommands returns the lines of docs/operate.md's sh blocks that
@@ -69,15 +124,7 @@ func docOperateCommands(t *testing.T) []string {
 // themselves once the 30 s are over. Then a pause without --for is ended
 // early by `opswire resume cordon`.
 func TestOperatePauseCordon(t *testing.T) {
-	documented := docOperateCommands(t)
-	if len(documented) == 0 {
-		t.Fatal("docs/operate.md has no opswire command")
-	}
-	for _, l := range documented {
-		if !slices.Contains(operateCommands, l) {
-			t.Fatalf("docs/operate.md: %q is run by no test (add it to operateCommands and run it)", l)
-		}
-	}
+	checkOperateDoc(t)
 
 	cp := harness.StartControlPlane(t)
 	n, pw := harness.StartDeployedNATS(t)
@@ -144,30 +191,7 @@ func TestOperatePauseCordon(t *testing.T) {
 	cordonFill(t, c, "node-a", 0, 5)
 	harness.Eventually(t, 20*time.Second, "node-a cordoned", func() bool { return marked("node-a") })
 
-	bin := harness.Build(t, "opswire")
-	dir := t.TempDir()
-	for _, name := range []string{"opswire", "kubectl-opswire"} {
-		if err := os.Symlink(bin, filepath.Join(dir, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ran := map[string]bool{}
-	run := func(line string) string {
-		t.Helper()
-		if !slices.Contains(operateCommands, line) {
-			t.Fatalf("%q is not in operateCommands", line)
-		}
-		ran[line] = true
-		cmd := exec.Command("sh", "-c", line)
-		cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"), "OPSWIRE_NATS_URL="+n.URL,
-			"OPSWIRE_NATS_PASSWORD="+pw["operator"], "OPSWIRE_CLUSTER=e2e", "USER=oncall")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", line, err, out)
-		}
-		t.Logf("$ %s\n%s", line, out)
-		return string(out)
-	}
+	run, allRun := opswireRunner(t, n, pw)
 	writes := func(from, to time.Time) []harness.APIRequest {
 		return proxy.Requests(func(r harness.APIRequest) bool {
 			return r.Method != "GET" && !strings.Contains(r.Path, "/leases/") && !r.Sent.Before(from) && r.Sent.Before(to)
@@ -253,11 +277,90 @@ func TestOperatePauseCordon(t *testing.T) {
 	if w := writes(again.Add(time.Second), resumed); len(w) != 0 {
 		t.Fatalf("%d cordon writes during the second pause: %+v", len(w), w)
 	}
-	for _, l := range documented {
-		if !ran[l] {
-			t.Errorf("docs/operate.md: %q was not run", l)
+	allRun()
+}
+
+// TestOperatePauseCleanup: with deploy/'s NATS users, `opswire pause all`
+// holds cleanup too: an evicted pod is not deleted (no DELETE reaches the
+// API from 1 s after the pause), its removal is published once as
+// skipped/paused, and `opswire resume all` lets cleanup delete it.
+func TestOperatePauseCleanup(t *testing.T) {
+	checkOperateDoc(t)
+	cp := harness.StartControlPlane(t)
+	n, pw := harness.StartDeployedNATS(t)
+	c := cp.Client
+	worker := harness.CreateNode(t, c, harness.Node("worker-1", nil))
+	harness.CreateNamespace(t, c, "apps")
+	cfg := harness.WriteConfig(t, cleanupConfig())
+	env := func(user string) []string {
+		e := []string{"OPSWIRE_NATS_USER=" + user, "OPSWIRE_NATS_PASSWORD=" + pw[user]}
+		if user != "watcher" {
+			e = append(e, "OPSWIRE_MANAGE_STREAMS=false")
+		}
+		return e
+	}
+	w := harness.StartService(t, "watcher", harness.ServiceOptions{Config: cfg, Kubeconfig: cp.Kubeconfig, NATSURL: n.URL, ID: "w1", Env: env("watcher")})
+	w.WaitReady(t, 60*time.Second)
+	audit := connectAs(t, n, "audit", pw["audit"])
+	var mu sync.Mutex
+	var skipped []events.CleanupDecision
+	if _, err := audit.nc.Subscribe("ops.e2e.cleanup.skipped.>", func(m *nats.Msg) {
+		var d events.CleanupDecision
+		if json.Unmarshal(m.Data, &d) == nil {
+			mu.Lock()
+			skipped = append(skipped, d)
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := audit.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	proxy := harness.StartAPIProxy(t, cp)
+	cl := harness.StartService(t, "cleanup", harness.ServiceOptions{Config: cfg, Kubeconfig: proxy.Kubeconfig(t, cleanupKubeconfig(t, cp)),
+		NATSURL: n.URL, ID: "a", Env: env("cleanup")})
+	harness.WaitLeader(t, c, "default", "opswire-cleanup", map[string]*harness.Process{"a": cl})
+
+	run, allRun := opswireRunner(t, n, pw)
+	run(`opswire pause all --reason "etcd maintenance"`)
+	pausedAt := time.Now()
+	harness.Eventually(t, 5*time.Second, "cleanup paused", func() bool { return cl.Metric(`opswire_paused{actor="cleanup"}`) == 1 })
+	p := harness.CreatePod(t, c, harness.Pod("apps", "victim", worker.Name))
+	evict(t, cp, p)
+	harness.Eventually(t, 15*time.Second, "the removal published as skipped/paused", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, d := range skipped {
+			if d.Pod == "victim" && d.Reason == "paused" && strings.Contains(d.Message, "etcd maintenance") {
+				return true
+			}
+		}
+		return false
+	})
+	if !harness.PodExists(t, c, "apps", "victim") {
+		t.Fatal("the evicted pod was deleted while paused")
+	}
+	run(`opswire resume all`)
+	resumed := time.Now()
+	harness.Eventually(t, 10*time.Second, "the evicted pod deleted after opswire resume all", func() bool { return !harness.PodExists(t, c, "apps", "victim") })
+	if w := proxy.Requests(func(r harness.APIRequest) bool {
+		return r.Method != "GET" && !strings.Contains(r.Path, "/leases/") && r.Sent.After(pausedAt.Add(time.Second)) && r.Sent.Before(resumed)
+	}); len(w) != 0 {
+		t.Fatalf("%d cleanup writes while paused: %+v", len(w), w)
+	}
+	mu.Lock()
+	k := 0
+	for _, d := range skipped {
+		if d.Pod == "victim" && d.Reason == "paused" {
+			k++
 		}
 	}
+	mu.Unlock()
+	if k != 1 {
+		t.Errorf("the held-back removal was published %d times, want once", k)
+	}
+	allRun()
 }
 
 // TestDeployPauseRecords: with deploy/'s NATS users, each actor (cordon,
