@@ -703,7 +703,10 @@ func (a *Actuator) emit(pod *events.PodState, d Decision, verb, errMsg, subj str
 // emitAnnotated is emit with annotations on the Kubernetes Event (a
 // removal's journal, journal.go).
 func (a *Actuator) emitAnnotated(pod *events.PodState, d Decision, verb, errMsg, subj string, ev envelope.Event, encErr error, ann map[string]string) {
-	if !a.cfg.DryRun {
+	// An Event is a write: none in dry-run, and no skip's while paused (the
+	// skip is still published to OPS). A removal's Event is its journal
+	// (LiveActions): kept even if a pause began while it was written.
+	if _, paused := a.pausedBy(); !a.cfg.DryRun && (!paused || verb != VerbSkipped) {
 		a.event(pod, verb, d, errMsg, ann)
 	}
 	a.metrics.Decisions.WithLabelValues(verb, d.Reason).Inc()

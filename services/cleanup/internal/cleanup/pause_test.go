@@ -70,3 +70,20 @@ func TestPausedActuatorRemovesNothingAndAnnouncesOncePerPause(t *testing.T) {
 		})
 	}
 }
+
+// A skip while paused is published but records no Kubernetes Event (a write).
+func TestPausedSkipRecordsNoEvent(t *testing.T) {
+	state := pod(failed("Evicted"))
+	r := newRig(t, testPolicy(), false, nil, livePod())
+	r.act.cfg.Pause = &fakePause{rec: pause.Record{Since: time.Unix(1, 0)}, on: true}
+	d := Decision{Action: Skip, Want: Delete, Reason: "protected", Message: "namespace excluded"}
+	if _, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := r.eventsSeen(); len(ev) != 0 {
+		t.Fatalf("Events while paused: %v", ev)
+	}
+	if got := opsSummary(t, r.pub.All()); len(got) != 1 {
+		t.Fatalf("published %v, want the skip", got)
+	}
+}

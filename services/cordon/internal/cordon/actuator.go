@@ -168,8 +168,8 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 	start := time.Now()
 	// Paused: checked before anything that can write (a doubt's settling
 	// included), so the decision is published and nothing else happens.
-	if d.Action != ActionNone && a.cfg.Pause != nil {
-		if r, ok := a.cfg.Pause.Paused(); ok {
+	if d.Action != ActionNone {
+		if r, ok := a.paused(); ok {
 			a.announcePaused(n, d, r)
 			return actuate.Outcome{RequeueAfter: pauseRecheck(r, a.cfg.Now())}, nil
 		}
@@ -618,6 +618,14 @@ func (a *Actuator) announcePaused(n *events.NodeState, d Decision, r pause.Recor
 	a.publish(VerbSkipped, a.refusalID(n, a.simSeq[n.Name]), a.payload(VerbSkipped, n.Name, n.UID, n.ResourceVersion, d))
 }
 
+// paused returns the pause that holds the actor now, if any.
+func (a *Actuator) paused() (pause.Record, bool) {
+	if a.cfg.Pause == nil {
+		return pause.Record{}, false
+	}
+	return a.cfg.Pause.Paused()
+}
+
 // pauseRecheck is when a held-back decision is looked at again: at the
 // pause's end, and at least every second so that a resume takes effect
 // without waiting for the next tick.
@@ -641,7 +649,8 @@ func (a *Actuator) announceHeld(n *events.NodeState, d Decision) {
 	a.simSeq[n.Name]++
 	p := a.payload(VerbSkipped, n.Name, n.UID, n.ResourceVersion, d)
 	p.Action = ""
-	if !a.cfg.DryRun {
+	// An Event is a write: none while paused (the OPS message says it all).
+	if _, paused := a.paused(); !a.cfg.DryRun && !paused {
 		a.rec.Eventf(nodeRef(n), corev1.EventTypeWarning, EventDoNotCordonHeld, "opswire leaves the node as it is: %s", d.Reason)
 	}
 	a.publish(VerbSkipped, a.refusalID(n, a.simSeq[n.Name]), p)

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/pause"
 )
 
@@ -72,5 +73,30 @@ func TestPausedActuatorWritesNothingAndAnnouncesOncePerPause(t *testing.T) {
 				t.Fatalf("writes after resume = %v, want one patch", w)
 			}
 		})
+	}
+}
+
+// A held node labelled donotcordon is announced while paused, without an Event (a write).
+func TestPausedHeldNodeRecordsNoEvent(t *testing.T) {
+	n := apiNode("a", ours(EffectCordon))
+	n.Labels[events.LabelDoNotCordon] = ""
+	h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, append([]runtime.Object{n}, pods("a", 100)...)...)
+	h.act.cfg.Pause = &fakePause{rec: pause.Record{Since: time.Unix(1, 0)}, on: true}
+	state := mirrorOf(n, 100)
+	marked := h.ledger.Marked(state)
+	d := Evaluate(h.act.cfg.Policy, state, marked)
+	if d.Code != CodeDoNotCordonHeld {
+		t.Fatalf("decision %+v, want %s", d, CodeDoNotCordonHeld)
+	}
+	if _, err := h.act.Apply(context.Background(), state, marked, d); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-h.rec.Events:
+		t.Fatalf("Event while paused: %s", ev)
+	default:
+	}
+	if msgs := decisions(t, h.pub); len(msgs) != 1 || msgs[0].D.Code != CodeDoNotCordonHeld {
+		t.Fatalf("published %+v, want the donotcordon-held announcement", msgs)
 	}
 }
