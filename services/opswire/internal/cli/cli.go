@@ -105,7 +105,8 @@ func Main(ctx context.Context, args []string, env Env) int {
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(env.Stderr, usage)
-		newFlags(env, &Config{}, &pauseFlags{}).PrintDefaults()
+		def := DefaultConfig()
+		newFlags(env, &def, &pauseFlags{}).PrintDefaults()
 		if len(args) == 0 {
 			return ExitUsage
 		}
