@@ -1,6 +1,6 @@
 # opswire — one Makefile for every module of the workspace.
 #
-#   make build         all service binaries into ./bin
+#   make build         all service binaries and the opswire command (also as kubectl-opswire) into ./bin
 #   make test          unit, integration and end-to-end tests of every module
 #                      (builds the Kubernetes components, etcd, CoreDNS and helm once, into ~/.cache/opswire/bin)
 #   make lint          gofmt and go vet
@@ -15,7 +15,9 @@
 #   make push          push them: make push REGISTRY=ghcr.io/acme [TAG=v1.2.3]
 
 SERVICES := watcher cordon cleanup report notifier
-MODULES  := shared $(addprefix services/,$(SERVICES)) test
+# The command for people (docs/operate.md): a module of its own, no image.
+COMMANDS := opswire
+MODULES  := shared $(addprefix services/,$(SERVICES) $(COMMANDS)) test
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X github.com/opswire/opswire/shared/app.Version=$(VERSION)
 GO       ?= go
@@ -34,6 +36,9 @@ build:
 		echo ">> building opswire-$$s"; \
 		CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/opswire-$$s ./services/$$s || exit 1; \
 	done
+	@echo ">> building opswire (and kubectl-opswire, the kubectl plugin)"
+	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/opswire ./services/opswire
+	@cp bin/opswire bin/kubectl-opswire
 
 controlplane:
 	@./hack/build-controlplane.sh
@@ -52,7 +57,7 @@ unit:
 		(cd $$m && $(GO) test $(TEST_FLAGS) $(UNIT_FLAGS) ./...) || exit 1; \
 	done
 	@echo ">> standalone builds (GOWORK=off)"
-	@for s in $(SERVICES); do \
+	@for s in $(SERVICES) $(COMMANDS); do \
 		(cd services/$$s && GOWORK=off $(GO) build -o /dev/null ./...) || exit 1; \
 	done
 

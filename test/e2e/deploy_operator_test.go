@@ -246,6 +246,12 @@ nats() { "$NATS_BIN" "$@"; }
 		{"operator", "$JS.API.CONSUMER.DELETE.OPS.opswire-notifier-prod-ops-feishu"},
 		{"operator", "$JS.API.CONSUMER.NAMES.KUBE"}, {"operator", "$JS.API.CONSUMER.CREATE.KUBE.x.kube.>"},
 		{"operator", "ctl.prod.pause"},
+		// Pause records: only operator writes them (TestDeployPauseRecords).
+		{"audit", "$KV.opswire-pause.prod.cordon"}, {"watcher", "$KV.opswire-pause.prod.cordon"},
+		{"cordon", "$KV.opswire-pause.prod.cordon"}, {"cleanup", "$KV.opswire-pause.prod.all"},
+		{"report", "$KV.opswire-pause.prod.report"}, {"notifier", "$KV.opswire-pause.prod.notifier"},
+		{"audit", "$JS.API.STREAM.CREATE.KV_opswire-pause"}, {"operator", "$JS.API.STREAM.DELETE.KV_opswire-pause"},
+		{"operator", "$JS.API.STREAM.PURGE.KV_opswire-pause"}, {"audit", "$JS.API.CONSUMER.CREATE.KV_opswire-pause.x.>"},
 	} {
 		t.Run(tc.user+" cannot publish "+tc.subject, func(t *testing.T) {
 			u := connectAs(t, n, tc.user, pw[tc.user])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/kube"
+	"github.com/opswire/opswire/shared/pause"
 	"github.com/opswire/opswire/shared/subject"
 )
 
@@ -77,10 +79,18 @@ type ActuatorConfig struct {
 	// Replica is this replica's identity, the source host of the Events it
 	// writes itself.
 	Replica string
+	// Pause tells whether a pause record holds the actor (a
+	// *pause.Watcher); nil: never paused.
+	Pause Pauser
 	// WindowNow is the clock of the rate window (time.Now when nil). It must
 	// be monotonic: the API server's clock is a lower bound that steps by up
 	// to a second as samples come in, which would open window slots early.
 	WindowNow func() time.Time
+}
+
+// Pauser tells whether the actor is paused now, and by which record.
+type Pauser interface {
+	Paused() (pause.Record, bool)
 }
 
 // Actuator is the one place through which the cleanup actor writes to the
@@ -175,6 +185,14 @@ func (a *Actuator) Handle(ctx context.Context, pod *events.PodState, d Decision,
 		a.log.Debug().Str("pod", pod.Namespace+"/"+pod.Name).Str("uid", pod.UID).Stringer("action", d.Action).
 			Msg("pod already gone from the API server; the mirror is behind")
 		return Outcome{}, nil
+	}
+	// Paused: checked before anything that can write (a doubt's settling
+	// included); the decision is published, nothing else happens.
+	if d.Action == Delete || d.Action == ForceDelete {
+		if r, ok := a.pausedBy(); ok {
+			a.announcePaused(pod, d, r)
+			return Outcome{RequeueAfter: pauseRecheck(r, a.cfg.WindowNow())}, nil
+		}
 	}
 	if settled, out, err := a.resolve(ctx, pod.UID); settled {
 		return out, err
@@ -620,6 +638,47 @@ func (a *Actuator) answerIntent(ctx context.Context, rm *removal, why string, se
 	ans.Answer(ctx, rm.isubj, rm.iev, why)
 }
 
+func (a *Actuator) pausedBy() (pause.Record, bool) {
+	if a.cfg.Pause == nil {
+		return pause.Record{}, false
+	}
+	return a.cfg.Pause.Paused()
+}
+
+// announcePaused publishes, once per pod and pause, the removal a pause
+// holds back, as skipped with reason paused. No Kubernetes Event: that is a
+// write too, and a pause means none.
+func (a *Actuator) announcePaused(pod *events.PodState, d Decision, r pause.Record) {
+	if !a.reported.First(pod.UID, VerbSkipped+"/"+pause.Reason+"/"+r.Since.String()) {
+		return
+	}
+	a.log.Info().Str("pod", pod.Namespace+"/"+pod.Name).Stringer("action", d.Action).Str("pause", r.String()).
+		Msg("decision held back: paused")
+	d.Want, d.Reason, d.Message = d.Action, pause.Reason, d.Reason+": "+d.Message+" (not applied: "+r.String()+")"
+	subj, ev, err := a.decisionEvent(pod, d, VerbSkipped, "")
+	if err == nil {
+		// One id per pod and pause: OPS keeps each pause's message, and a
+		// new leader's repeat of the same pause is dropped as a duplicate.
+		ev.ID += "/" + strconv.FormatInt(r.Since.UnixNano(), 10)
+	}
+	a.metrics.Decisions.WithLabelValues(VerbSkipped, pause.Reason).Inc()
+	if err != nil {
+		a.log.Error().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Msg("audit message cannot be encoded")
+		return
+	}
+	a.audit.Publish(subj, ev)
+}
+
+// pauseRecheck is when a held-back removal is looked at again: at the
+// pause's end, and at least every second so that a resume takes effect
+// without waiting for the next tick.
+func pauseRecheck(r pause.Record, now time.Time) time.Duration {
+	if r.Until.IsZero() {
+		return time.Second
+	}
+	return max(min(r.Until.Sub(now), time.Second), 10*time.Millisecond)
+}
+
 // reportOnce publishes a decision unless the same verb and reason was already
 // published for this pod by this leader (the OPS id dedups across leaders
 // within the stream's duplicate window).
@@ -646,7 +705,10 @@ func (a *Actuator) emit(pod *events.PodState, d Decision, verb, errMsg, subj str
 // emitAnnotated is emit with annotations on the Kubernetes Event (a
 // removal's journal, journal.go).
 func (a *Actuator) emitAnnotated(pod *events.PodState, d Decision, verb, errMsg, subj string, ev envelope.Event, encErr error, ann map[string]string) {
-	if !a.cfg.DryRun {
+	// An Event is a write: none in dry-run, and no skip's while paused (the
+	// skip is still published to OPS). A removal's Event is its journal
+	// (LiveActions): kept even if a pause began while it was written.
+	if _, paused := a.pausedBy(); !a.cfg.DryRun && (!paused || verb != VerbSkipped) {
 		a.event(pod, verb, d, errMsg, ann)
 	}
 	a.metrics.Decisions.WithLabelValues(verb, d.Reason).Inc()

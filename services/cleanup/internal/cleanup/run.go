@@ -13,6 +13,7 @@ import (
 	"github.com/opswire/opswire/shared/app"
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/kubestate"
+	"github.com/opswire/opswire/shared/pause"
 	"github.com/opswire/opswire/shared/subject"
 )
 
@@ -67,6 +68,12 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	defer stopEvents()
 
 	metrics := NewMetrics(rt.Server.Registry)
+	// Standbys follow the pause records too: a new leader knows at once.
+	paused, err := pause.Follow(ctx, js, rt.Config.NATS.Replicas,
+		pause.WatcherConfig{Cluster: rt.Cluster, Actor: Service, Registry: rt.Server.Registry}, log)
+	if err != nil {
+		return err
+	}
 	clock.Skew = metrics.ClockSkew.Set
 	// The auditor outlives leadership and is flushed at shutdown; each
 	// removal is journaled before it is written (an intent on
@@ -91,7 +98,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	return terms.Lead(ctx, elector, rt.Server, termCfg, func(window *actuate.Window) actuate.Term {
 		act := NewActuator(client, terms.Audit, recorder, metrics, log, ActuatorConfig{
 			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Limiter: window, Now: clock.Now, Intents: terms.Journal,
-			Replica: rt.Options.ID, ServerRequestTimeout: rt.Config.Kube.ServerRequestTimeout.Duration,
+			Replica: rt.Options.ID, Pause: paused, ServerRequestTimeout: rt.Config.Kube.ServerRequestTimeout.Duration,
 		})
 		ctl := NewController(policy, act, metrics, cfg.Interval.Duration, workers, clock.Now, log)
 		var mirror *kubestate.Mirror

@@ -20,6 +20,7 @@ import (
 	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/pause"
 	"github.com/opswire/opswire/shared/subject"
 )
 
@@ -88,6 +89,14 @@ type ActuatorConfig struct {
 	// Metadata reads the pods' metadata for the recounts that need only
 	// their number (recounter); nil: every recount reads whole pods.
 	Metadata metadata.Interface
+	// Pause tells whether a pause record holds the actor (a
+	// *pause.Watcher); nil: never paused.
+	Pause Pauser
+}
+
+// Pauser tells whether the actor is paused now, and by which record.
+type Pauser interface {
+	Paused() (pause.Record, bool)
 }
 
 // Actuator is the one place where the cordon actor writes: to the node (the
@@ -157,6 +166,14 @@ func (a *Actuator) Apply(ctx context.Context, n *events.NodeState, marked bool, 
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	start := time.Now()
+	// Paused: checked before anything that can write (a doubt's settling
+	// included), so the decision is published and nothing else happens.
+	if d.Action != ActionNone {
+		if r, ok := a.paused(); ok {
+			a.announcePaused(n, d, r)
+			return actuate.Outcome{RequeueAfter: pauseRecheck(r, a.cfg.Now())}, nil
+		}
+	}
 	// A write in doubt is settled first: by the node's own retry (whatever
 	// it now decides), and before any other write, so the cap and the rate
 	// window never count on a write whose fate is unknown.
@@ -588,6 +605,38 @@ func (a *Actuator) refuse(n *events.NodeState, d Decision, f Fleet) {
 	a.publish(VerbSkipped, a.refusalID(n, a.simSeq[n.Name]), p)
 }
 
+// announcePaused publishes, once per node and pause, the decision a pause
+// holds back, as skipped with code paused. No Kubernetes Event: that is a
+// write too, and a pause means none.
+func (a *Actuator) announcePaused(n *events.NodeState, d Decision, r pause.Record) {
+	a.m.Refusals.WithLabelValues(pause.Reason).Inc()
+	if !a.announced.First(n.Name, VerbSkipped+"/"+pause.Reason+"/"+r.Since.String()) {
+		return
+	}
+	a.log.Info().Str("node", n.Name).Str("action", string(d.Action)).Str("pause", r.String()).Msg("decision held back: paused")
+	a.simSeq[n.Name]++
+	d.Code, d.Reason = pause.Reason, d.Reason+" (not applied: "+r.String()+")"
+	a.publish(VerbSkipped, a.refusalID(n, a.simSeq[n.Name]), a.payload(VerbSkipped, n.Name, n.UID, n.ResourceVersion, d))
+}
+
+// paused returns the pause that holds the actor now, if any.
+func (a *Actuator) paused() (pause.Record, bool) {
+	if a.cfg.Pause == nil {
+		return pause.Record{}, false
+	}
+	return a.cfg.Pause.Paused()
+}
+
+// pauseRecheck is when a held-back decision is looked at again: at the
+// pause's end, and at least every second so that a resume takes effect
+// without waiting for the next tick.
+func pauseRecheck(r pause.Record, now time.Time) time.Duration {
+	if r.Until.IsZero() {
+		return time.Second
+	}
+	return max(min(r.Until.Sub(now), time.Second), 10*time.Millisecond)
+}
+
 // announceHeld says, once per episode, that a node opswire holds carries
 // the donotcordon label: opswire leaves it cordoned and marked (it neither
 // releases nor re-applies it), and only a person can end that. Published as
@@ -601,7 +650,8 @@ func (a *Actuator) announceHeld(n *events.NodeState, d Decision) {
 	a.simSeq[n.Name]++
 	p := a.payload(VerbSkipped, n.Name, n.UID, n.ResourceVersion, d)
 	p.Action = ""
-	if !a.cfg.DryRun {
+	// An Event is a write: none while paused (the OPS message says it all).
+	if _, paused := a.paused(); !a.cfg.DryRun && !paused {
 		a.rec.Eventf(nodeRef(n), corev1.EventTypeWarning, EventDoNotCordonHeld, "opswire leaves the node as it is: %s", d.Reason)
 	}
 	a.publish(VerbSkipped, a.refusalID(n, a.simSeq[n.Name]), p)

@@ -9,6 +9,7 @@ import (
 	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/app"
 	"github.com/opswire/opswire/shared/kubestate"
+	"github.com/opswire/opswire/shared/pause"
 	"github.com/opswire/opswire/shared/subject"
 )
 
@@ -41,6 +42,12 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	}
 	dryRun := rt.DryRun(cfg.DryRun)
 	metrics := NewMetrics(rt.Server.Registry)
+	// Standbys follow the pause records too: a new leader knows at once.
+	paused, err := pause.Follow(ctx, js, rt.Config.NATS.Replicas,
+		pause.WatcherConfig{Cluster: rt.Cluster, Actor: Service, Registry: rt.Server.Registry}, rt.Log)
+	if err != nil {
+		return err
+	}
 	// The auditor outlives leadership and is flushed at shutdown; each
 	// cordon, uncordon and handover is journaled before its patch (an
 	// intent on ops.<cluster>.cordon.intent.<node>).
@@ -70,7 +77,7 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 		m := kubestate.New(js, rt.Cluster, rt.Log, rt.Server.Registry, kubestate.Handlers{OnNode: changes.OnNode}, subject.KindNode)
 		act := NewActuator(client, terms.Audit, recorder, ledger, NewFleets(m, ledger, policy, client, 0), ActuatorConfig{
 			Cluster: rt.Cluster, Policy: policy, DryRun: dryRun, Identity: rt.Options.ID, Limiter: window,
-			Intents: terms.Journal, Metadata: meta, ServerRequestTimeout: rt.Config.Kube.ServerRequestTimeout.Duration,
+			Intents: terms.Journal, Metadata: meta, Pause: paused, ServerRequestTimeout: rt.Config.Kube.ServerRequestTimeout.Duration,
 		}, metrics, rt.Log)
 		ctrl := NewController(m, changes, policy, ledger, act, cfg.Interval.Duration, metrics, rt.Log)
 		// The marks in the API count too (Recovery.Live): a mark OPS knows

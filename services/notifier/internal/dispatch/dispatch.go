@@ -30,6 +30,7 @@ import (
 	"github.com/opswire/opswire/services/notifier/internal/render"
 	"github.com/opswire/opswire/services/notifier/internal/route"
 	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/pause"
 	"github.com/opswire/opswire/shared/subject"
 )
 
@@ -107,6 +108,14 @@ type Deps struct {
 	Now       func() time.Time
 	// RateLog is optional.
 	RateLog RateLog
+	// Pause tells whether a pause record holds the notifier (a
+	// *pause.Watcher); nil: never paused.
+	Pause Pauser
+}
+
+// Pauser tells whether the notifier is paused now, and by which record.
+type Pauser interface {
+	Paused() (pause.Record, bool)
 }
 
 // Dispatcher routes, groups and tracks messages until they are settled.

@@ -49,6 +49,7 @@ type env struct {
 	defaults []string            // the engine's defaultReceivers
 	cons     jetstream.Consumer
 	settings dispatch.Settings
+	pause    dispatch.Pauser // handed to the engines start builds (nil: never paused)
 
 	mu       sync.Mutex
 	outcomes []dispatch.Outcome
@@ -144,6 +145,7 @@ func (e *env) start(routes []config.Route, receivers []dispatch.Receiver, h hand
 		Routes:    route.New(routes, e.defaults, config.D(20*time.Millisecond), config.D(50*time.Millisecond)),
 		Receivers: receivers, Delivered: e.store, DeadJS: e.js, Core: e.nc,
 		Metrics: m, Log: zerolog.New(zerolog.NewTestWriter(e.t)).Level(zerolog.WarnLevel), RateLog: e.rateLog,
+		Pause: e.pause,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

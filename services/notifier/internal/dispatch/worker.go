@@ -88,7 +88,7 @@ func (w *worker) deliver(ctx context.Context, b *batch) bool {
 	attempts := 0
 	var lastErr error
 	for {
-		if ctx.Err() != nil {
+		if !w.waitUnpaused(ctx) {
 			return false
 		}
 		waitStart := time.Now()
@@ -149,6 +149,42 @@ func (w *worker) deliver(ctx context.Context, b *batch) bool {
 		backoff *= 2
 		if backoff > x.s.RetryMax {
 			backoff = x.s.RetryMax
+		}
+	}
+}
+
+// waitUnpaused holds the batch while a pause record holds the notifier:
+// nothing is sent, and its messages stay held (kept alive by progress
+// acks, never acked), so they are sent once the pause ends, not lost. It
+// looks again every second, so a resume takes effect within one. False
+// when ctx ended first.
+func (w *worker) waitUnpaused(ctx context.Context) bool {
+	x := w.x
+	logged := false
+	for {
+		if ctx.Err() != nil {
+			return false
+		}
+		if x.d.Pause == nil {
+			return true
+		}
+		p, ok := x.d.Pause.Paused()
+		if !ok {
+			if logged {
+				x.d.Log.Info().Str("receiver", w.r.Name).Msg("pause over: sending the held notifications")
+			}
+			return true
+		}
+		if !logged {
+			logged = true
+			x.d.Log.Warn().Str("receiver", w.r.Name).Str("pause", p.String()).Msg("notifications held: paused")
+		}
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
 		}
 	}
 }

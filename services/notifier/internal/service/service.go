@@ -42,6 +42,7 @@ import (
 	"github.com/opswire/opswire/services/notifier/internal/wecom"
 	"github.com/opswire/opswire/shared/app"
 	"github.com/opswire/opswire/shared/config"
+	"github.com/opswire/opswire/shared/pause"
 	"github.com/opswire/opswire/shared/subject"
 )
 
@@ -105,8 +106,14 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
+	// Standbys follow the pause records too: a new active replica knows at once.
+	paused, err := pause.Follow(ctx, js, cfg.NATS.Replicas,
+		pause.WatcherConfig{Cluster: rt.Cluster, Actor: "notifier", Registry: rt.Server.Registry}, rt.Log)
+	if err != nil {
+		return err
+	}
 	a := &active{rt: rt, nc: nc, js: js, kv: kv, records: records, receivers: receivers, metrics: dispatch.NewMetrics(rt.Server.Registry),
-		backlog: newBacklogMetrics(rt.Server.Registry)}
+		backlog: newBacklogMetrics(rt.Server.Registry), pause: paused}
 	for _, r := range receivers {
 		a.metrics.InitReceiver(r.Name)
 		a.backlog.initReceiver(r.Name)
@@ -136,6 +143,7 @@ type active struct {
 	rt        *app.Runtime
 	nc        *nats.Conn
 	js        jetstream.JetStream
+	pause     dispatch.Pauser
 	kv        jetstream.KeyValue
 	records   jetstream.JetStream // the delivered records' asynchronous writes
 	receivers []dispatch.Receiver
@@ -215,7 +223,7 @@ func (a *active) run(ctx context.Context) error {
 			Lookups: deliveredLookups, LookupBatch: deliveredLookupBatch,
 		}, dispatch.Deps{
 			Routes: routes, Receivers: []dispatch.Receiver{r}, Delivered: &dispatch.KVDelivered{KV: a.kv, Async: a.records, Parallel: deliveredMarks, Log: rt.Log}, DeadJS: a.js,
-			Core: a.nc, Metrics: a.metrics, Log: rt.Log, RateLog: rateLog,
+			Core: a.nc, Metrics: a.metrics, Log: rt.Log, RateLog: rateLog, Pause: a.pause,
 		})
 		dispatchers[r.Name] = d
 		wg.Add(1)

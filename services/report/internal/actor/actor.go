@@ -29,6 +29,7 @@ import (
 	"github.com/opswire/opswire/shared/config"
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/kubestate"
+	"github.com/opswire/opswire/shared/pause"
 )
 
 // Service is the name in subjects, sources and the Lease.
@@ -56,6 +57,14 @@ type Deps struct {
 	// Getenv reads $TZ (required); Clock defaults to the real one.
 	Getenv func(string) string
 	Clock  Clock
+	// Pause tells whether a pause record holds the report actor (a
+	// *pause.Watcher); nil: never paused.
+	Pause Pauser
+}
+
+// Pauser tells whether the actor is paused now, and by which record.
+type Pauser interface {
+	Paused() (pause.Record, bool)
 }
 
 // Clock is the actor's time. Now is the wall clock, in which schedules are
@@ -86,6 +95,7 @@ type Actor struct {
 	opts       restarts.Options
 	thresholds images.Thresholds
 	m          *metrics
+	pause      Pauser
 
 	// leading is set for the whole of a leader term, serving once the state
 	// is loaded and requests are answered; Ready reports the gap.
@@ -127,7 +137,7 @@ func New(d Deps) (*Actor, error) {
 		cfg: d.Config, cluster: d.Cluster, js: d.JS, nc: d.NC, maxPayload: maxPayload,
 		log: d.Log, reg: d.Registry, clock: d.Clock, sched: sched,
 		opts: restarts.OptionsFrom(sr), thresholds: images.ThresholdsFrom(d.Config.ImageAlert),
-		m: newMetrics(d.Registry), run: make(chan struct{}, 1),
+		m: newMetrics(d.Registry), run: make(chan struct{}, 1), pause: d.Pause,
 	}, nil
 }
 

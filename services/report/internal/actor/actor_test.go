@@ -40,6 +40,8 @@ type env struct {
 	js      jetstream.JetStream
 	rv      int
 	cluster string
+	// pause is handed to the actors lead builds (nil: never paused).
+	pause Pauser
 }
 
 func newEnv(t *testing.T) *env {
@@ -146,7 +148,7 @@ func (e *env) lead(cfg *config.Config) (a *Actor, reg *prometheus.Registry, stop
 	e.t.Helper()
 	reg = prometheus.NewRegistry()
 	a, err := New(Deps{Config: cfg, Cluster: e.cluster, JS: e.js, NC: e.nc, MaxPayload: e.nc.MaxPayload(),
-		Log: zerolog.Nop(), Registry: reg, Getenv: func(string) string { return "" }})
+		Log: zerolog.Nop(), Registry: reg, Getenv: func(string) string { return "" }, Pause: e.pause})
 	if err != nil {
 		e.t.Fatal(err)
 	}

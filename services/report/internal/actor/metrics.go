@@ -13,6 +13,7 @@ type metrics struct {
 	offenders     prometheus.Gauge
 	lastTick      prometheus.Gauge
 	missed        prometheus.Counter
+	paused        prometheus.Counter
 	budgetUsed    prometheus.Gauge
 	requests      *prometheus.CounterVec // outcome
 	alerts        *prometheus.CounterVec // reason
@@ -42,6 +43,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		missed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "opswire_report_ticks_missed_total",
 			Help: "Scheduled ticks whose report could not be stored by their deadline (tick+catchUp or the next tick).",
+		}),
+		paused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "opswire_report_ticks_paused_total",
+			Help: "Scheduled ticks not sent because a pause record (opswire pause) held the report actor.",
 		}),
 		budgetUsed: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "opswire_report_ops_budget_used_bytes",
@@ -75,7 +80,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.alerts.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.reports, m.rows, m.offenders, m.lastTick, m.missed, m.budgetUsed, m.requests, m.alerts, m.alertFailures, m.storeErrors)
+		reg.MustRegister(m.reports, m.rows, m.offenders, m.lastTick, m.missed, m.paused, m.budgetUsed, m.requests, m.alerts, m.alertFailures, m.storeErrors)
 	}
 	return m
 }

@@ -7,6 +7,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/opswire/opswire/shared/app"
+	"github.com/opswire/opswire/shared/pause"
 )
 
 // Run is the service's entry point for app.Main.
@@ -18,9 +19,15 @@ func Run(ctx context.Context, rt *app.Runtime) error {
 	if err != nil {
 		return err
 	}
+	// Standbys follow the pause records too: a new leader knows at once.
+	paused, err := pause.Follow(ctx, js, rt.Config.NATS.Replicas,
+		pause.WatcherConfig{Cluster: rt.Cluster, Actor: Service, Registry: rt.Server.Registry}, rt.Log)
+	if err != nil {
+		return err
+	}
 	a, err := New(Deps{
 		Config: rt.Config, Cluster: rt.Cluster, JS: js, NC: nc, MaxPayload: nc.MaxPayload(),
-		Log: rt.Log, Registry: rt.Server.Registry, Getenv: os.Getenv,
+		Log: rt.Log, Registry: rt.Server.Registry, Getenv: os.Getenv, Pause: paused,
 	})
 	if err != nil {
 		return err

@@ -105,8 +105,19 @@ func (r *reporter) catchUp(ctx context.Context, now time.Time) {
 	}
 }
 
-// tick stores the report of one tick, retrying until its deadline.
+// tick stores the report of one tick, retrying until its deadline. A tick
+// that comes while a pause record holds the actor is not sent: a pause
+// silences the scheduled reports (an on-demand report, which a person asks
+// for, is still answered). It is not recorded as sent either, so a leader
+// that starts within the tick's catch-up window after the pause sends it.
 func (r *reporter) tick(ctx context.Context, tick time.Time) {
+	if r.a.pause != nil {
+		if p, ok := r.a.pause.Paused(); ok {
+			r.a.m.paused.Inc()
+			r.a.log.Warn().Time("tick", tick).Str("pause", p.String()).Msg("scheduled restart report not sent: paused")
+			return
+		}
+	}
 	deadline := r.deadline(tick)
 	tctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
