@@ -102,3 +102,24 @@ func FuzzClusterKey(f *testing.F) {
 		}
 	})
 }
+
+// TestClusterTokenIsAConsumerName: every cluster name a subject token may
+// be becomes a token nats.go accepts in a consumer name (no '/', '.', '*',
+// '>', whitespace), one to one.
+func TestClusterTokenIsAConsumerName(t *testing.T) {
+	names := []string{"prod", "eu:prod", "arn:aws:eks:eu-west-1:123456789012:cluster/prod", "北京生产", "a=2Fb", "a/b", "a=3Ab"}
+	seen := map[string]string{}
+	for _, n := range names {
+		tok := ClusterToken(n)
+		if strings.ContainsAny(tok, "/.*> \t") {
+			t.Errorf("ClusterToken(%q) = %q: not a consumer-name token", n, tok)
+		}
+		if prev, dup := seen[tok]; dup {
+			t.Errorf("ClusterToken(%q) = ClusterToken(%q) = %q", n, prev, tok)
+		}
+		seen[tok] = n
+	}
+	if got := ClusterToken("prod"); got != "prod" {
+		t.Errorf("ClusterToken(prod) = %q: a safe name must keep its consumer", got)
+	}
+}

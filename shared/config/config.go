@@ -69,6 +69,12 @@ func ClusterKey(name string) string {
 	return b.String()
 }
 
+// ClusterToken is a cluster name as part of a NATS consumer or stream name:
+// ClusterKey with '/' (an EKS ARN's), which such names refuse, written =2F
+// as well. It is one to one too: ClusterKey never writes "=2F" (it keeps
+// '/'), and a name's own "=2F" reads as an escape there and is escaped.
+func ClusterToken(name string) string { return strings.ReplaceAll(ClusterKey(name), "/", "=2F") }
+
 // keyByte reports whether c stands for itself in a ClusterKey.
 func keyByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '/'

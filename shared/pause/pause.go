@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opswire/opswire/shared/config"
 	"slices"
 	"strings"
 	"time"
@@ -62,9 +63,10 @@ func (r Record) String() string {
 // ValidActor reports whether actor can be paused (an actor of Actors or All).
 func ValidActor(actor string) bool { return actor == All || slices.Contains(Actors, actor) }
 
-// Key is the record's key: <cluster>.<actor>. A cluster name is one NATS
-// token already (it is one in every subject).
-func Key(cluster, actor string) string { return cluster + "." + actor }
+// Key is the record's key: <cluster>.<actor>, the cluster name written as
+// config.ClusterKey (a subject token may hold what a KV key refuses: eu:prod,
+// a Chinese name).
+func Key(cluster, actor string) string { return config.ClusterKey(cluster) + "." + actor }
 
 // Replicas of the bucket: the services create it like their other buckets.
 func EnsureBucket(ctx context.Context, js jetstream.KeyValueManager, replicas int) (jetstream.KeyValue, error) {

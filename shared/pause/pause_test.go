@@ -110,3 +110,43 @@ func TestWatcherFollowsTheBucket(t *testing.T) {
 		t.Fatal("pausing the watcher accepted")
 	}
 }
+
+// TestPauseUnderClusterNamesKVKeysRefuse: a cluster name that is one NATS
+// subject token but no KV key (eu:prod, an EKS ARN, a Chinese name) pauses
+// and resumes its own actors, and only them.
+func TestPauseUnderClusterNamesKVKeysRefuse(t *testing.T) {
+	natstest.Start(t)
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kv, err := EnsureBucket(ctx, js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"eu:prod", "arn:aws:eks:eu-west-1:123456789012:cluster/prod", "北京生产"}
+	watchers := map[string]*Watcher{}
+	for _, name := range names {
+		w := NewWatcher(kv, WatcherConfig{Cluster: name, Actor: "cordon"}, zerolog.Nop())
+		go func() { _ = w.Run(ctx) }()
+		if err := w.WaitSynced(ctx); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		watchers[name] = w
+	}
+	for _, name := range names {
+		store := Store{KV: kv, Cluster: name}
+		if err := store.Pause(ctx, "cordon", Record{Since: time.Now()}); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		testkit.Eventually(t, time.Second, name+" paused", func() bool { _, ok := watchers[name].Paused(); return ok })
+		for _, other := range names {
+			if _, ok := watchers[other].Paused(); ok && other != name {
+				t.Fatalf("%s paused by %s's record", other, name)
+			}
+		}
+		if err := store.Resume(ctx, "cordon"); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		testkit.Eventually(t, time.Second, name+" resumed", func() bool { _, ok := watchers[name].Paused(); return !ok })
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/opswire/opswire/shared/config"
 	"sync"
 	"time"
 
@@ -131,7 +132,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 }
 
 func (w *Watcher) watch(ctx context.Context) error {
-	kw, err := w.src.Watch(ctx, w.cluster+".*")
+	kw, err := w.src.Watch(ctx, config.ClusterKey(w.cluster)+".*")
 	if err != nil {
 		return err
 	}
@@ -164,7 +165,7 @@ func (w *Watcher) watch(ctx context.Context) error {
 // apply records one entry: into fresh while the initial values come in,
 // else into the live set.
 func (w *Watcher) apply(e jetstream.KeyValueEntry, fresh map[string]Record, initial bool) {
-	actor := e.Key()[len(w.cluster)+1:]
+	actor := e.Key()[len(config.ClusterKey(w.cluster))+1:]
 	if actor != w.actor && actor != All {
 		return
 	}

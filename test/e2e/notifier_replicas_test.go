@@ -148,6 +148,9 @@ delException:
 // the rest. No card twice, none missing.
 func TestNotifierReplicasSIGTERMMidRequest(t *testing.T) {
 	s := newNotifierSetup(t, "bot-secret-3a9d", "bot-secret-3a9d", notifierLease)
+	// The receiver answers after 3 s: the request timeout must outlast that
+	// and stay under two thirds of ackWait (config validation).
+	s.cfg = harness.WriteConfig(t, strings.Replace(readFile(t, s.cfg), "ackWait: 2s", "ackWait: 9s\n  requestTimeout: 5s", 1))
 	active, standby := s.startReplicas(t)
 	s.feishu.SetLatency(3 * time.Second)
 	publishCleanups(t, s.n.JS, 0, 100)

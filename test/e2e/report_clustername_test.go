@@ -37,6 +37,7 @@ func TestReportUnderClusterNamesKVKeysRefuse(t *testing.T) {
 	}{
 		{name: "eu:prod", lease: "eu-prod", key: "eu=3Aprod"},
 		{name: "北京生产", lease: "beijing", key: "=E5=8C=97=E4=BA=AC=E7=94=9F=E4=BA=A7"},
+		{name: "arn:aws:eks:eu-west-1:123456789012:cluster/prod", lease: "eks-arn", key: "arn=3Aaws=3Aeks=3Aeu-west-1=3A123456789012=3Acluster/prod"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.lease, func(t *testing.T) {

@@ -129,8 +129,11 @@ func checkOrigin(subj string, ev envelope.Event) error {
 	if idActor, _, _ := strings.Cut(ev.ID, "/"); idActor != actor {
 		return fmt.Errorf("%w: ce-id %q is not an id of %s, whose subject it is on", envelope.ErrMalformed, ev.ID, actor)
 	}
-	srcCluster, srcActor, ok := strings.Cut(strings.TrimPrefix(ev.Source, "opswire/"), "/")
-	if !ok || !strings.HasPrefix(ev.Source, "opswire/") || subject.Encode(srcCluster) != cluster || srcActor != actor {
+	// The actor is what follows the last '/': a cluster name may hold '/'
+	// (an EKS ARN), an actor never does.
+	src, ok := strings.CutPrefix(ev.Source, "opswire/")
+	i := strings.LastIndex(src, "/")
+	if !ok || i < 0 || subject.Encode(src[:i]) != cluster || src[i+1:] != actor {
 		return fmt.Errorf("%w: ce-source %q is not opswire/<cluster>/%s of subject %s", envelope.ErrMalformed, ev.Source, actor, subj)
 	}
 	if want, ok := kindActor[ev.Type]; ok && want != actor {

@@ -34,6 +34,10 @@ func TestDecode(t *testing.T) {
 		{"another actor's type", forged("report/x", "opswire/p/report", events.TypeCleanup, "ops.p.report.restarts"), true},
 		{"not an ops subject", good.Msg("ops.p"), true},
 		{"dotted cluster", forged("cleanup/u/deleted/1", "opswire/a.b/cleanup", events.TypeCleanup, "ops.a_b.cleanup.deleted.ns.p"), false},
+		{"a cluster name holding '/' (an EKS ARN)", forged("cleanup/u/deleted/1", "opswire/arn:aws:eks:eu-west-1:1:cluster/prod/cleanup", events.TypeCleanup,
+			"ops.arn:aws:eks:eu-west-1:1:cluster/prod.cleanup.deleted.ns.p"), false},
+		{"an ARN cluster's source, another actor", forged("cleanup/u/deleted/1", "opswire/arn:aws:eks:eu-west-1:1:cluster/prod/report", events.TypeCleanup,
+			"ops.arn:aws:eks:eu-west-1:1:cluster/prod.cleanup.deleted.ns.p"), true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -308,11 +308,11 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
-// counter counts values and prints them most frequent first.
 // summaryTop is how many pod reasons and namespaces a summary names before
 // "and N more".
 const summaryTop = 5
 
+// counter counts values and prints them most frequent first.
 type counter struct {
 	l *locale.Locale
 	m map[string]int

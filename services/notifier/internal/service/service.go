@@ -480,10 +480,11 @@ const (
 )
 
 // ConsumerName is the durable consumer of one receiver. The cluster name is
-// encoded as for a KV key: a consumer name may not hold '/' (an EKS ARN) and
-// its record's key (seqKey) may not hold ':'; a name already safe is kept.
+// written as config.ClusterToken: a consumer name may not hold '/' (an EKS
+// ARN) and its record's key (seqKey) may not hold ':'; a name already safe
+// is kept.
 func ConsumerName(cluster, receiver string) string {
-	return "opswire-notifier-" + config.ClusterKey(subject.Encode(cluster)) + "-" + receiver
+	return "opswire-notifier-" + config.ClusterToken(subject.Encode(cluster)) + "-" + receiver
 }
 
 // ConsumerConfig is the durable consumer of one receiver, used by whichever
