@@ -65,10 +65,11 @@ func describe(e harness.AuditEntry) string {
 
 // nodeState is a node as the audit log last showed it.
 type nodeState struct {
-	obj  *harness.AuditObject // nil once deleted
-	at   time.Time
-	rv   int64
-	from harness.AuditEntry
+	obj      *harness.AuditObject // nil once deleted
+	at       time.Time
+	rv       int64
+	from     harness.AuditEntry
+	markedBy harness.AuditEntry // the write that put the mark there, while marked
 }
 
 // Check runs every invariant over the history and returns the violations
@@ -120,6 +121,7 @@ func personTaint(o *harness.AuditObject, own string) string {
 func checkNodes(r Rules, audit []harness.AuditEntry) []Violation {
 	var out []Violation
 	state := map[string]*nodeState{}
+	over := false
 	for _, e := range nodeWrites(audit) {
 		obj := e.ResponseObject()
 		prev := state[e.Name]
@@ -150,6 +152,13 @@ func checkNodes(r Rules, audit []harness.AuditEntry) []Violation {
 		if e.Verb == "delete" {
 			ns.obj = nil
 		}
+		switch {
+		case !marked(ns.obj):
+		case prev != nil && marked(prev.obj):
+			ns.markedBy = prev.markedBy
+		default:
+			ns.markedBy = e
+		}
 		state[e.Name] = ns
 		var held []string
 		for name, s := range state {
@@ -157,11 +166,18 @@ func checkNodes(r Rules, audit []harness.AuditEntry) []Violation {
 				held = append(held, name)
 			}
 		}
-		if len(held) > r.Cap {
+		// Reported once per episode over the cap, with the writes that
+		// put each mark in place.
+		if len(held) > r.Cap && !over {
 			sort.Strings(held)
-			out = append(out, Violation{"b", fmt.Sprintf("%d nodes carry opswire's mark at resourceVersion %d, cap %d: %s",
-				len(held), obj.RV(), r.Cap, strings.Join(held, ", ")), []string{describe(e)}})
+			var ev []string
+			for _, name := range held {
+				ev = append(ev, "marked: "+describe(state[name].markedBy))
+			}
+			out = append(out, Violation{"b", fmt.Sprintf("%d nodes carry opswire's mark from resourceVersion %d, cap %d: %s",
+				len(held), obj.RV(), r.Cap, strings.Join(held, ", ")), ev})
 		}
+		over = len(held) > r.Cap
 	}
 	return out
 }

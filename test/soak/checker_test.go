@@ -95,8 +95,9 @@ func TestCheckerCatches(t *testing.T) {
 		ops   []OpsMsg
 		want  string
 	}{
-		{"two marks over a cap of one", []harness.AuditEntry{
-			nodeWrite("cordon", "n1", 1, mark, true, "True"), nodeWrite("cordon", "n2", 2, mark, true, "True")},
+		{"two marks over a cap of one (one episode)", []harness.AuditEntry{
+			nodeWrite("cordon", "n1", 1, mark, true, "True"), nodeWrite("cordon", "n2", 2, mark, true, "True"),
+			nodeWrite("admin", "n1", 3, mark, true, "False")},
 			[]OpsMsg{opsMsg(1, "ops.default.cordon.cordoned.n1", map[string]any{"verb": "cordoned", "node": "n1"}),
 				opsMsg(2, "ops.default.cordon.cordoned.n2", map[string]any{"verb": "cordoned", "node": "n2"})}, "b"},
 		{"a person's cordon undone", []harness.AuditEntry{

@@ -105,6 +105,8 @@ type replica struct {
 	inc     int
 	stopped bool
 	armed   bool // kill at the next successful write's answer (a lost answer)
+	lost    int  // answers lost so far
+	logf    func(string, ...any)
 }
 
 type soak struct {
@@ -162,7 +164,7 @@ func startSoak(t *testing.T, seed uint64) *soak {
 
 	kc := func(svc string) string { return cp.ServiceAccountKubeconfig(t, "opswire", "opswire-"+svc) }
 	add := func(svc, name string, proxied bool, env ...string) {
-		r := &replica{svc: svc, name: name, opts: harness.ServiceOptions{Config: cfg, NATSURL: s.nats.URL, Env: env}}
+		r := &replica{svc: svc, name: name, opts: harness.ServiceOptions{Config: cfg, NATSURL: s.nats.URL, Env: env}, logf: t.Logf}
 		if svc != "notifier" {
 			r.opts.Kubeconfig = kc(svc)
 		}
@@ -235,9 +237,14 @@ func (s *soak) startReplica(r *replica) {
 }
 
 // lostAnswer is the proxy's hook: an armed replica is SIGKILLed when the
-// answer to a successful write arrives, before it can read it.
+// answer to a successful action (node PATCH, pod DELETE) arrives, before it
+// can read it.
 func (r *replica) lostAnswer(req harness.APIRequest) {
-	if req.Method == "GET" || req.Status < 200 || req.Status >= 300 {
+	// Only opswire's actions: a node PATCH or a pod DELETE (or the finalizer
+	// PATCH before one), not its Events or Lease renewals.
+	action := (req.Method == "PATCH" || req.Method == "DELETE") &&
+		(strings.Contains(req.Path, "/nodes/") || strings.Contains(req.Path, "/pods/"))
+	if !action || req.Status < 200 || req.Status >= 300 {
 		return
 	}
 	r.mu.Lock()
@@ -246,6 +253,10 @@ func (r *replica) lostAnswer(req harness.APIRequest) {
 	r.mu.Unlock()
 	if armed {
 		p.Kill()
+		r.mu.Lock()
+		r.lost++
+		r.mu.Unlock()
+		r.logf("lost answer: %s killed on the answer %d to %s %s", r.name, req.Status, req.Method, req.Path)
 	}
 }
 
@@ -490,6 +501,11 @@ func (s *soak) summary(audit []harness.AuditEntry, ops []OpsMsg) string {
 	kinds := map[string]int{}
 	for _, f := range s.faults {
 		kinds[f.kind]++
+	}
+	for _, r := range s.reps {
+		r.mu.Lock()
+		kinds["lost (fired)"] += r.lost
+		r.mu.Unlock()
 	}
 	writes := map[string]int{}
 	for _, e := range audit {
