@@ -6,6 +6,8 @@
 #   make lint          gofmt and go vet
 #   make rules         promtool check/test of the alert rules (builds promtool once, into ~/.cache/opswire/bin)
 #   make fuzz          every Go fuzz target for FUZZTIME each (part of make test)
+#   make soak          the randomized fault soak (docs/soak.md) for SOAK_DURATION (10m), seed
+#                      printed; make soak SOAK_SEED=<seed> replays one (not part of make test)
 #   make bench         benchmarks; writes docs/benchmarks.md
 #   make controlplane  only build the cached Kubernetes components, etcd, CoreDNS, nats-server and helm
 #   make demo          opswire end to end on this machine, no cluster needed (Ctrl-C stops it)
@@ -26,7 +28,7 @@ TEST_FLAGS ?= -count=1 -timeout 45m
 # Unit tests run under the race detector (needs cgo: gcc).
 UNIT_FLAGS ?= -race
 
-.PHONY: all build test unit fuzz e2e lint bench controlplane clean tidy demo run images push rules
+.PHONY: all build test unit fuzz e2e lint bench controlplane clean tidy demo run images push rules soak
 
 all: build
 
@@ -69,6 +71,17 @@ fuzz:
 e2e:
 	@echo ">> end-to-end tests (real kube-apiserver, etcd, nats-server, service processes)"
 	@GO='$(GO)' TEST_FLAGS='$(TEST_FLAGS)' ./hack/e2e.sh
+
+# The randomized fault soak (test/soak, docs/soak.md): the real services,
+# controllers and control plane under a seeded workload and fault schedule,
+# then the invariant checker over the audit log and OPS. The seed is printed
+# first; SOAK_SEED replays it. Process logs of a failed run stay in .cache/soak-logs.
+SOAK_DURATION ?= 10m
+SOAK_SEED     ?=
+soak: controlplane
+	@rm -rf .cache/soak-logs
+	@cd test && SOAK_DURATION='$(SOAK_DURATION)' SOAK_SEED='$(SOAK_SEED)' OPSWIRE_E2E_LOGS='$(CURDIR)/.cache/soak-logs' \
+		$(GO) test -count=1 -timeout 4h -v -run '^TestSoak$$' ./soak/
 
 lint:
 	@out=$$(gofmt -l $(MODULES) hack); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

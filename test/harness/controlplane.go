@@ -36,6 +36,7 @@ type ControlPlane struct {
 	Client     kubernetes.Interface
 	Dir        string
 	EtcdURL    string // etcd's client URL (the test may compact it)
+	AuditLog   string // the audit log file (WithAuditLog), else empty
 
 	etcd, apiserver *proc
 	apiBin, apiLog  string
@@ -46,15 +47,19 @@ type ControlPlane struct {
 
 // StartControlPlane starts etcd and kube-apiserver on free loopback ports,
 // waits for /readyz and registers teardown with t.Cleanup.
-func StartControlPlane(t testing.TB) *ControlPlane {
+func StartControlPlane(t testing.TB, opts ...ControlPlaneOption) *ControlPlane {
 	t.Helper()
-	return startControlPlane(t, func() int { return testport.Must(t) })
+	return startControlPlane(t, func() int { return testport.Must(t) }, opts...)
 }
 
 // startControlPlane is StartControlPlane with the ports from freePort (a
 // test hands it one that is taken).
-func startControlPlane(t testing.TB, freePort func() int) *ControlPlane {
+func startControlPlane(t testing.TB, freePort func() int, opts ...ControlPlaneOption) *ControlPlane {
 	t.Helper()
+	var o cpOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	bin, err := BinDir()
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +86,14 @@ func startControlPlane(t testing.TB, freePort func() int) *ControlPlane {
 		t.Fatal(err)
 	}
 	cp.apiBin, cp.apiLog = apiBin, apiLog
+	var extra []string
+	if o.audit {
+		args, file, err := auditArgs(dir, logPath(t, "audit.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		extra, cp.AuditLog = args, file
+	}
 	// A free port can be taken between the pick and the bind (any process's
 	// outgoing connection may land on it; seen once in the e2e run, on
 	// kube-apiserver's port): etcd and kube-apiserver are started again on
@@ -96,6 +109,7 @@ func startControlPlane(t testing.TB, freePort func() int) *ControlPlane {
 			"--initial-cluster", "default="+peerURL,
 			"--log-level", "warn", "--quota-backend-bytes", strconv.Itoa(4<<30))
 		cp.apiArgs = append([]string{"--secure-port", strconv.Itoa(apiPort), "--etcd-servers", cp.EtcdURL}, apiArgs(dir)...)
+		cp.apiArgs = append(cp.apiArgs, extra...)
 		cp.apiserver = startLogged(t, apiLog, apiBin, cp.apiArgs...)
 		cp.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
 		if cp.awaitReady(t, 90*time.Second, attempt < 3) {
