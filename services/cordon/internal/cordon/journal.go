@@ -118,6 +118,11 @@ func patchVisible(p Policy, node *corev1.Node, verb string, d events.CordonDecis
 			return false, "node carries a mark from another write"
 		case !slices.Contains(m.Effects, mode):
 			return false, "the mark does not list the intent's mode"
+		case m.RV != "" && d.ResourceVersion != "":
+			// The mark names the version this write was patched against,
+			// and the patch sets mark and effect together: it happened,
+			// even if a person has lifted the effect since.
+			return true, ""
 		case mode == EffectTaint && !ourTaint:
 			return false, "node carries the mark but not opswire's taint"
 		case mode != EffectTaint && !node.Spec.Unschedulable:

@@ -232,6 +232,9 @@ func TestActuatorHappened(t *testing.T) {
 		{"cordoned: mark left, taint removed by a person", VerbCordoned, EffectTaint, apiNode("a", mark([]string{EffectTaint}, at), other), false},
 		{"cordoned: the mark of another write", VerbCordoned, EffectCordon, apiNode("a", mark([]string{EffectCordon}, at.Add(time.Minute)), unschedulable), false},
 		{"cordoned: a retry's mark on the same version (a later time)", VerbCordoned, EffectCordon, apiNode("a", markRV("40", at.Add(2*time.Second)), unschedulable), true},
+		// A re-apply whose answer was lost, then a person lifted the cordon
+		// again: the mark names the write.
+		{"cordoned: this write's mark (its rv), cordon lifted by a person since", VerbCordoned, EffectCordon, apiNode("a", markRV("40", at)), true},
 		{"cordoned: the mark of a write on another version (same time)", VerbCordoned, EffectCordon, apiNode("a", markRV("39", at), unschedulable), false},
 		{"cordoned: the mark lists another mode", VerbCordoned, EffectTaint, apiNode("a", mark([]string{EffectCordon}, at), unschedulable), false},
 		{"uncordoned: unmarked and schedulable", VerbUncordoned, EffectCordon, apiNode("a"), true},
