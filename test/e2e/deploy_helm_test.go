@@ -668,7 +668,7 @@ func TestHelmInstall(t *testing.T) {
 		return out
 	}
 	first := secret()
-	if len(first) != 9 || !regexp.MustCompile(`^p[A-Za-z0-9]{40}$`).MatchString(first["nats-watcher-password"]) {
+	if len(first) != 10 || !regexp.MustCompile(`^p[A-Za-z0-9]{40}$`).MatchString(first["nats-watcher-password"]) {
 		t.Fatalf("installed Secret has %d keys, watcher password %q", len(first), first["nats-watcher-password"])
 	}
 	helm("upgrade", "opswire", chartPath(t), "--namespace", "opswire", "--set", helmFeishu, "--set", "cordon.replicas=1")
