@@ -14,6 +14,7 @@ import (
 	"github.com/opswire/opswire/shared/actuate"
 	"github.com/opswire/opswire/shared/envelope"
 	"github.com/opswire/opswire/shared/events"
+	"github.com/opswire/opswire/shared/pause"
 )
 
 // Publisher records what an actuator publishes: it is the OPS stream's
@@ -157,3 +158,13 @@ func (s *SlowIntents) Record(context.Context, string, envelope.Event) bool {
 	}
 	return true
 }
+
+// Pause is a fixed pause state (what an actuator asks of pause.Watcher):
+// paused with Rec while On.
+type Pause struct {
+	Rec pause.Record
+	On  bool
+}
+
+// Paused reports the state.
+func (p *Pause) Paused() (pause.Record, bool) { return p.Rec, p.On }

@@ -8,16 +8,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/pause"
 )
-
-type fakePause struct {
-	rec pause.Record
-	on  bool
-}
-
-func (f *fakePause) Paused() (pause.Record, bool) { return f.rec, f.on }
 
 func TestPausedActuatorRemovesNothingAndAnnouncesOncePerPause(t *testing.T) {
 	tests := []struct {
@@ -32,7 +26,7 @@ func TestPausedActuatorRemovesNothingAndAnnouncesOncePerPause(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, testPolicy(), false, nil, tc.live)
-			p := &fakePause{rec: pause.Record{By: "sre", Since: time.Unix(100, 0), Until: t0.Add(30 * time.Second)}, on: true}
+			p := &actuatetest.Pause{Rec: pause.Record{By: "sre", Since: time.Unix(100, 0), Until: t0.Add(30 * time.Second)}, On: true}
 			r.act.cfg.Pause = p
 			d := testPolicy().Decide(tc.state, Facts{Now: t0})
 			for range 3 {
@@ -53,14 +47,14 @@ func TestPausedActuatorRemovesNothingAndAnnouncesOncePerPause(t *testing.T) {
 				!strings.Contains(string(msgs[0].Data), "paused by sre") {
 				t.Fatalf("published %v, want one skipped/paused", got)
 			}
-			p.rec.Since = time.Unix(200, 0) // another pause: announced again, with its own id
+			p.Rec.Since = time.Unix(200, 0) // another pause: announced again, with its own id
 			if _, err := r.act.Handle(context.Background(), tc.state, d, Facts{Now: t0}); err != nil {
 				t.Fatal(err)
 			}
 			if got := opsSummary(t, r.pub.All()); len(got) != 2 || got[0] == got[1] {
 				t.Fatalf("after a second pause published %v", got)
 			}
-			p.on = false
+			p.On = false
 			if _, err := r.act.Handle(context.Background(), tc.state, d, Facts{Now: t0}); err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +69,7 @@ func TestPausedActuatorRemovesNothingAndAnnouncesOncePerPause(t *testing.T) {
 func TestPausedSkipRecordsNoEvent(t *testing.T) {
 	state := pod(failed("Evicted"))
 	r := newRig(t, testPolicy(), false, nil, livePod())
-	r.act.cfg.Pause = &fakePause{rec: pause.Record{Since: time.Unix(1, 0)}, on: true}
+	r.act.cfg.Pause = &actuatetest.Pause{Rec: pause.Record{Since: time.Unix(1, 0)}, On: true}
 	d := Decision{Action: Skip, Want: Delete, Reason: "protected", Message: "namespace excluded"}
 	if _, err := r.act.Handle(context.Background(), state, d, Facts{Now: t0}); err != nil {
 		t.Fatal(err)

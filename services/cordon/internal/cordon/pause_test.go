@@ -9,16 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/opswire/opswire/shared/actuate/actuatetest"
 	"github.com/opswire/opswire/shared/events"
 	"github.com/opswire/opswire/shared/pause"
 )
-
-type fakePause struct {
-	rec pause.Record
-	on  bool
-}
-
-func (f *fakePause) Paused() (pause.Record, bool) { return f.rec, f.on }
 
 func TestPausedActuatorWritesNothingAndAnnouncesOncePerPause(t *testing.T) {
 	tests := []struct {
@@ -34,7 +28,7 @@ func TestPausedActuatorWritesNothingAndAnnouncesOncePerPause(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := tc.node()
 			h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, append([]runtime.Object{n}, pods("a", tc.pods)...)...)
-			p := &fakePause{rec: pause.Record{By: "sre", Reason: "incident", Since: time.Unix(100, 0)}, on: true}
+			p := &actuatetest.Pause{Rec: pause.Record{By: "sre", Reason: "incident", Since: time.Unix(100, 0)}, On: true}
 			h.act.cfg.Pause = p
 			state := mirrorOf(n, tc.pods)
 			marked := h.ledger.Marked(state)
@@ -57,7 +51,7 @@ func TestPausedActuatorWritesNothingAndAnnouncesOncePerPause(t *testing.T) {
 				t.Fatalf("published %+v, want one skipped/paused", msgs)
 			}
 			// A new pause is announced again.
-			p.rec.Since = time.Unix(200, 0)
+			p.Rec.Since = time.Unix(200, 0)
 			if _, err := h.act.Apply(context.Background(), state, marked, d); err != nil {
 				t.Fatal(err)
 			}
@@ -65,7 +59,7 @@ func TestPausedActuatorWritesNothingAndAnnouncesOncePerPause(t *testing.T) {
 				t.Fatalf("%d messages after a second pause, want 2", got)
 			}
 			// Resumed: the decision is applied.
-			p.on = false
+			p.On = false
 			if _, err := h.act.Apply(context.Background(), state, marked, d); err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +75,7 @@ func TestPausedHeldNodeRecordsNoEvent(t *testing.T) {
 	n := apiNode("a", ours(EffectCordon))
 	n.Labels[events.LabelDoNotCordon] = ""
 	h := newHarness(t, seedPolicy("cordon"), false, Fleet{Managed: 10}, append([]runtime.Object{n}, pods("a", 100)...)...)
-	h.act.cfg.Pause = &fakePause{rec: pause.Record{Since: time.Unix(1, 0)}, on: true}
+	h.act.cfg.Pause = &actuatetest.Pause{Rec: pause.Record{Since: time.Unix(1, 0)}, On: true}
 	state := mirrorOf(n, 100)
 	marked := h.ledger.Marked(state)
 	d := Evaluate(h.act.cfg.Policy, state, marked)
